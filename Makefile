@@ -1,0 +1,44 @@
+# Looopy-Go. `make help` lists the targets.
+GO        ?= go
+PKGS      := ./...
+BENCHTIME ?= 1s
+COUNT     ?= 6
+
+.PHONY: help build test check bench run plugins plugins-go plugins-all fixtures-check test-long clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+build: plugins-go ## build the host binary into bin/
+	$(GO) build -o bin/looopy ./cmd/host
+
+run: build ## run the host: scripted demo model, example plugins, data in ./data
+	./bin/looopy
+
+plugins-go: ## build the Go example plugins (stock Go, GOOS=wasip1)
+	@./scripts/build-go-plugins.sh
+
+plugins: plugins-go ## build every example plugin from source (needs the toolchains .ci/run installs)
+	@./scripts/build-plugins.sh
+
+fixtures-check: plugins ## rebuild the non-Go plugins and fail if they differ from the committed fixtures
+	@git diff --exit-code -- examples/plugins ':(glob)examples/plugins/**/*.wasm' || (echo "committed .wasm fixtures differ from a fresh build" >&2; exit 1)
+
+test: plugins-go ## run every test with the race detector
+	$(GO) test -race -count=1 $(PKGS)
+
+test-long: plugins-go ## the long tests (large artifacts, crash rounds)
+	$(GO) test -count=1 -run 'Long' -tags long -timeout 60m $(PKGS)
+
+check: ## vet, formatting, go mod tidy, import directions
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1)
+	@cp go.mod /tmp/looopy.go.mod.bak; cp go.sum /tmp/looopy.go.sum.bak; $(GO) mod tidy; \
+	  if ! git diff --quiet -- go.mod go.sum; then cp /tmp/looopy.go.mod.bak go.mod; cp /tmp/looopy.go.sum.bak go.sum; echo "go mod tidy changes go.mod/go.sum" >&2; exit 1; fi
+	@./scripts/check-imports.sh
+
+bench: plugins-go ## run the benchmarks (-benchmem); compare runs with benchstat
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) $(PKGS)
+
+clean:
+	rm -rf bin

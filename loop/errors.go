@@ -1,0 +1,81 @@
+package loop
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Match them with errors.Is.
+var (
+	// ErrNotFound: no such context, task, message or record.
+	ErrNotFound = errors.New("not found")
+	// ErrBusy: the agent already runs a turn for this context.
+	ErrBusy = errors.New("agent is busy with another turn")
+	// ErrNotReady: the agent is not in a state that takes turns.
+	ErrNotReady = errors.New("agent is not ready")
+	// ErrToolConflict: two toolsets offer a tool of the same name.
+	ErrToolConflict = errors.New("tool name offered twice")
+	// ErrCorrupt: a stored record could not be decoded.
+	ErrCorrupt = errors.New("corrupt record")
+	// ErrInvalid: a request or configuration is not valid.
+	ErrInvalid = errors.New("invalid")
+)
+
+// CorruptError names the key of a stored record that could not be decoded.
+// It matches ErrCorrupt.
+type CorruptError struct {
+	Key string
+	Err error
+}
+
+func (e *CorruptError) Error() string { return fmt.Sprintf("corrupt record %q: %v", e.Key, e.Err) }
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// NotFoundError names what was not found. It matches ErrNotFound.
+type NotFoundError struct {
+	What string // "task", "context", ...
+	ID   string
+}
+
+func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %q not found", e.What, e.ID) }
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// ModelError is an error from a model call. Transient ones are retried.
+type ModelError struct {
+	Code      string // rate_limit, server_error, timeout, invalid_request, ...
+	Message   string
+	Transient bool
+	Err       error
+}
+
+func (e *ModelError) Error() string {
+	msg := e.Message
+	if msg == "" && e.Err != nil {
+		msg = e.Err.Error()
+	}
+	if e.Code != "" {
+		return "model: " + e.Code + ": " + msg
+	}
+	return "model: " + msg
+}
+
+func (e *ModelError) Unwrap() error { return e.Err }
+
+// Transient reports whether err is worth retrying: a ModelError marked
+// transient, or any error that says so through a Transient() bool method.
+func Transient(err error) bool {
+	var me *ModelError
+	if errors.As(err, &me) {
+		return me.Transient
+	}
+	var t interface{ Transient() bool }
+	if errors.As(err, &t) {
+		return t.Transient()
+	}
+	return false
+}

@@ -1,0 +1,171 @@
+package loop
+
+import (
+	"context"
+	"time"
+)
+
+// Model is an LLM (an adapter plugin, or a scripted model in tests).
+//
+// Generate makes one call. When onDelta is not nil and the model streams, it
+// is called with each piece of text as it arrives, on the calling goroutine,
+// before Generate returns the whole response. Cancelling ctx must make
+// Generate return promptly with an error that wraps ctx.Err().
+// Errors that are worth retrying (rate limit, 5xx, timeout) are marked with
+// Transient; anything else is permanent.
+type Model interface {
+	Generate(ctx context.Context, req *ModelRequest, onDelta func(Delta)) (*ModelResponse, error)
+}
+
+// Toolset is a source of tools: a plugin, the built-in artifact tools, a
+// sub-agent, a set of Go functions.
+//
+// Tools lists the tools offered now; the loop asks again before each model
+// call, so a toolset may change between calls (hot-loaded plugins).
+// Call runs one tool call. A tool's own failure is a ToolResult with IsError;
+// an error return means the call could not be made at all (the loop turns it
+// into an error result too). Cancelling ctx must stop the call promptly.
+type Toolset interface {
+	Tools(ctx context.Context) ([]ToolDefinition, error)
+	Call(ctx context.Context, call ToolCall, env *ToolEnv) (ToolResult, error)
+}
+
+// ToolEnv is what a tool call knows of the turn it runs in.
+type ToolEnv struct {
+	ContextID string
+	TaskID    string
+	AgentID   string
+	Iteration int
+	Auth      *AuthContext
+	// Emit sends an event of the task (tool-progress, artifact writes,
+	// sub-task events). It is safe for concurrent use.
+	Emit func(Event)
+}
+
+// EventSink receives the events of a turn, in order. Emit is called from the
+// loop's goroutines (tool progress may come from several at once) and must be
+// safe for concurrent use; it must not block for long, since the turn waits.
+type EventSink interface {
+	Emit(Event)
+}
+
+// SinkFunc adapts a function to an EventSink.
+type SinkFunc func(Event)
+
+// Emit calls f(e).
+func (f SinkFunc) Emit(e Event) { f(e) }
+
+// MessageStore keeps the history of each conversation (contextId).
+// Messages are ordered by the sequence Append gives them.
+type MessageStore interface {
+	// Append adds messages at the end of the history, atomically.
+	Append(ctx context.Context, contextID string, msgs ...Message) error
+	// Recent returns the last limit messages, oldest first (limit <= 0: all).
+	Recent(ctx context.Context, contextID string, limit int) ([]Message, error)
+	// Count returns the number of messages in the history.
+	Count(ctx context.Context, contextID string) (int, error)
+	// Replace swaps the whole history for msgs, atomically (compaction).
+	Replace(ctx context.Context, contextID string, msgs []Message) error
+	// Delete removes the history.
+	Delete(ctx context.Context, contextID string) error
+}
+
+// AgentStatus is the lifecycle state of an Agent.
+type AgentStatus string
+
+// Agent lifecycle states.
+const (
+	AgentCreated  AgentStatus = "created"
+	AgentReady    AgentStatus = "ready"
+	AgentBusy     AgentStatus = "busy"
+	AgentPaused   AgentStatus = "paused"
+	AgentShutdown AgentStatus = "shutdown"
+	AgentFailed   AgentStatus = "failed"
+)
+
+// AgentMetadata is what survives of an Agent between processes.
+type AgentMetadata struct {
+	ContextID    string         `json:"contextId"`
+	AgentID      string         `json:"agentId,omitempty"`
+	Owner        string         `json:"owner,omitempty"` // principal that created the context
+	Status       AgentStatus    `json:"status"`
+	TurnCount    int            `json:"turnCount"`
+	CreatedAt    time.Time      `json:"createdAt"`
+	LastActivity time.Time      `json:"lastActivity"`
+	Usage        Usage          `json:"usage"`
+	Error        string         `json:"error,omitempty"`
+	Metadata     map[string]any `json:"metadata,omitempty"`
+}
+
+// AgentStore keeps agent metadata by contextId.
+type AgentStore interface {
+	SaveAgent(ctx context.Context, m AgentMetadata) error
+	// LoadAgent returns ErrNotFound (wrapped) for an unknown context.
+	LoadAgent(ctx context.Context, contextID string) (AgentMetadata, error)
+	DeleteAgent(ctx context.Context, contextID string) error
+}
+
+// TaskRecord is the stored state of a task: one turn of an agent.
+type TaskRecord struct {
+	ID           string         `json:"id"`
+	ContextID    string         `json:"contextId"`
+	AgentID      string         `json:"agentId,omitempty"`
+	ParentTaskID string         `json:"parentTaskId,omitempty"`
+	Owner        string         `json:"owner,omitempty"` // principal
+	Status       TaskStatus     `json:"status"`
+	Message      string         `json:"message,omitempty"` // status message: failure reason, input prompt
+	Reason       string         `json:"reason,omitempty"`  // why the turn ended
+	Content      string         `json:"content,omitempty"` // final assistant text
+	Usage        Usage          `json:"usage"`
+	Iterations   int            `json:"iterations,omitempty"`
+	HistoryFrom  int            `json:"historyFrom,omitempty"` // index of the turn's first message in the context history
+	HistoryTo    int            `json:"historyTo,omitempty"`   // one past its last message
+	PendingCalls []ToolCall     `json:"pendingCalls,omitempty"`
+	CreatedAt    time.Time      `json:"createdAt"`
+	UpdatedAt    time.Time      `json:"updatedAt"`
+	ExpiresAt    time.Time      `json:"expiresAt,omitzero"` // zero: never
+	Metadata     map[string]any `json:"metadata,omitempty"`
+}
+
+// TaskFilter selects tasks for List. Zero fields match everything.
+type TaskFilter struct {
+	ContextID     string
+	AgentID       string
+	Owner         string
+	Statuses      []TaskStatus
+	UpdatedAfter  time.Time
+	UpdatedBefore time.Time
+	Limit         int    // <= 0: no limit
+	After         string // page token: the ID of the last task of the previous page
+}
+
+// TaskStore keeps task records. A record whose ExpiresAt has passed is gone:
+// Load returns ErrNotFound and List skips it.
+type TaskStore interface {
+	SaveTask(ctx context.Context, t TaskRecord) error
+	LoadTask(ctx context.Context, id string) (TaskRecord, error)
+	// ListTasks returns matching tasks, newest first (by CreatedAt, then ID).
+	ListTasks(ctx context.Context, f TaskFilter) ([]TaskRecord, error)
+	DeleteTask(ctx context.Context, id string) error
+}
+
+// LogRecord is one entry of a durable event log.
+type LogRecord struct {
+	Seq  uint64
+	Data []byte
+}
+
+// EventLog is a set of append-only logs (streams), each with monotonic
+// sequence numbers starting at 1. It is what makes replay possible: events
+// are appended before they are sent to anyone.
+type EventLog interface {
+	// Append adds records to the end of a stream and returns the sequence
+	// number of the first; they are durable when Append returns.
+	Append(ctx context.Context, stream string, data ...[]byte) (first uint64, err error)
+	// Read returns up to limit records with Seq > after, in order.
+	Read(ctx context.Context, stream string, after uint64, limit int) ([]LogRecord, error)
+	// Last returns the sequence number of the last record (0 when empty).
+	Last(ctx context.Context, stream string) (uint64, error)
+	// Expire makes the whole stream disappear after ttl (0: now).
+	Expire(ctx context.Context, stream string, ttl time.Duration) error
+}

@@ -1,0 +1,120 @@
+package pdk
+
+import "encoding/json"
+
+// Role is who wrote a message.
+type Role string
+
+// The roles of a conversation.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one entry of a conversation. Tool calls asked for by the model
+// ride on the assistant message; each tool result is a message of role tool
+// that names the call it answers.
+type Message struct {
+	Role       Role           `json:"role"`
+	Content    string         `json:"content,omitempty"`
+	Name       string         `json:"name,omitempty"`       // tool name, on tool messages
+	ToolCallID string         `json:"toolCallId,omitempty"` // on tool messages
+	ToolCalls  []ToolCall     `json:"toolCalls,omitempty"`  // on assistant messages
+	Pinned     bool           `json:"pinned,omitempty"`     // kept whole by history compaction
+	Metadata   map[string]any `json:"metadata,omitempty"`
+}
+
+// ToolCall is a model's request to run one tool. Arguments is a JSON object.
+type ToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// ToolDefinition describes a tool to the model.
+type ToolDefinition struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"` // JSON Schema of the arguments object
+	// Client marks a tool the client runs: a call to it ends the turn as
+	// input-required and the next turn carries the client's result.
+	Client bool `json:"client,omitempty"`
+	// Idempotent says running the tool twice with the same arguments is
+	// harmless, so an execution interrupted by a crash may be run again.
+	Idempotent bool `json:"idempotent,omitempty"`
+}
+
+// ToolResult is what a tool returns to the model.
+type ToolResult struct {
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	Content    string          `json:"content"`
+	IsError    bool            `json:"isError,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"` // optional structured result
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int `json:"promptTokens,omitempty"`
+	CompletionTokens int `json:"completionTokens,omitempty"`
+	TotalTokens      int `json:"totalTokens,omitempty"`
+}
+
+// Add returns the sum of u and v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		PromptTokens:     u.PromptTokens + v.PromptTokens,
+		CompletionTokens: u.CompletionTokens + v.CompletionTokens,
+		TotalTokens:      u.TotalTokens + v.TotalTokens,
+	}
+}
+
+// FinishReason says why the model stopped.
+type FinishReason string
+
+// Finish reasons, as the OpenAI-compatible APIs name them.
+const (
+	FinishStop          FinishReason = "stop"
+	FinishLength        FinishReason = "length"
+	FinishToolCalls     FinishReason = "tool_calls"
+	FinishContentFilter FinishReason = "content_filter"
+)
+
+// ModelRequest is one call of a model.
+type ModelRequest struct {
+	Messages    []Message        `json:"messages"`
+	Tools       []ToolDefinition `json:"tools,omitempty"`
+	Temperature *float64         `json:"temperature,omitempty"`
+	MaxTokens   int              `json:"maxTokens,omitempty"`
+	Stream      bool             `json:"stream,omitempty"`
+	Metadata    map[string]any   `json:"metadata,omitempty"`
+}
+
+// ModelResponse is a model's complete answer. Tool calls are on Message.
+type ModelResponse struct {
+	Message      Message      `json:"message"`
+	FinishReason FinishReason `json:"finishReason,omitempty"`
+	Usage        Usage        `json:"usage,omitempty"`
+}
+
+// Delta is a piece of a streamed model answer.
+type Delta struct {
+	Content string `json:"content,omitempty"`
+	Thought string `json:"thought,omitempty"`
+}
+
+// Error is the error shape that crosses the plugin boundary.
+// Transient marks an error worth retrying (rate limit, 5xx, timeout).
+type Error struct {
+	Code      string `json:"code,omitempty"`
+	Message   string `json:"message"`
+	Transient bool   `json:"transient,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Code == "" {
+		return e.Message
+	}
+	return e.Code + ": " + e.Message
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The import directions of ARCHITECTURE.md: each package may import only what
+# its row allows. Fails naming the package and the forbidden import.
+set -euo pipefail
+mod=$(go list -m)
+fail=0
+deny() { # package, regex of forbidden dependencies
+  local bad
+  bad=$(go list -deps "$1" 2>/dev/null | grep -E "$2" || true)
+  if [ -n "$bad" ]; then
+    echo "$1 must not import:"; echo "$bad" | sed 's/^/    /'; fail=1
+  fi
+}
+ours="^$mod/(store|plugins|host|sse|artifacts|cmd)"
+deny ./loop "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|$ours"
+deny ./pdk "gofiber|dgraph-io/badger|tetratelabs/wazero|extism/go-sdk|^$mod/(loop|store|plugins|host|sse|artifacts)"
+deny ./store/... "gofiber|tetratelabs/wazero|extism|^$mod/(plugins|host|sse|artifacts)"
+deny ./sse/... "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|^$mod/(store|plugins|host|artifacts)"
+deny ./plugins/... "gofiber|dgraph-io/badger|^$mod/(store|host|sse|artifacts)"
+deny ./artifacts/... "gofiber|tetratelabs/wazero|extism|^$mod/(plugins|host|sse)"
+exit $fail
