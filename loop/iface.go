@@ -40,6 +40,25 @@ type ToolEnv struct {
 	// Emit sends an event of the task (tool-progress, artifact writes,
 	// sub-task events). It is safe for concurrent use.
 	Emit func(Event)
+	// Model and Tools are the turn's own model and merged toolset, lent to
+	// sub-agents so that their calls go through the same machinery.
+	Model Model
+	Tools Toolset
+	// Depth is 0 for a top-level turn and grows by one per sub-agent level.
+	Depth int
+}
+
+// ToolsetPinner is implemented by toolsets whose contents change while the
+// host runs (hot-loaded plugins). The loop calls PinToolset when a turn
+// starts, uses the returned toolset for the whole turn, and calls release when
+// the turn ends, so a running turn keeps the versions it started with.
+type ToolsetPinner interface {
+	PinToolset() (ts Toolset, release func())
+}
+
+// ModelPinner is the same for models.
+type ModelPinner interface {
+	PinModel() (m Model, release func())
 }
 
 // EventSink receives the events of a turn, in order. Emit is called from the
@@ -118,8 +137,7 @@ type TaskRecord struct {
 	Content      string         `json:"content,omitempty"` // final assistant text
 	Usage        Usage          `json:"usage"`
 	Iterations   int            `json:"iterations,omitempty"`
-	HistoryFrom  int            `json:"historyFrom,omitempty"` // index of the turn's first message in the context history
-	HistoryTo    int            `json:"historyTo,omitempty"`   // one past its last message
+	History      []Message      `json:"history,omitempty"` // the turn's messages: its input, then what it produced
 	PendingCalls []ToolCall     `json:"pendingCalls,omitempty"`
 	CreatedAt    time.Time      `json:"createdAt"`
 	UpdatedAt    time.Time      `json:"updatedAt"`
