@@ -1,0 +1,378 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+)
+
+// AgentConfig configures an Agent. Zero fields take their defaults.
+type AgentConfig struct {
+	ContextID string
+	AgentID   string
+	Owner     string // principal the context belongs to
+	Loop      *Loop
+	Messages  MessageStore
+	Agents    AgentStore
+	Tasks     TaskStore // optional: a record per turn
+	// HistoryLimit bounds the messages handed to the model for a turn
+	// (the most recent ones); 0 hands the whole history.
+	HistoryLimit int
+	// Compactor shrinks the stored history when it exceeds MaxMessages.
+	// Nil: KeepRecent.
+	Compactor Compactor
+	// MaxMessages is the history size that triggers compaction; 0: never.
+	MaxMessages int
+	// DisableAutoSave stops the agent from saving messages and metadata
+	// after each turn (SaveState saves them on demand).
+	DisableAutoSave bool
+	// TaskTTL makes finished task records expire; 0 keeps them.
+	TaskTTL time.Duration
+	Logger  *slog.Logger
+}
+
+// TurnInput is one turn asked of an Agent.
+type TurnInput struct {
+	TaskID string // required: the caller names tasks
+	// Messages is the turn's input: a user message, or tool messages that
+	// answer the client tool calls the previous turn ended with.
+	Messages    []Message
+	ClientTools []ToolDefinition
+	Auth        *AuthContext // for this turn only; never stored
+	Sink        EventSink
+	Metadata    map[string]any
+}
+
+// Agent is the stateful, multi-turn conversation of one contextId over the
+// stateless Loop. Its lifecycle is created → ready ⇄ busy → paused or
+// shutdown, and failed when its state could not be saved. One turn runs at a
+// time; a second concurrent one gets ErrBusy. All methods are safe for
+// concurrent use.
+type Agent struct {
+	cfg       AgentConfig
+	log       *slog.Logger
+	compactor Compactor
+
+	mu      sync.Mutex
+	meta    AgentMetadata
+	history []Message // the stored history, cached since Start
+	unsaved int       // messages at the end of history not yet saved
+}
+
+// NewAgent returns an agent in state created; Start makes it ready.
+func NewAgent(cfg AgentConfig) (*Agent, error) {
+	switch {
+	case cfg.ContextID == "":
+		return nil, fmt.Errorf("new agent: %w: empty context id", ErrInvalid)
+	case cfg.Loop == nil:
+		return nil, fmt.Errorf("new agent %q: %w: no loop", cfg.ContextID, ErrInvalid)
+	case cfg.Messages == nil || cfg.Agents == nil:
+		return nil, fmt.Errorf("new agent %q: %w: message and agent stores are required", cfg.ContextID, ErrInvalid)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, compactor: cfg.Compactor}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.compactor == nil {
+		a.compactor = KeepRecent{}
+	}
+	a.meta = AgentMetadata{ContextID: cfg.ContextID, AgentID: cfg.AgentID, Owner: cfg.Owner, Status: AgentCreated}
+	return a, nil
+}
+
+// ContextID returns the conversation's id.
+func (a *Agent) ContextID() string { return a.cfg.ContextID }
+
+// Status returns the lifecycle state.
+func (a *Agent) Status() AgentStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.meta.Status
+}
+
+// Metadata returns a copy of the agent's metadata.
+func (a *Agent) Metadata() AgentMetadata {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.meta
+}
+
+// Start loads the agent's metadata and history from the stores (resuming a
+// conversation after a restart) and makes it ready. Starting a ready agent
+// does nothing.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch a.meta.Status {
+	case AgentReady, AgentBusy:
+		return nil
+	case AgentPaused:
+		return fmt.Errorf("start agent %q: %w: it is paused; resume it", a.cfg.ContextID, ErrNotReady)
+	}
+	now := time.Now().UTC()
+	meta, err := a.cfg.Agents.LoadAgent(ctx, a.cfg.ContextID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		meta = AgentMetadata{ContextID: a.cfg.ContextID, AgentID: a.cfg.AgentID, Owner: a.cfg.Owner, CreatedAt: now, LastActivity: now}
+	case err != nil:
+		return fmt.Errorf("start agent %q: load metadata: %w", a.cfg.ContextID, err)
+	}
+	hist, err := a.cfg.Messages.Recent(ctx, a.cfg.ContextID, 0)
+	if err != nil {
+		return fmt.Errorf("start agent %q: load history: %w", a.cfg.ContextID, err)
+	}
+	meta.Status = AgentReady
+	meta.Error = ""
+	if meta.Owner == "" {
+		meta.Owner = a.cfg.Owner
+	}
+	if err := a.cfg.Agents.SaveAgent(ctx, meta); err != nil {
+		return fmt.Errorf("start agent %q: save metadata: %w", a.cfg.ContextID, err)
+	}
+	a.meta, a.history, a.unsaved = meta, hist, 0
+	return nil
+}
+
+// History returns the last limit messages of the conversation (all when
+// limit <= 0), oldest first.
+func (a *Agent) History(ctx context.Context, limit int) ([]Message, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.meta.Status == AgentCreated || a.meta.Status == AgentShutdown {
+		return a.cfg.Messages.Recent(ctx, a.cfg.ContextID, limit)
+	}
+	h := a.history
+	if limit > 0 && len(h) > limit {
+		h = h[len(h)-limit:]
+	}
+	return append([]Message(nil), h...), nil
+}
+
+// Turn runs one turn: the input messages are added to the history, the loop
+// runs over the history, and the new messages and metadata are saved (before
+// the events announcing the end of the turn are sent). A turn that fails
+// keeps the messages produced up to the failure. Cancelling ctx ends the turn
+// as canceled. It returns ErrBusy while another turn runs, ErrNotReady when
+// the agent is not ready; the turn's own failure is in the Outcome.
+func (a *Agent) Turn(ctx context.Context, in TurnInput) (Outcome, error) {
+	if in.TaskID == "" {
+		return Outcome{}, fmt.Errorf("turn of %q: %w: empty task id", a.cfg.ContextID, ErrInvalid)
+	}
+	a.mu.Lock()
+	switch a.meta.Status {
+	case AgentReady:
+	case AgentBusy:
+		a.mu.Unlock()
+		return Outcome{}, fmt.Errorf("turn of %q: %w", a.cfg.ContextID, ErrBusy)
+	default:
+		st := a.meta.Status
+		a.mu.Unlock()
+		return Outcome{}, fmt.Errorf("turn of %q: %w (status %s)", a.cfg.ContextID, ErrNotReady, st)
+	}
+	a.meta.Status = AgentBusy
+	history := a.history
+	a.mu.Unlock()
+
+	ctx, span := a.cfg.Loop.startSpan(ctx, "agent.turn",
+		attribute.String("looopy.context_id", a.cfg.ContextID),
+		attribute.String("looopy.task_id", in.TaskID))
+	defer span.End()
+
+	if a.cfg.HistoryLimit > 0 && len(history) > a.cfg.HistoryLimit {
+		history = trimHistory(history, a.cfg.HistoryLimit)
+	}
+	msgs := make([]Message, 0, len(history)+len(in.Messages))
+	msgs = append(append(msgs, history...), in.Messages...)
+
+	now := time.Now().UTC()
+	rec := TaskRecord{ID: in.TaskID, ContextID: a.cfg.ContextID, AgentID: a.cfg.AgentID, Owner: a.meta.Owner,
+		Status: TaskWorking, History: in.Messages, CreatedAt: now, UpdatedAt: now, Metadata: in.Metadata}
+	if a.cfg.Tasks != nil {
+		if old, err := a.cfg.Tasks.LoadTask(ctx, in.TaskID); err == nil {
+			rec.CreatedAt = old.CreatedAt // a task continued (input-required) keeps its birth
+			rec.History = append(old.History, in.Messages...)
+		}
+		if err := a.cfg.Tasks.SaveTask(ctx, rec); err != nil {
+			a.setStatus(AgentReady)
+			return Outcome{}, fmt.Errorf("turn of %q: save task %q: %w", a.cfg.ContextID, in.TaskID, err)
+		}
+	}
+
+	out := a.cfg.Loop.Run(ctx, Turn{
+		ContextID: a.cfg.ContextID, TaskID: in.TaskID, AgentID: a.cfg.AgentID,
+		Messages: msgs, ClientTools: in.ClientTools, Auth: in.Auth, Sink: in.Sink, Metadata: in.Metadata,
+		OnFinish: func(ctx context.Context, o *Outcome) error {
+			return a.finishTurn(ctx, &rec, in.Messages, o)
+		},
+	})
+	if out.Err != nil {
+		span.RecordError(out.Err)
+		span.SetStatus(codes.Error, out.Err.Error())
+	}
+	return out, nil
+}
+
+// finishTurn records the turn: history, metadata and task record, durably,
+// before the loop announces the end of the turn.
+func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message, o *Outcome) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	added := len(input) + len(o.Messages)
+	a.history = append(a.history, input...)
+	a.history = append(a.history, o.Messages...)
+	a.unsaved += added
+	a.meta.TurnCount++
+	a.meta.LastActivity = time.Now().UTC()
+	a.meta.Usage = a.meta.Usage.Add(o.Usage)
+	a.meta.Status = AgentReady
+
+	var errs []error
+	if !a.cfg.DisableAutoSave {
+		if err := a.saveLocked(ctx); err != nil {
+			a.meta.Status, a.meta.Error = AgentFailed, err.Error()
+			errs = append(errs, err)
+		}
+	}
+	if a.cfg.Tasks != nil {
+		rec.Status, rec.Reason, rec.Content = o.Status, o.Reason, o.Content
+		rec.Usage, rec.Iterations, rec.PendingCalls = o.Usage, o.Iterations, o.PendingCalls
+		rec.History = append(rec.History, o.Messages...)
+		rec.UpdatedAt = time.Now().UTC()
+		rec.Message = ""
+		if o.Err != nil {
+			rec.Message = o.Err.Error()
+		}
+		if a.cfg.TaskTTL > 0 && o.Status.Terminal() {
+			rec.ExpiresAt = rec.UpdatedAt.Add(a.cfg.TaskTTL)
+		}
+		if err := a.cfg.Tasks.SaveTask(ctx, *rec); err != nil {
+			errs = append(errs, fmt.Errorf("save task %q: %w", rec.ID, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if a.cfg.MaxMessages > 0 && len(a.history) > a.cfg.MaxMessages && a.unsaved == 0 {
+		if err := a.compactLocked(ctx); err != nil {
+			// Compaction is housekeeping: the turn's data is saved already.
+			a.log.LogAttrs(ctx, slog.LevelWarn, "history compaction failed",
+				slog.String("context_id", a.cfg.ContextID), slog.String("error", err.Error()))
+		}
+	}
+	return nil
+}
+
+// saveLocked appends the unsaved messages and saves the metadata.
+func (a *Agent) saveLocked(ctx context.Context) error {
+	if a.unsaved > 0 {
+		tail := a.history[len(a.history)-a.unsaved:]
+		if err := a.cfg.Messages.Append(ctx, a.cfg.ContextID, tail...); err != nil {
+			return fmt.Errorf("save messages of %q: %w", a.cfg.ContextID, err)
+		}
+		a.unsaved = 0
+	}
+	if err := a.cfg.Agents.SaveAgent(ctx, a.meta); err != nil {
+		return fmt.Errorf("save metadata of %q: %w", a.cfg.ContextID, err)
+	}
+	return nil
+}
+
+func (a *Agent) compactLocked(ctx context.Context) error {
+	compacted := a.compactor.Compact(a.history, a.cfg.MaxMessages)
+	if len(compacted) >= len(a.history) {
+		return nil
+	}
+	if err := a.cfg.Messages.Replace(ctx, a.cfg.ContextID, compacted); err != nil {
+		return fmt.Errorf("compact history of %q: %w", a.cfg.ContextID, err)
+	}
+	a.history = compacted
+	return nil
+}
+
+// SaveState saves unsaved messages and the metadata now.
+func (a *Agent) SaveState(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.saveLocked(ctx)
+}
+
+// Pause saves the agent's state and stops it from taking turns until Resume.
+// It keeps the agent in memory. Pausing a busy agent is ErrBusy.
+func (a *Agent) Pause(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch a.meta.Status {
+	case AgentPaused:
+		return nil
+	case AgentBusy:
+		return fmt.Errorf("pause agent %q: %w", a.cfg.ContextID, ErrBusy)
+	case AgentReady:
+	default:
+		return fmt.Errorf("pause agent %q: %w (status %s)", a.cfg.ContextID, ErrNotReady, a.meta.Status)
+	}
+	a.meta.Status = AgentPaused
+	if err := a.saveLocked(ctx); err != nil {
+		a.meta.Status = AgentReady
+		return fmt.Errorf("pause: %w", err)
+	}
+	return nil
+}
+
+// Resume makes a paused agent ready again.
+func (a *Agent) Resume(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.meta.Status != AgentPaused {
+		return fmt.Errorf("resume agent %q: %w (status %s)", a.cfg.ContextID, ErrNotReady, a.meta.Status)
+	}
+	a.meta.Status = AgentReady
+	return a.cfg.Agents.SaveAgent(ctx, a.meta)
+}
+
+// Shutdown saves the agent's state and releases its cached history. Start
+// brings it back from the stores.
+func (a *Agent) Shutdown(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch a.meta.Status {
+	case AgentShutdown, AgentCreated:
+		return nil
+	case AgentBusy:
+		return fmt.Errorf("shutdown agent %q: %w", a.cfg.ContextID, ErrBusy)
+	}
+	a.meta.Status = AgentShutdown
+	if err := a.saveLocked(ctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	a.history = nil
+	return nil
+}
+
+// Clear deletes the conversation's history and resets its counters. The
+// agent stays in its state.
+func (a *Agent) Clear(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.meta.Status == AgentBusy {
+		return fmt.Errorf("clear agent %q: %w", a.cfg.ContextID, ErrBusy)
+	}
+	if err := a.cfg.Messages.Delete(ctx, a.cfg.ContextID); err != nil {
+		return fmt.Errorf("clear agent %q: %w", a.cfg.ContextID, err)
+	}
+	a.history, a.unsaved = nil, 0
+	a.meta.TurnCount, a.meta.Usage = 0, Usage{}
+	a.meta.LastActivity = time.Now().UTC()
+	return a.cfg.Agents.SaveAgent(ctx, a.meta)
+}
+
+func (a *Agent) setStatus(s AgentStatus) {
+	a.mu.Lock()
+	a.meta.Status = s
+	a.mu.Unlock()
+}

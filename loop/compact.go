@@ -1,0 +1,65 @@
+package loop
+
+// Compactor shrinks a history that grew past max messages. It must keep the
+// conversation valid for a model: never a tool result without the assistant
+// message that called it, nor the reverse. It returns a new slice.
+type Compactor interface {
+	Compact(history []Message, max int) []Message
+}
+
+// KeepRecent is the default Compactor: it keeps every pinned message (and
+// system messages) whole and the most recent messages up to max, moving the
+// cut so that a tool call and its results are kept or dropped together.
+type KeepRecent struct{}
+
+// Compact implements Compactor.
+func (KeepRecent) Compact(history []Message, max int) []Message {
+	if max <= 0 || len(history) <= max {
+		return append([]Message(nil), history...)
+	}
+	pinned := 0
+	for _, m := range history {
+		if keepAlways(m) {
+			pinned++
+		}
+	}
+	budget := max - pinned
+	if budget < 0 {
+		budget = 0
+	}
+	// cut: the first unpinned message kept. Count unpinned from the end.
+	cut := len(history)
+	for n := 0; cut > 0; {
+		if !keepAlways(history[cut-1]) {
+			if n == budget {
+				break
+			}
+			n++
+		}
+		cut--
+	}
+	cut = safeCut(history, cut)
+	out := make([]Message, 0, max)
+	for _, m := range history[:cut] {
+		if keepAlways(m) {
+			out = append(out, m)
+		}
+	}
+	return append(out, history[cut:]...)
+}
+
+func keepAlways(m Message) bool { return m.Pinned || m.Role == RoleSystem }
+
+// safeCut moves a cut forward past tool results whose call would be cut off,
+// so the kept part never starts in the middle of a tool exchange.
+func safeCut(h []Message, cut int) int {
+	for cut < len(h) && h[cut].Role == RoleTool {
+		cut++
+	}
+	return cut
+}
+
+// trimHistory returns the last n messages of h, starting at a safe cut.
+func trimHistory(h []Message, n int) []Message {
+	return h[safeCut(h, len(h)-n):]
+}

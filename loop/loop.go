@@ -1,0 +1,606 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxIterations   = 10
+	DefaultToolConcurrency = 5
+	DefaultToolTimeout     = 30 * time.Second
+	DefaultRetryAttempts   = 3
+	DefaultRetryBaseDelay  = 250 * time.Millisecond
+	DefaultRetryMaxDelay   = 8 * time.Second
+	// MaxSubAgentDepth bounds sub-agent nesting.
+	MaxSubAgentDepth = 8
+)
+
+// RetryPolicy says how transient model errors are retried: up to Attempts
+// calls in all, waiting BaseDelay·2ⁿ (capped at MaxDelay) with jitter between
+// them. Zero fields take the defaults; Attempts 1 disables retries.
+type RetryPolicy struct {
+	Attempts  int
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+}
+
+// Config configures a Loop. Zero fields take their defaults.
+type Config struct {
+	Model           Model
+	Toolsets        []Toolset
+	SystemPrompt    string // injected at call time, never stored in history
+	MaxIterations   int
+	ToolConcurrency int
+	ToolTimeout     time.Duration
+	Retry           RetryPolicy
+	Tracer          trace.Tracer // nil: no spans
+	Logger          *slog.Logger // nil: discard
+}
+
+// Loop runs single turns: call the model, run the tools it asks for in
+// parallel, repeat until the model stops or the iteration limit is reached.
+// A Loop holds no per-turn state and is safe for concurrent use.
+type Loop struct {
+	model        Model
+	toolsets     []Toolset
+	systemPrompt string
+	maxIter      int
+	concurrency  int
+	toolTimeout  time.Duration
+	retry        RetryPolicy
+	tracer       trace.Tracer
+	log          *slog.Logger
+}
+
+// New returns a Loop for cfg.
+func New(cfg Config) (*Loop, error) {
+	if cfg.Model == nil {
+		return nil, fmt.Errorf("new loop: %w: no model", ErrInvalid)
+	}
+	l := &Loop{
+		model:        cfg.Model,
+		toolsets:     append([]Toolset(nil), cfg.Toolsets...),
+		systemPrompt: cfg.SystemPrompt,
+		maxIter:      orDefault(cfg.MaxIterations, DefaultMaxIterations),
+		concurrency:  orDefault(cfg.ToolConcurrency, DefaultToolConcurrency),
+		toolTimeout:  orDefault(cfg.ToolTimeout, DefaultToolTimeout),
+		retry: RetryPolicy{
+			Attempts:  orDefault(cfg.Retry.Attempts, DefaultRetryAttempts),
+			BaseDelay: orDefault(cfg.Retry.BaseDelay, DefaultRetryBaseDelay),
+			MaxDelay:  orDefault(cfg.Retry.MaxDelay, DefaultRetryMaxDelay),
+		},
+		tracer: cfg.Tracer,
+		log:    cfg.Logger,
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	return l, nil
+}
+
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// Turn is the input of one turn.
+type Turn struct {
+	ContextID    string
+	TaskID       string
+	AgentID      string
+	ParentTaskID string
+	// Messages is the history followed by this turn's input: a user message,
+	// or tool messages answering the client tool calls of the previous turn.
+	Messages []Message
+	// ClientTools are tools the client runs; a call to one ends the turn as
+	// waiting-input with the call in Outcome.PendingCalls.
+	ClientTools []ToolDefinition
+	Auth        *AuthContext
+	Sink        EventSink // nil: events are discarded
+	Depth       int       // sub-agent nesting, 0 at the top
+	Metadata    map[string]any
+	// OnFinish, when set, runs after the turn's work and before the events
+	// that announce its end, so that what they announce is already durable.
+	// An error from it fails the turn.
+	OnFinish func(ctx context.Context, o *Outcome) error
+}
+
+// Outcome is the result of a turn.
+type Outcome struct {
+	Status       TaskStatus // completed, failed, canceled or waiting-input
+	Reason       string     // stop, max_iterations, client_tool, error, canceled
+	Content      string     // the last assistant text
+	Messages     []Message  // what the turn produced (assistant and tool messages), in order
+	PendingCalls []ToolCall // client tool calls awaiting results
+	Usage        Usage
+	Iterations   int
+	Err          error
+}
+
+// Reasons a turn ends.
+const (
+	ReasonStop          = "stop"
+	ReasonMaxIterations = "max_iterations"
+	ReasonClientTool    = "client_tool"
+	ReasonError         = "error"
+	ReasonCanceled      = "canceled"
+)
+
+// turn is the state of one running turn.
+type turn struct {
+	l        *Loop
+	t        *Turn
+	model    Model
+	toolsets []Toolset
+	emitMu   sync.Mutex
+	sink     EventSink
+	index    map[string]Toolset // tool name → toolset, rebuilt before each model call
+	client   map[string]bool
+	defs     []ToolDefinition
+	env      ToolEnv
+}
+
+// Run executes one turn. It never panics on a misbehaving model or tool and
+// always returns an Outcome; cancelling ctx ends the turn as canceled.
+func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
+	tr := &turn{l: l, t: &t, sink: t.Sink}
+	if tr.sink == nil {
+		tr.sink = SinkFunc(func(Event) {})
+	}
+	tr.model = l.model
+	if p, ok := l.model.(ModelPinner); ok {
+		m, release := p.PinModel()
+		defer release()
+		tr.model = m
+	}
+	tr.toolsets = make([]Toolset, len(l.toolsets))
+	for i, ts := range l.toolsets {
+		tr.toolsets[i] = ts
+		if p, ok := ts.(ToolsetPinner); ok {
+			pinned, release := p.PinToolset()
+			defer release()
+			tr.toolsets[i] = pinned
+		}
+	}
+	tr.env = ToolEnv{
+		ContextID: t.ContextID, TaskID: t.TaskID, AgentID: t.AgentID,
+		Auth: t.Auth, Emit: tr.emit, Model: tr.model, Tools: (*turnTools)(tr), Depth: t.Depth,
+	}
+
+	ctx, span := l.startSpan(ctx, "agent.execute",
+		attribute.String("looopy.context_id", t.ContextID),
+		attribute.String("looopy.task_id", t.TaskID),
+		attribute.String("looopy.agent_id", t.AgentID))
+	defer span.End()
+
+	initiator := "user"
+	if t.ParentTaskID != "" {
+		initiator = "agent"
+	}
+	tr.emit(&TaskCreated{Header: Header{Kind: KindTaskCreated}, Initiator: initiator, AgentID: t.AgentID, Metadata: t.Metadata})
+	tr.emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: TaskWorking})
+
+	out = tr.run(ctx)
+
+	if t.OnFinish != nil {
+		if err := t.OnFinish(context.WithoutCancel(ctx), &out); err != nil {
+			out.Status, out.Reason = TaskFailed, ReasonError
+			out.Err = fmt.Errorf("finish turn: %w", err)
+		}
+	}
+	if out.Err != nil {
+		span.RecordError(out.Err)
+		span.SetStatus(codes.Error, out.Err.Error())
+	}
+	span.SetAttributes(attribute.String("looopy.status", string(out.Status)),
+		attribute.Int("looopy.iterations", out.Iterations),
+		attribute.Int("looopy.tokens.total", out.Usage.TotalTokens))
+	tr.finish(&out)
+	return out
+}
+
+func (tr *turn) finish(out *Outcome) {
+	st := &TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: out.Status}
+	switch {
+	case out.Err != nil:
+		st.Message = out.Err.Error()
+	case out.Status == TaskWaitingInput:
+		st.Message = out.Content
+	}
+	if len(out.PendingCalls) > 0 {
+		st.Metadata = map[string]any{"pendingCalls": out.PendingCalls}
+	}
+	tr.emit(st)
+	tr.emit(&TaskComplete{Header: Header{Kind: KindTaskComplete}, Status: out.Status,
+		Content: out.Content, Reason: out.Reason, Usage: out.Usage})
+}
+
+// emit stamps the header and hands the event to the sink, one at a time.
+func (tr *turn) emit(e Event) {
+	h := e.Head()
+	if h.ContextID == "" {
+		h.ContextID = tr.t.ContextID
+	}
+	if h.TaskID == "" {
+		h.TaskID = tr.t.TaskID
+		if h.ParentTaskID == "" {
+			h.ParentTaskID = tr.t.ParentTaskID
+		}
+	}
+	if h.Timestamp.IsZero() {
+		h.Timestamp = time.Now().UTC()
+	}
+	tr.emitMu.Lock()
+	tr.sink.Emit(e)
+	tr.emitMu.Unlock()
+}
+
+func (tr *turn) run(ctx context.Context) Outcome {
+	l := tr.l
+	var out Outcome
+	// conv is what the model sees: the system prompt, then the history.
+	conv := make([]Message, 0, len(tr.t.Messages)+8)
+	if l.systemPrompt != "" {
+		conv = append(conv, Message{Role: RoleSystem, Content: l.systemPrompt})
+	}
+	conv = append(conv, tr.t.Messages...)
+	if tr.t.Depth > MaxSubAgentDepth {
+		out.Status, out.Reason = TaskFailed, ReasonError
+		out.Err = fmt.Errorf("%w: sub-agents nested deeper than %d", ErrInvalid, MaxSubAgentDepth)
+		return out
+	}
+	for iter := 1; ; iter++ {
+		if err := ctx.Err(); err != nil {
+			return canceled(out, err)
+		}
+		if iter > l.maxIter {
+			tr.emit(&Warning{Header: Header{Kind: KindWarning}, Code: ReasonMaxIterations,
+				Message: fmt.Sprintf("the turn reached its limit of %d iterations; what was produced is kept", l.maxIter)})
+			out.Status, out.Reason = TaskCompleted, ReasonMaxIterations
+			return out
+		}
+		out.Iterations = iter
+		tr.env.Iteration = iter
+		ictx, ispan := l.startSpanf(ctx, "iteration[%d]", iter, attribute.Int("looopy.iteration", iter))
+		msg, done := tr.iterate(ictx, iter, conv, &out)
+		ispan.End()
+		if done {
+			return out
+		}
+		conv = append(conv, msg...)
+	}
+}
+
+// iterate runs one model call and the tools it asks for. It returns the
+// messages to add to the conversation, or done with out filled in.
+func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outcome) ([]Message, bool) {
+	if err := tr.collectTools(ctx); err != nil {
+		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
+		return nil, true
+	}
+	tr.emit(&InternalLLMCall{Header: Header{Kind: KindInternalLLMCall}, Iteration: iter,
+		MessageCount: len(conv), ToolCount: len(tr.defs)})
+	resp, err := tr.callModel(ctx, iter, &ModelRequest{Messages: conv, Tools: tr.defs, Stream: true})
+	if err != nil {
+		if ctx.Err() != nil {
+			*out = canceled(*out, ctx.Err())
+			return nil, true
+		}
+		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
+		return nil, true
+	}
+	out.Usage = out.Usage.Add(resp.Usage)
+	msg := resp.Message
+	msg.Role = RoleAssistant
+	out.Messages = append(out.Messages, msg)
+	if msg.Content != "" {
+		out.Content = msg.Content
+		tr.emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: msg.Content, Iteration: iter})
+	}
+	if len(msg.ToolCalls) == 0 {
+		out.Status, out.Reason = TaskCompleted, ReasonStop
+		return nil, true
+	}
+
+	// Server-side calls run now; client calls end the turn waiting for input.
+	var pending []ToolCall
+	results := tr.runTools(ctx, msg.ToolCalls, &pending)
+	out.Messages = append(out.Messages, results...)
+	if len(pending) > 0 {
+		out.Status, out.Reason, out.PendingCalls = TaskWaitingInput, ReasonClientTool, pending
+		return nil, true
+	}
+	if err := ctx.Err(); err != nil {
+		*out = canceled(*out, err)
+		return nil, true
+	}
+	next := make([]Message, 0, 1+len(results))
+	next = append(next, msg)
+	return append(next, results...), false
+}
+
+func canceled(out Outcome, err error) Outcome {
+	out.Status, out.Reason = TaskCanceled, ReasonCanceled
+	out.Err = fmt.Errorf("turn canceled: %w", err)
+	return out
+}
+
+// collectTools merges the tools of every toolset and the client tools. A name
+// offered twice is a configuration error, never a silent shadowing.
+func (tr *turn) collectTools(ctx context.Context) error {
+	if tr.index == nil {
+		tr.index = make(map[string]Toolset)
+	} else {
+		clear(tr.index)
+	}
+	tr.defs = tr.defs[:0]
+	add := func(d ToolDefinition, ts Toolset, owner string) error {
+		if _, dup := tr.index[d.Name]; dup || tr.client[d.Name] {
+			return fmt.Errorf("%w: %q (again from %s)", ErrToolConflict, d.Name, owner)
+		}
+		tr.index[d.Name] = ts
+		tr.defs = append(tr.defs, d)
+		return nil
+	}
+	for i, ts := range tr.toolsets {
+		defs, err := ts.Tools(ctx)
+		if err != nil {
+			return fmt.Errorf("list tools of toolset %d: %w", i, err)
+		}
+		for _, d := range defs {
+			if err := add(d, ts, fmt.Sprintf("toolset %d", i)); err != nil {
+				return err
+			}
+		}
+	}
+	if len(tr.t.ClientTools) > 0 && tr.client == nil {
+		tr.client = make(map[string]bool, len(tr.t.ClientTools))
+	}
+	for _, d := range tr.t.ClientTools {
+		if _, dup := tr.index[d.Name]; dup {
+			return fmt.Errorf("%w: %q (again from the client)", ErrToolConflict, d.Name)
+		}
+		tr.client[d.Name] = true
+		d.Client = true
+		tr.defs = append(tr.defs, d)
+	}
+	return nil
+}
+
+// callModel calls the model, retrying transient errors with backoff.
+func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*ModelResponse, error) {
+	l := tr.l
+	deltas := 0
+	onDelta := func(d Delta) {
+		if d.Content != "" {
+			tr.emit(&ContentDelta{Header: Header{Kind: KindContentDelta}, Delta: d.Content, Index: deltas, Iteration: iter})
+			deltas++
+		}
+		if d.Thought != "" {
+			tr.emit(&ThoughtStream{Header: Header{Kind: KindThoughtStream}, ThoughtType: "reasoning",
+				Verbosity: "normal", Content: d.Thought, Index: deltas})
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		mctx, span := l.startSpan(ctx, "llm.call", attribute.Int("looopy.attempt", attempt))
+		resp, err := safeGenerate(mctx, tr.model, req, onDelta)
+		if err == nil && resp == nil {
+			err = &ModelError{Code: "empty_response", Message: "the model returned no response"}
+		}
+		if err == nil {
+			span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.PromptTokens),
+				attribute.Int("gen_ai.usage.output_tokens", resp.Usage.CompletionTokens))
+			span.End()
+			return resp, nil
+		}
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
+		if ctx.Err() != nil || !Transient(err) || attempt >= l.retry.Attempts {
+			if Transient(err) && attempt >= l.retry.Attempts {
+				return nil, fmt.Errorf("model call failed after %d attempts: %w", attempt, err)
+			}
+			return nil, fmt.Errorf("model call: %w", err)
+		}
+		delay := backoff(l.retry, attempt)
+		tr.emit(&InternalLLMRetry{Header: Header{Kind: KindInternalLLMRetry}, Iteration: iter,
+			Attempt: attempt, Delay: delay, Error: err.Error()})
+		l.log.LogAttrs(ctx, slog.LevelWarn, "retrying model call", slog.Int("attempt", attempt),
+			slog.Duration("delay", delay), slog.String("error", err.Error()))
+		timer := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("model call: %w", ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// backoff is BaseDelay·2^(attempt-1), capped, with "equal jitter": half
+// fixed, half random, so retries spread out but never come too soon.
+func backoff(p RetryPolicy, attempt int) time.Duration {
+	d := p.BaseDelay << (attempt - 1)
+	if d <= 0 || d > p.MaxDelay {
+		d = p.MaxDelay
+	}
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+func safeGenerate(ctx context.Context, m Model, req *ModelRequest, onDelta func(Delta)) (resp *ModelResponse, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			resp, err = nil, &ModelError{Code: "panic", Message: fmt.Sprintf("model panicked: %v", r)}
+		}
+	}()
+	return m.Generate(ctx, req, onDelta)
+}
+
+// runTools runs the calls of one model response, at most l.concurrency at a
+// time, and returns their results in the order the model asked for them.
+// Calls to client tools are not run: they are added to pending.
+func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolCall) []Message {
+	ctx, span := tr.l.startSpan(ctx, "tools.execute", attribute.Int("looopy.tool_calls", len(calls)))
+	defer span.End()
+	results := make([]Message, len(calls))
+	run := make([]int, 0, len(calls))
+	for i, c := range calls {
+		if tr.client[c.Name] {
+			*pending = append(*pending, c)
+			continue
+		}
+		run = append(run, i)
+	}
+	if len(run) == 1 { // the common case: no goroutine
+		i := run[0]
+		results[i] = tr.runTool(ctx, calls[i])
+	} else if len(run) > 1 {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, tr.l.concurrency)
+		for _, i := range run {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				results[i] = tr.runTool(ctx, calls[i])
+			}()
+		}
+		wg.Wait()
+	}
+	// Client calls leave no result yet: drop their empty slots.
+	if len(run) < len(calls) {
+		kept := results[:0]
+		for _, i := range run {
+			kept = append(kept, results[i])
+		}
+		results = kept
+	}
+	return results
+}
+
+// runTool runs one call and turns every failure (unknown tool, error, panic,
+// timeout) into a tool result that tells the model what went wrong.
+func (tr *turn) runTool(ctx context.Context, call ToolCall) Message {
+	ctx, span := tr.l.startSpanf(ctx, "tool[%s]", call.Name, attribute.String("looopy.tool.name", call.Name),
+		attribute.String("looopy.tool.call_id", call.ID))
+	defer span.End()
+	tr.emit(&ToolStart{Header: Header{Kind: KindToolStart}, ToolCallID: call.ID, ToolName: call.Name, Arguments: call.Arguments})
+	start := time.Now()
+	res := tr.callTool(ctx, call)
+	res.ToolCallID = call.ID
+	done := &ToolComplete{Header: Header{Kind: KindToolComplete}, ToolCallID: call.ID, ToolName: call.Name,
+		Success: !res.IsError, Duration: time.Since(start)}
+	if res.IsError {
+		done.Error = res.Content
+		span.SetStatus(codes.Error, res.Content)
+	} else {
+		done.Result = res.Content
+	}
+	span.SetAttributes(attribute.Bool("looopy.tool.success", !res.IsError))
+	tr.emit(done)
+	return Message{Role: RoleTool, Name: call.Name, ToolCallID: call.ID, Content: res.Content,
+		Metadata: toolMeta(res)}
+}
+
+func toolMeta(r ToolResult) map[string]any {
+	if !r.IsError && len(r.Data) == 0 {
+		return nil
+	}
+	m := make(map[string]any, 2)
+	if r.IsError {
+		m["isError"] = true
+	}
+	if len(r.Data) > 0 {
+		m["data"] = r.Data
+	}
+	return m
+}
+
+func (tr *turn) callTool(parent context.Context, call ToolCall) (res ToolResult) {
+	ts, ok := tr.index[call.Name]
+	if !ok {
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q does not exist; available tools: %s", call.Name, tr.toolNames())}
+	}
+	ctx, cancel := context.WithTimeout(parent, tr.l.toolTimeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			res = ToolResult{IsError: true, Content: fmt.Sprintf("tool %q failed: it panicked: %v", call.Name, r)}
+		}
+	}()
+	env := tr.env // a copy: each call may be given its own view later
+	r, err := ts.Call(ctx, call, &env)
+	switch {
+	case err == nil:
+		return r
+	case parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q timed out after %s", call.Name, tr.l.toolTimeout)}
+	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was canceled", call.Name)}
+	default:
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q failed: %v", call.Name, err)}
+	}
+}
+
+func (tr *turn) toolNames() string {
+	if len(tr.defs) == 0 {
+		return "none"
+	}
+	s := ""
+	for i, d := range tr.defs {
+		if i > 0 {
+			s += ", "
+		}
+		s += d.Name
+	}
+	return s
+}
+
+// turnTools is the turn's merged toolset, lent to sub-agents.
+type turnTools turn
+
+func (t *turnTools) Tools(ctx context.Context) ([]ToolDefinition, error) {
+	return append([]ToolDefinition(nil), t.defs...), nil
+}
+
+func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (ToolResult, error) {
+	tr := (*turn)(t)
+	if tr.client[call.Name] {
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q runs on the client and cannot be called by a sub-agent", call.Name)}, nil
+	}
+	m := tr.runTool(ctx, call)
+	return ToolResult{ToolCallID: call.ID, Content: m.Content, IsError: m.Metadata["isError"] == true}, nil
+}
+
+var noSpan = trace.SpanFromContext(context.Background())
+
+// startSpanf is startSpan with a formatted name, formatted only when traced.
+func (l *Loop) startSpanf(ctx context.Context, format string, arg any, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if l.tracer == nil {
+		return ctx, noSpan
+	}
+	return l.tracer.Start(ctx, fmt.Sprintf(format, arg), trace.WithAttributes(attrs...))
+}
+
+// startSpan starts a span when the loop has a tracer; without one it costs
+// nothing (no context allocation).
+func (l *Loop) startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if l.tracer == nil {
+		return ctx, noSpan
+	}
+	return l.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+}
