@@ -109,7 +109,7 @@ type EmitKind int32
 // Emit kinds.
 const (
 	EmitDelta    EmitKind = 0 // Delta JSON: a piece of a streamed model answer
-	EmitProgress EmitKind = 1 // Progress JSON: progress of the running tool call
+	EmitProgress EmitKind = 1 // ToolProgress JSON: progress of the running tool call
 	EmitEvent    EmitKind = 2 // EventOut JSON: an event of the task
 )
 
@@ -149,8 +149,8 @@ type AgentResponse struct {
 	Usage    Usage     `json:"usage,omitempty"`
 }
 
-// Progress is a tool's progress report (emit kind 1).
-type Progress struct {
+// ToolProgress is a tool's progress report (emit kind 1).
+type ToolProgress struct {
 	Progress float64        `json:"progress,omitempty"` // 0..1 when known
 	Message  string         `json:"message,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"`

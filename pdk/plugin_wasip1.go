@@ -1,0 +1,293 @@
+//go:build wasip1
+
+package pdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// A Go plugin is a package main that imports pdk, registers its tools, model
+// or agent in init, and has an empty main. Build it with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o plugin.wasm .
+//
+// Importing pdk is all it takes to export the Looopy ABI (looopy_abi_v1,
+// looopy_alloc, looopy_call): the exports live in this package.
+
+// The registry a plugin fills in init. A plugin instance serves one call at a
+// time, so none of this needs locking.
+var registry struct {
+	name, version string
+	tools         map[string]*toolEntry
+	order         []string
+	generate      func(ctx context.Context, in []byte) ([]byte, error)
+	run           func(ctx context.Context, in []byte) ([]byte, error)
+	agentTool     *ToolDefinition
+}
+
+type toolEntry struct {
+	def  ToolDefinition
+	call func(ctx context.Context, args json.RawMessage) (ToolResult, error)
+}
+
+// Info names the plugin in its describe answer. Optional: the host knows the
+// name and version from the manifest and uses those when they differ.
+func Info(name, version string) {
+	registry.name, registry.version = name, version
+}
+
+// ToolOption refines a tool's definition.
+type ToolOption func(*ToolDefinition)
+
+// Idempotent marks a tool safe to run twice with the same arguments.
+func Idempotent() ToolOption { return func(d *ToolDefinition) { d.Idempotent = true } }
+
+// WithSchema replaces the derived JSON Schema of the arguments.
+func WithSchema(schema json.RawMessage) ToolOption {
+	return func(d *ToolDefinition) { d.Parameters = schema }
+}
+
+// Tool registers a tool. The arguments decode into A (its JSON Schema is
+// derived from A, see SchemaOf); the result R becomes the tool result's
+// content: a string as it is, a ToolResult as it is, anything else as JSON.
+// An error from fn becomes a tool result marked IsError, with the error's text.
+// Tool panics when A has no JSON Schema form or the name is taken: both are
+// programming errors found when the plugin loads.
+func Tool[A, R any](name, description string, fn func(ctx context.Context, args A) (R, error), opts ...ToolOption) {
+	schema, err := SchemaOf[A]()
+	if err != nil {
+		panic(fmt.Sprintf("pdk: tool %q: %v", name, err))
+	}
+	def := ToolDefinition{Name: name, Description: description, Parameters: schema}
+	for _, o := range opts {
+		o(&def)
+	}
+	if registry.tools == nil {
+		registry.tools = map[string]*toolEntry{}
+	}
+	if _, dup := registry.tools[name]; dup {
+		panic(fmt.Sprintf("pdk: tool %q registered twice", name))
+	}
+	registry.order = append(registry.order, name)
+	registry.tools[name] = &toolEntry{def: def, call: func(ctx context.Context, raw json.RawMessage) (ToolResult, error) {
+		var args A
+		if len(raw) > 0 && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &args); err != nil {
+				return ToolResult{IsError: true, Content: "invalid arguments: " + err.Error()}, nil
+			}
+		}
+		r, err := fn(ctx, args)
+		if err != nil {
+			return ToolResult{IsError: true, Content: err.Error()}, nil
+		}
+		switch v := any(r).(type) {
+		case string:
+			return ToolResult{Content: v}, nil
+		case ToolResult:
+			return v, nil
+		case *ToolResult:
+			if v == nil {
+				return ToolResult{}, nil
+			}
+			return *v, nil
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return ToolResult{}, fmt.Errorf("encode result: %w", err)
+		}
+		return ToolResult{Content: string(b)}, nil
+	}}
+}
+
+// ModelFunc answers one model call. When req.Stream is true it may send the
+// answer in pieces with delta before returning the whole response; delta
+// returns an error once the call was cancelled, and fn should then return.
+// An error of type *Error keeps its code and Transient flag (a rate limit or
+// a 5xx is transient: the host retries).
+type ModelFunc func(ctx context.Context, req *ModelRequest, delta func(Delta) error) (*ModelResponse, error)
+
+// Model registers the plugin's model adapter.
+func Model(fn ModelFunc) {
+	registry.generate = func(ctx context.Context, in []byte) ([]byte, error) {
+		var req ModelRequest
+		if err := json.Unmarshal(in, &req); err != nil {
+			return nil, &Error{Code: CodeBadInput, Message: "model request: " + err.Error()}
+		}
+		resp, err := fn(ctx, &req, sendDelta)
+		if err != nil {
+			return nil, err
+		}
+		if resp == nil {
+			return nil, &Error{Code: CodeInternal, Message: "model returned no response"}
+		}
+		return json.Marshal(resp)
+	}
+}
+
+// AgentFunc answers one sub-agent run. It reaches the host's model with
+// CallModel and the host's tools (req.Tools) with CallTool.
+type AgentFunc func(ctx context.Context, req *AgentRequest) (*AgentResponse, error)
+
+// Agent registers the plugin's sub-agent. The parent's model sees it as a
+// tool; def names that tool and its schema (nil: the manifest's name, taking
+// {"prompt": string}).
+func Agent(def *ToolDefinition, fn AgentFunc) {
+	registry.agentTool = def
+	registry.run = func(ctx context.Context, in []byte) ([]byte, error) {
+		var req AgentRequest
+		if err := json.Unmarshal(in, &req); err != nil {
+			return nil, &Error{Code: CodeBadInput, Message: "agent request: " + err.Error()}
+		}
+		resp, err := fn(ctx, &req)
+		if err != nil {
+			return nil, err
+		}
+		if resp == nil {
+			return nil, &Error{Code: CodeInternal, Message: "agent returned no response"}
+		}
+		return json.Marshal(resp)
+	}
+}
+
+// CallMeta is what a handler knows of the call it serves.
+type CallMeta struct {
+	ContextID  string
+	TaskID     string
+	ToolCallID string
+}
+
+type metaKey struct{}
+
+// Meta returns the call's context and task ids (empty outside a call).
+func Meta(ctx context.Context) CallMeta {
+	m, _ := ctx.Value(metaKey{}).(CallMeta)
+	return m
+}
+
+func describe() ([]byte, error) {
+	d := Describe{Name: registry.name, Version: registry.version}
+	switch {
+	case registry.generate != nil:
+		d.Kind = KindModel
+	case registry.run != nil:
+		d.Kind = KindAgent
+		d.Agent = registry.agentTool
+	default:
+		d.Kind = KindTool
+	}
+	for _, n := range registry.order {
+		d.Tools = append(d.Tools, registry.tools[n].def)
+	}
+	return json.Marshal(d)
+}
+
+func callTool(ctx context.Context, in []byte) ([]byte, error) {
+	var req ToolCallRequest
+	if err := json.Unmarshal(in, &req); err != nil {
+		return nil, &Error{Code: CodeBadInput, Message: "tool call request: " + err.Error()}
+	}
+	t := registry.tools[req.Call.Name]
+	if t == nil {
+		return nil, &Error{Code: CodeUnknownTool, Message: fmt.Sprintf("no tool %q", req.Call.Name)}
+	}
+	ctx = context.WithValue(ctx, metaKey{}, CallMeta{ContextID: req.ContextID, TaskID: req.TaskID, ToolCallID: req.Call.ID})
+	res, err := t.call(ctx, req.Call.Arguments)
+	if err != nil {
+		return nil, err
+	}
+	res.ToolCallID = req.Call.ID
+	return json.Marshal(res)
+}
+
+func dispatch(op Op, in []byte) ([]byte, error) {
+	ctx := context.Background()
+	switch op {
+	case OpDescribe:
+		return describe()
+	case OpToolCall:
+		if len(registry.tools) > 0 {
+			return callTool(ctx, in)
+		}
+	case OpGenerate:
+		if registry.generate != nil {
+			return registry.generate(ctx, in)
+		}
+	case OpRun:
+		if registry.run != nil {
+			var probe struct {
+				ContextID string `json:"contextId"`
+				TaskID    string `json:"taskId"`
+			}
+			_ = json.Unmarshal(in, &probe)
+			ctx = context.WithValue(ctx, metaKey{}, CallMeta{ContextID: probe.ContextID, TaskID: probe.TaskID})
+			return registry.run(ctx, in)
+		}
+	}
+	return nil, &Error{Code: CodeUnsupported, Message: "this plugin does not answer " + op.String()}
+}
+
+// The ABI's memory: the input buffer looopy_alloc hands out and the output of
+// the last call. Both stay reachable from these globals, so the collector
+// keeps them until they are replaced.
+var (
+	inBuf  []byte
+	outBuf []byte
+)
+
+//go:wasmexport looopy_abi_v1
+func abiV1() {}
+
+//go:wasmexport looopy_alloc
+func abiAlloc(size int32) int32 {
+	if size < 1 {
+		size = 1
+	}
+	if cap(inBuf) < int(size) {
+		inBuf = make([]byte, size)
+	}
+	inBuf = inBuf[:size]
+	return int32(uintptr(unsafe.Pointer(&inBuf[0])))
+}
+
+//go:wasmexport looopy_call
+func abiCall(op, ptr, n int32) int64 {
+	var in []byte
+	if n > 0 {
+		if len(inBuf) == 0 || ptr != int32(uintptr(unsafe.Pointer(&inBuf[0]))) || int(n) > len(inBuf) {
+			return output(nil, &Error{Code: CodeBadInput, Message: "input not in the buffer looopy_alloc returned"})
+		}
+		in = inBuf[:n]
+	}
+	out, err := safeDispatch(Op(op), in)
+	return output(out, err)
+}
+
+func safeDispatch(op Op, in []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("panic: %v", r)}
+		}
+	}()
+	return dispatch(op, in)
+}
+
+func output(out []byte, err error) int64 {
+	status := StatusOK
+	if err != nil {
+		status = StatusError
+		var pe *Error
+		if !errors.As(err, &pe) {
+			pe = &Error{Code: CodeInternal, Message: err.Error()}
+		}
+		out, _ = json.Marshal(pe)
+	}
+	if cap(outBuf) < len(out)+1 || cap(outBuf) > 1<<20 && len(out)+1 < cap(outBuf)/4 {
+		outBuf = make([]byte, 0, len(out)+1)
+	}
+	outBuf = append(append(outBuf[:0], status), out...)
+	return int64(uintptr(unsafe.Pointer(&outBuf[0])))<<32 | int64(len(outBuf))
+}
