@@ -1,0 +1,239 @@
+package sse
+
+import (
+	"encoding/base64"
+	"strconv"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// ContentArtifactID names the artifact that carries a task's text as the
+// model writes it.
+func ContentArtifactID(taskID string) string { return "content-" + taskID }
+
+// StateToA2A maps a Looopy task status to an A2A 1.0 task state.
+// waiting-subtask is working to the outside.
+func StateToA2A(s loop.TaskStatus) (a2a.TaskState, bool) {
+	switch s {
+	case loop.TaskSubmitted:
+		return a2a.TaskStateSubmitted, true
+	case loop.TaskWorking, loop.TaskWaitingSubtask:
+		return a2a.TaskStateWorking, true
+	case loop.TaskWaitingInput:
+		return a2a.TaskStateInputRequired, true
+	case loop.TaskWaitingAuth:
+		return a2a.TaskStateAuthRequired, true
+	case loop.TaskCompleted:
+		return a2a.TaskStateCompleted, true
+	case loop.TaskFailed:
+		return a2a.TaskStateFailed, true
+	case loop.TaskCanceled:
+		return a2a.TaskStateCanceled, true
+	case loop.TaskRejected:
+		return a2a.TaskStateRejected, true
+	}
+	return a2a.TaskStateUnspecified, false
+}
+
+// FinalA2A reports whether ev ends an A2A 1.0 stream: a task or status in a
+// terminal state or waiting on the client (input or auth required).
+func FinalA2A(ev a2a.Event) bool {
+	var st a2a.TaskState
+	switch v := ev.(type) {
+	case *a2a.TaskStatusUpdateEvent:
+		st = v.Status.State
+	case *a2a.Task:
+		st = v.Status.State
+	case *a2a.Message:
+		return true
+	default:
+		return false
+	}
+	return st.Terminal() || st == a2a.TaskStateInputRequired || st == a2a.TaskStateAuthRequired
+}
+
+// ToA2A maps a Looopy event to an A2A 1.0 event, or reports false for the
+// events A2A does not carry. The mapping is a function of the event alone,
+// so a stream replayed from any point maps the same way:
+//
+//   - task-created: a Task in state submitted;
+//   - task-status: a TaskStatusUpdateEvent with the state mapped, the status
+//     message as an agent message;
+//   - content-delta: a chunk of the artifact content-<taskId>, appended when
+//     its index is above 0 (each model response starts the text anew);
+//   - content-complete: the whole text of the response as the last chunk of
+//     that artifact (replacing the deltas; nothing for an empty response);
+//   - file-write: a chunk of the file artifact (text, or raw bytes when
+//     base64), appended after the first, last when complete;
+//   - data-write: the whole data artifact as one data part;
+//   - dataset-write: one data part {"rows": [...]} per batch, appended after
+//     the first, the schema in the artifact's metadata of the first;
+//   - tool-progress with a message: a working status update whose message
+//     says it (long tools show life);
+//   - everything else (tool-start, tool-complete, input and auth requests,
+//     which the task status carries, task-complete, which follows the final
+//     status, sub-tasks, thoughts, warnings) is not mapped; internal events
+//     never are.
+func ToA2A(e loop.Event) (a2a.Event, bool) {
+	if e == nil {
+		return nil, false
+	}
+	h := e.Head()
+	if h.Kind.Internal() {
+		return nil, false
+	}
+	tid := a2a.TaskID(h.TaskID)
+	switch v := e.(type) {
+	case *loop.TaskCreated:
+		return &a2a.Task{
+			ID:        tid,
+			ContextID: h.ContextID,
+			Status:    a2a.TaskStatus{State: a2a.TaskStateSubmitted, Timestamp: stamp(h.Timestamp)},
+			Metadata:  v.Metadata,
+		}, true
+	case *loop.TaskStatusEvent:
+		st, ok := StateToA2A(v.Status)
+		if !ok {
+			return nil, false
+		}
+		return &a2a.TaskStatusUpdateEvent{
+			TaskID:    tid,
+			ContextID: h.ContextID,
+			Status: a2a.TaskStatus{
+				State:     st,
+				Timestamp: stamp(h.Timestamp),
+				Message:   agentMessage(h, "status", v.Message),
+			},
+			Metadata: v.Metadata,
+		}, true
+	case *loop.ContentDelta:
+		return artifactUpdate(h, &a2a.Artifact{
+			ID:    a2a.ArtifactID(ContentArtifactID(h.TaskID)),
+			Parts: a2a.ContentParts{a2a.NewTextPart(v.Delta)},
+		}, v.Index > 0, false), true
+	case *loop.ContentComplete:
+		if v.Content == "" {
+			return nil, false
+		}
+		return artifactUpdate(h, &a2a.Artifact{
+			ID:    a2a.ArtifactID(ContentArtifactID(h.TaskID)),
+			Parts: a2a.ContentParts{a2a.NewTextPart(v.Content)},
+		}, false, true), true
+	case *loop.FileWrite:
+		var p *a2a.Part
+		switch v.Encoding {
+		case "":
+			p = a2a.NewTextPart(v.Data)
+		case "base64":
+			raw, err := base64.StdEncoding.DecodeString(v.Data)
+			if err != nil {
+				return nil, false
+			}
+			p = a2a.NewRawPart(raw)
+		default:
+			return nil, false
+		}
+		p.MediaType, p.Filename = v.MimeType, v.Name
+		return artifactUpdate(h, &a2a.Artifact{
+			ID:    a2a.ArtifactID(v.ArtifactID),
+			Name:  v.Name,
+			Parts: a2a.ContentParts{p},
+		}, v.Index > 0, v.Complete), true
+	case *loop.DataWrite:
+		data := v.Data
+		if data == nil {
+			data = map[string]any{}
+		}
+		art := &a2a.Artifact{
+			ID:          a2a.ArtifactID(v.ArtifactID),
+			Name:        v.Name,
+			Description: v.Description,
+			Parts:       a2a.ContentParts{a2a.NewDataPart(data)},
+		}
+		if v.Version > 0 {
+			art.Metadata = map[string]any{"version": v.Version}
+		}
+		return artifactUpdate(h, art, false, true), true
+	case *loop.DatasetWrite:
+		art := &a2a.Artifact{
+			ID:          a2a.ArtifactID(v.ArtifactID),
+			Name:        v.Name,
+			Description: v.Description,
+			Parts:       a2a.ContentParts{a2a.NewDataPart(rowsData(v.Rows))},
+		}
+		if v.Schema != nil {
+			art.Metadata = map[string]any{"schema": v.Schema}
+		}
+		return artifactUpdate(h, art, v.Index > 0, v.Complete), true
+	case *loop.ToolProgress:
+		if v.Message == "" {
+			return nil, false
+		}
+		return &a2a.TaskStatusUpdateEvent{
+			TaskID:    tid,
+			ContextID: h.ContextID,
+			Status: a2a.TaskStatus{
+				State:     a2a.TaskStateWorking,
+				Timestamp: stamp(h.Timestamp),
+				Message:   agentMessage(h, "progress-"+v.ToolCallID, v.Message),
+			},
+			Metadata: progressMeta(v),
+		}, true
+	}
+	return nil, false
+}
+
+func artifactUpdate(h *loop.Header, art *a2a.Artifact, appendTo, last bool) *a2a.TaskArtifactUpdateEvent {
+	return &a2a.TaskArtifactUpdateEvent{
+		TaskID:    a2a.TaskID(h.TaskID),
+		ContextID: h.ContextID,
+		Artifact:  art,
+		Append:    appendTo,
+		LastChunk: last,
+	}
+}
+
+// agentMessage is a status message; its id is derived from the event so
+// that a replayed stream carries the same ids.
+func agentMessage(h *loop.Header, what, text string) *a2a.Message {
+	if text == "" {
+		return nil
+	}
+	return &a2a.Message{
+		ID:        messageID(h, what),
+		Role:      a2a.MessageRoleAgent,
+		TaskID:    a2a.TaskID(h.TaskID),
+		ContextID: h.ContextID,
+		Parts:     a2a.ContentParts{a2a.NewTextPart(text)},
+	}
+}
+
+func messageID(h *loop.Header, what string) string {
+	return h.TaskID + "-" + what + "-" + strconv.FormatInt(h.Timestamp.UnixNano(), 36)
+}
+
+func progressMeta(v *loop.ToolProgress) map[string]any {
+	m := map[string]any{"toolCallId": v.ToolCallID}
+	if v.Progress > 0 {
+		m["progress"] = v.Progress
+	}
+	return m
+}
+
+func rowsData(rows []map[string]any) map[string]any {
+	list := make([]any, len(rows))
+	for i, r := range rows {
+		list[i] = r
+	}
+	return map[string]any{"rows": list}
+}
+
+func stamp(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

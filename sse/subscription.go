@@ -1,0 +1,238 @@
+package sse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// Item is one event of a stream as the log holds it.
+type Item struct {
+	ID     uint64         // sequence number in the stream's log: the SSE id
+	Kind   loop.EventKind // the event's kind ("" when the record is not an event)
+	TaskID string         // the event's task
+	Data   []byte         // the event's JSON (loop.EncodeEvent); shared, never modify
+}
+
+// Filter selects the events a subscription yields. Zero fields match
+// everything except internal events.
+type Filter struct {
+	// TaskIDs keeps only the events of these tasks.
+	TaskIDs []string
+	// Kinds keeps only events of these kinds.
+	Kinds []loop.EventKind
+	// Internal lets "internal:" events through. Only for observers inside
+	// the host: Serve never writes an internal event, whatever the filter.
+	Internal bool
+}
+
+// Match reports whether the filter keeps it.
+func (f *Filter) Match(it *Item) bool {
+	if it.Kind == "" || (it.Kind.Internal() && !f.Internal) {
+		return false
+	}
+	if len(f.Kinds) > 0 && !slices.Contains(f.Kinds, it.Kind) {
+		return false
+	}
+	if len(f.TaskIDs) > 0 && !slices.Contains(f.TaskIDs, it.TaskID) {
+		return false
+	}
+	return true
+}
+
+// Subscription is a cursor over one stream: it yields the events with an id
+// greater than where it started, first from the log (replay), then as they
+// are published, with no gap and no duplicate. It is used by one goroutine
+// at a time; Close may be called from any goroutine.
+type Subscription struct {
+	hub    *Hub
+	st     *stream
+	filter Filter
+	wake   chan struct{} // size 1: "there may be something new"
+
+	cursor   uint64 // id of the last record read
+	buf      []Item
+	pos      int
+	lastTask string // interned task id of replayed records
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// Subscribe opens a subscription to stream yielding the events with an id
+// greater than after that the filter keeps. Close it when done.
+func (h *Hub) Subscribe(ctx context.Context, streamName string, after uint64, filter Filter) (*Subscription, error) {
+	if streamName == "" {
+		return nil, fmt.Errorf("subscribe: empty stream name")
+	}
+	st, err := h.acquire(streamName)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %q: %w", streamName, err)
+	}
+	if err := h.load(ctx, st); err != nil {
+		h.release(st)
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	s := &Subscription{
+		hub:    h,
+		st:     st,
+		filter: filter,
+		wake:   make(chan struct{}, 1),
+		cursor: after,
+		closed: make(chan struct{}),
+	}
+	st.mu.Lock()
+	if st.subs == nil {
+		st.subs = make(map[*Subscription]struct{})
+	}
+	st.subs[s] = struct{}{}
+	st.mu.Unlock()
+	return s, nil
+}
+
+// Close ends the subscription. It is safe to call more than once.
+func (s *Subscription) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		s.st.mu.Lock()
+		delete(s.st.subs, s)
+		s.st.mu.Unlock()
+		s.hub.release(s.st)
+	})
+	return nil
+}
+
+// Stream returns the name of the subscribed stream.
+func (s *Subscription) Stream() string { return s.st.name }
+
+// Cursor returns the id of the last record the subscription has read (also
+// records the filter dropped). Resuming after it loses nothing.
+func (s *Subscription) Cursor() uint64 { return s.cursor }
+
+// Ready returns a channel that receives when new events may be available.
+func (s *Subscription) Ready() <-chan struct{} { return s.wake }
+
+func (s *Subscription) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Next returns the next event the filter keeps, waiting for it if needed.
+// It returns ErrFinished when the stream was finished and everything has
+// been read, ErrClosed when the subscription or the Hub was closed, and
+// ctx's error when ctx is done.
+func (s *Subscription) Next(ctx context.Context) (Item, error) {
+	for {
+		it, ok, err := s.TryNext(ctx)
+		if err != nil || ok {
+			return it, err
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return Item{}, ctx.Err()
+		case <-s.closed:
+			return Item{}, ErrClosed
+		case <-s.hub.done:
+			return Item{}, ErrClosed
+		}
+	}
+}
+
+// TryNext returns the next event the filter keeps if one is available now
+// (reading the log if needed), or ok false. Errors are those of Next.
+func (s *Subscription) TryNext(ctx context.Context) (it Item, ok bool, err error) {
+	for {
+		for s.pos < len(s.buf) {
+			it = s.buf[s.pos]
+			s.buf[s.pos] = Item{}
+			s.pos++
+			s.cursor = it.ID
+			if s.filter.Match(&it) {
+				return it, true, nil
+			}
+		}
+		if err := s.check(); err != nil {
+			return Item{}, false, err
+		}
+		more, err := s.fill(ctx)
+		if err != nil || !more {
+			return Item{}, false, err
+		}
+	}
+}
+
+func (s *Subscription) check() error {
+	select {
+	case <-s.closed:
+		return ErrClosed
+	case <-s.hub.done:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
+// fill loads the next batch of records after the cursor into buf. It
+// reports false when there is nothing new, ErrFinished at the end of a
+// finished stream.
+func (s *Subscription) fill(ctx context.Context) (bool, error) {
+	// Keep a small buffer between batches; let a big one go.
+	if cap(s.buf) > 16 {
+		s.buf = nil
+	}
+	s.buf, s.pos = s.buf[:0], 0
+	st := s.st
+	st.mu.RLock()
+	if s.cursor >= st.from {
+		if s.cursor >= st.last {
+			fin := st.finished
+			st.mu.RUnlock()
+			if fin {
+				return false, ErrFinished
+			}
+			return false, nil
+		}
+		s.buf = st.tailAfter(s.buf, s.cursor, s.hub.batch)
+		st.mu.RUnlock()
+		return len(s.buf) > 0, nil
+	}
+	from := st.from
+	st.mu.RUnlock()
+
+	recs, err := s.hub.log.Read(ctx, st.name, s.cursor, s.hub.batch)
+	if err != nil {
+		return false, fmt.Errorf("read %q after %d: %w", st.name, s.cursor, err)
+	}
+	if len(recs) == 0 {
+		// The log holds nothing the tail does not: what lay between the
+		// cursor and the tail has expired. Continue from the tail.
+		s.hub.logger.Warn("event log has no records before the in-memory tail", "stream", st.name, "after", s.cursor, "tail_from", from)
+		s.cursor = from
+		return true, nil
+	}
+	prev := s.cursor
+	for _, r := range recs {
+		if r.Seq <= prev {
+			return false, fmt.Errorf("read %q after %d: log returned seq %d after %d", st.name, s.cursor, r.Seq, prev)
+		}
+		prev = r.Seq
+		it := Item{ID: r.Seq, Data: r.Data}
+		var task []byte
+		it.Kind, task = probe(r.Data)
+		if string(task) != s.lastTask {
+			s.lastTask = string(task)
+		}
+		it.TaskID = s.lastTask
+		if it.Kind == "" {
+			s.hub.logger.Warn("skipping an event log record that is not an event", "stream", st.name, "seq", r.Seq)
+		}
+		s.buf = append(s.buf, it)
+	}
+	return true, nil
+}
