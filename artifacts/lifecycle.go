@@ -1,0 +1,256 @@
+package artifacts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// ListByTask implements Store.
+func (d *DB) ListByTask(ctx context.Context, taskID string) ([]Info, error) {
+	infos, err := d.list(ctx, taskPrefix(taskID))
+	if err != nil {
+		return nil, fmt.Errorf("list artifacts of task %q: %w", taskID, err)
+	}
+	return infos, nil
+}
+
+// ListByContext implements Store.
+func (d *DB) ListByContext(ctx context.Context, contextID string) ([]Info, error) {
+	infos, err := d.list(ctx, ctxPrefix(contextID))
+	if err != nil {
+		return nil, fmt.Errorf("list artifacts of context %q: %w", contextID, err)
+	}
+	return infos, nil
+}
+
+// indexIDs returns the artifact ids under an index prefix.
+func (d *DB) indexIDs(ctx context.Context, prefix []byte) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var ids []string
+	err := d.kv.view(func(tx kvTxn) error {
+		return tx.keys(prefix, func(k []byte) error {
+			ids = append(ids, string(k[len(prefix):]))
+			return nil
+		})
+	})
+	return ids, err
+}
+
+func (d *DB) list(ctx context.Context, prefix []byte) ([]Info, error) {
+	ids, err := d.indexIDs(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	infos := make([]Info, 0, len(ids))
+	err = d.kv.view(func(tx kvTxn) error {
+		for _, id := range ids {
+			m, err := d.load(tx, id)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			infos = append(infos, m.Info)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return infos, nil
+}
+
+// deleteBatch bounds the keys one transaction deletes (Badger refuses
+// transactions that grow too large).
+const deleteBatch = 1000
+
+// Delete implements Store. It marks the record as being deleted (from then
+// on the artifact is invisible), removes its parts and their blobs in
+// batches, and then the record and its index keys. If the process stops
+// halfway, the next Delete, DeleteTask or Sweep of it finishes the job.
+func (d *DB) Delete(ctx context.Context, id string) error {
+	if err := d.delete(ctx, id); err != nil {
+		return fmt.Errorf("delete artifact %q: %w", id, err)
+	}
+	return nil
+}
+
+func (d *DB) delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !ValidID(id) {
+		return nil
+	}
+	defer d.lock(id)()
+	var m metaRecord
+	err := d.kv.update(func(tx kvTxn) error {
+		var err error
+		if m, err = d.loadRaw(tx, id); err != nil {
+			return err
+		}
+		if m.Deleting {
+			return nil
+		}
+		m.Deleting = true
+		return d.save(tx, m)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	prefix := partPrefix(id)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var keys [][]byte
+		var blobs []string
+		err := d.kv.view(func(tx kvTxn) error {
+			return tx.keys(prefix, func(k []byte) error {
+				key := bytes.Clone(k)
+				v, err := tx.get(key, nil)
+				if err != nil {
+					return err
+				}
+				// A part that cannot be decoded is removed all the same.
+				if p, err := decodePart(v); err == nil && p.Blob != "" {
+					blobs = append(blobs, p.Blob)
+				}
+				keys = append(keys, key)
+				if len(keys) == deleteBatch {
+					return errStop
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		if err := d.kv.update(func(tx kvTxn) error {
+			for _, k := range keys {
+				if err := tx.del(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, b := range blobs {
+			if err := d.blobs.Delete(ctx, b); err != nil {
+				return err
+			}
+		}
+	}
+	return d.kv.update(func(tx kvTxn) error {
+		for _, k := range [][]byte{metaKey(id), ctxKey(m.ContextID, id), taskKey(m.TaskID, id)} {
+			if err := tx.del(k); err != nil {
+				return err
+			}
+		}
+		if !m.ExpiresAt.IsZero() {
+			return tx.del(expKey(m.ExpiresAt.UnixNano(), id))
+		}
+		return nil
+	})
+}
+
+// DeleteTask implements Store.
+func (d *DB) DeleteTask(ctx context.Context, taskID string) error {
+	ids, err := d.indexIDs(ctx, taskPrefix(taskID))
+	if err != nil {
+		return fmt.Errorf("delete artifacts of task %q: %w", taskID, err)
+	}
+	for _, id := range ids {
+		if err := d.delete(ctx, id); err != nil {
+			return fmt.Errorf("delete artifacts of task %q: artifact %q: %w", taskID, id, err)
+		}
+	}
+	return nil
+}
+
+// ExpireTask implements Store.
+func (d *DB) ExpireTask(ctx context.Context, taskID string, ttl time.Duration) error {
+	if ttl <= 0 {
+		return d.DeleteTask(ctx, taskID)
+	}
+	ids, err := d.indexIDs(ctx, taskPrefix(taskID))
+	if err != nil {
+		return fmt.Errorf("expire artifacts of task %q: %w", taskID, err)
+	}
+	at := d.now().Add(ttl).UTC()
+	for _, id := range ids {
+		err := func() error {
+			defer d.lock(id)()
+			return d.kv.update(func(tx kvTxn) error {
+				m, err := d.loadRaw(tx, id)
+				if errors.Is(err, ErrNotFound) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if !m.ExpiresAt.IsZero() {
+					if err := tx.del(expKey(m.ExpiresAt.UnixNano(), id)); err != nil {
+						return err
+					}
+				}
+				m.ExpiresAt = at
+				if err := tx.set(expKey(at.UnixNano(), id), nil); err != nil {
+					return err
+				}
+				return d.save(tx, m)
+			})
+		}()
+		if err != nil {
+			return fmt.Errorf("expire artifacts of task %q: artifact %q: %w", taskID, id, err)
+		}
+	}
+	return nil
+}
+
+// Sweep implements Store. The host's cleanup loop calls it.
+func (d *DB) Sweep(ctx context.Context) (int, error) {
+	now := d.now().UnixNano()
+	var ids []string
+	err := d.kv.view(func(tx kvTxn) error {
+		return tx.keys(expPrefix, func(k []byte) error {
+			rest := k[len(expPrefix):]
+			i := bytes.IndexByte(rest, '/')
+			if i < 0 {
+				return nil
+			}
+			at, err := strconv.ParseInt(string(rest[:i]), 10, 64)
+			if err != nil {
+				return nil
+			}
+			if at > now {
+				return errStop
+			}
+			ids = append(ids, string(rest[i+1:]))
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sweep artifacts: %w", err)
+	}
+	for i, id := range ids {
+		if err := d.delete(ctx, id); err != nil {
+			return i, fmt.Errorf("sweep artifacts: %w", err)
+		}
+	}
+	return len(ids), nil
+}

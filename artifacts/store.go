@@ -1,0 +1,579 @@
+package artifacts
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// Store keeps artifacts. Implementations are safe for concurrent use.
+//
+// Writes to one artifact are linearizable: each append takes the next part
+// index atomically, and a reader opened after a write returns sees it.
+// Cancelling ctx aborts the call; a write either happened whole or not at
+// all. Reads stream: no method holds a whole artifact in memory.
+type Store interface {
+	// Create makes a new, building artifact and returns its Info.
+	Create(ctx context.Context, spec Spec) (Info, error)
+	// Get returns an artifact's Info; ErrNotFound if it does not exist or
+	// has expired.
+	Get(ctx context.Context, id string) (Info, error)
+
+	// AppendChunk adds a chunk at the end of a file artifact; last
+	// completes it. A text artifact's chunks must be valid UTF-8. An empty
+	// chunk is allowed only with last (it just completes).
+	AppendChunk(ctx context.Context, id string, data []byte, last bool) (Info, error)
+	// ReplaceChunk swaps chunk index of a building file artifact.
+	ReplaceChunk(ctx context.Context, id string, index int, data []byte) (Info, error)
+	// WriteData replaces a data artifact's object; its version grows by one.
+	WriteData(ctx context.Context, id string, data map[string]any) (Info, error)
+	// AppendRows adds a batch of rows at the end of a dataset, all or none:
+	// a row that does not match the schema refuses the batch with a
+	// *RowError. It returns the rows as stored (see NormalizeRows); last
+	// completes the dataset.
+	AppendRows(ctx context.Context, id string, rows []Row, last bool) (Info, []Row, error)
+	// Complete ends a building artifact: status complete.
+	Complete(ctx context.Context, id string) (Info, error)
+	// Fail ends a building artifact: status failed, with the reason.
+	Fail(ctx context.Context, id string, reason string) (Info, error)
+
+	// Open streams the content: a file's bytes, a data artifact's JSON, a
+	// dataset's JSON lines (see AppendRowJSON). The reader sees the parts
+	// that existed when Open returned. Cancelling ctx makes later reads fail.
+	Open(ctx context.Context, id string) (io.ReadCloser, Info, error)
+	// OpenPart streams one part: a chunk, a batch's JSON lines, the data.
+	OpenPart(ctx context.Context, id string, index int) (io.ReadCloser, error)
+
+	// ListByTask and ListByContext return the artifacts of a task or a
+	// context, oldest first.
+	ListByTask(ctx context.Context, taskID string) ([]Info, error)
+	ListByContext(ctx context.Context, contextID string) ([]Info, error)
+
+	// Delete removes an artifact and its blobs. A missing one is not an error.
+	Delete(ctx context.Context, id string) error
+	// DeleteTask deletes every artifact of a task.
+	DeleteTask(ctx context.Context, taskID string) error
+	// ExpireTask makes every artifact of a task expire after ttl (<= 0: now),
+	// as the task record does. Expired artifacts are invisible at once and
+	// removed, blobs included, by Sweep.
+	ExpireTask(ctx context.Context, taskID string, ttl time.Duration) error
+	// Sweep deletes the artifacts whose time has passed and returns how many.
+	Sweep(ctx context.Context) (int, error)
+}
+
+// Config configures a DB. Zero fields mean their default.
+type Config struct {
+	// InlineMax is the largest part kept in Badger itself; larger parts go
+	// to blob storage. Default 1 MiB.
+	InlineMax int64
+	// MaxPartSize refuses larger parts (chunks, batches, data). Default 64 MiB.
+	MaxPartSize int64
+	// BlobDir is the folder of the default blob store when Open is given
+	// none. Default: "artifact-blobs" beside the Badger folder.
+	BlobDir string
+	// Logger reports cleanup problems that do not fail a call (a blob
+	// that could not be removed). Nil: discard.
+	Logger *slog.Logger
+	// Now is the clock, for tests. Nil: time.Now.
+	Now func() time.Time
+}
+
+const (
+	defaultInlineMax   = 1 << 20
+	defaultMaxPartSize = 64 << 20
+	lockStripes        = 64
+)
+
+// DB is the artifact store: records in Badger (or in memory), large parts
+// in a BlobStore. It is safe for concurrent use within one process.
+type DB struct {
+	kv        kv
+	blobs     BlobStore
+	inlineMax int64
+	maxPart   int64
+	log       *slog.Logger
+	now       func() time.Time
+	seed      maphash.Seed
+	// mu serializes the writes of one artifact (striped by id); order
+	// serializes a write and its events (see Writer).
+	mu    [lockStripes]sync.Mutex
+	order [lockStripes]sync.Mutex
+}
+
+var _ Store = (*DB)(nil)
+
+// Open returns a store over an open Badger database, shared with the rest
+// of the host (its keys all start with "art"). blobs nil means a LocalBlobs
+// in cfg.BlobDir, or in memory when Badger runs in memory. The caller keeps
+// owning db: Close does not close it.
+func Open(db *badger.DB, blobs BlobStore, cfg Config) (*DB, error) {
+	if db == nil {
+		return nil, fmt.Errorf("open artifact store: %w", invalid("no Badger database"))
+	}
+	if blobs == nil {
+		opts := db.Opts()
+		switch {
+		case cfg.BlobDir != "":
+			b, err := OpenLocal(LocalConfig{Dir: cfg.BlobDir})
+			if err != nil {
+				return nil, fmt.Errorf("open artifact store: %w", err)
+			}
+			blobs = b
+		case opts.InMemory:
+			blobs = NewMemoryBlobs()
+		default:
+			b, err := OpenLocal(LocalConfig{Dir: filepath.Join(opts.Dir, "artifact-blobs")})
+			if err != nil {
+				return nil, fmt.Errorf("open artifact store: %w", err)
+			}
+			blobs = b
+		}
+	}
+	return newDB(badgerKV{db}, blobs, cfg), nil
+}
+
+// NewMemory returns a store held in memory, for tests and embedding. blobs
+// nil means a MemoryBlobs.
+func NewMemory(blobs BlobStore, cfg Config) *DB {
+	if blobs == nil {
+		blobs = NewMemoryBlobs()
+	}
+	return newDB(newMemKV(), blobs, cfg)
+}
+
+func newDB(k kv, blobs BlobStore, cfg Config) *DB {
+	d := &DB{kv: k, blobs: blobs, inlineMax: cfg.InlineMax, maxPart: cfg.MaxPartSize, log: cfg.Logger, now: cfg.Now, seed: maphash.MakeSeed()}
+	if d.inlineMax <= 0 {
+		d.inlineMax = defaultInlineMax
+	}
+	if d.maxPart <= 0 {
+		d.maxPart = defaultMaxPartSize
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	return d
+}
+
+// Close releases nothing today (the Badger database belongs to the caller);
+// it exists so the store can grow resources without changing callers.
+func (d *DB) Close() error { return nil }
+
+// Blobs returns the blob store in use.
+func (d *DB) Blobs() BlobStore { return d.blobs }
+
+func (d *DB) stripe(id string) int { return int(maphash.String(d.seed, id) % lockStripes) }
+
+func (d *DB) lock(id string) func() {
+	m := &d.mu[d.stripe(id)]
+	m.Lock()
+	return m.Unlock
+}
+
+// orderLock serializes a write with the events that announce it.
+func (d *DB) orderLock(id string) func() {
+	m := &d.order[d.stripe(id)]
+	m.Lock()
+	return m.Unlock
+}
+
+// load reads an artifact's record; ErrNotFound when absent, being deleted
+// or expired.
+func (d *DB) load(tx kvTxn, id string) (metaRecord, error) {
+	m, err := d.loadRaw(tx, id)
+	if err != nil {
+		return m, err
+	}
+	if m.Deleting || (!m.ExpiresAt.IsZero() && !d.now().Before(m.ExpiresAt)) {
+		return m, notFound(id)
+	}
+	return m, nil
+}
+
+func (d *DB) loadRaw(tx kvTxn, id string) (metaRecord, error) {
+	if !ValidID(id) {
+		return metaRecord{}, notFound(id)
+	}
+	key := metaKey(id)
+	b, err := tx.get(key, nil)
+	if errors.Is(err, errNoKey) {
+		return metaRecord{}, notFound(id)
+	}
+	if err != nil {
+		return metaRecord{}, err
+	}
+	m, err := decodeMeta(b)
+	if err != nil {
+		return m, &loop.CorruptError{Key: string(key), Err: err}
+	}
+	return m, nil
+}
+
+func (d *DB) save(tx kvTxn, m metaRecord) error {
+	b, err := encodeMeta(m)
+	if err != nil {
+		return err
+	}
+	return tx.set(metaKey(m.ID), b)
+}
+
+// Create implements Store.
+func (d *DB) Create(ctx context.Context, spec Spec) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, fmt.Errorf("create artifact: %w", err)
+	}
+	spec, err := spec.validate()
+	if err != nil {
+		return Info{}, fmt.Errorf("create artifact: %w", err)
+	}
+	if spec.ID == "" {
+		spec.ID = NewID()
+	}
+	now := d.now().UTC()
+	m := metaRecord{Info: Info{
+		ID: spec.ID, Kind: spec.Kind, TaskID: spec.TaskID, ContextID: spec.ContextID, Owner: spec.Owner,
+		Name: spec.Name, Description: spec.Description, MimeType: spec.MimeType, Binary: spec.Binary,
+		Schema: spec.Schema, Status: StatusBuilding, CreatedAt: now, UpdatedAt: now, Metadata: spec.Metadata,
+	}}
+	if spec.Kind == KindData {
+		m.Size = int64(len(emptyObject))
+	}
+	defer d.lock(m.ID)()
+	err = d.kv.update(func(tx kvTxn) error {
+		if _, err := tx.get(metaKey(m.ID), nil); err == nil {
+			return invalid("artifact %q exists already", m.ID)
+		} else if !errors.Is(err, errNoKey) {
+			return err
+		}
+		if err := d.save(tx, m); err != nil {
+			return err
+		}
+		if err := tx.set(ctxKey(m.ContextID, m.ID), nil); err != nil {
+			return err
+		}
+		return tx.set(taskKey(m.TaskID, m.ID), nil)
+	})
+	if err != nil {
+		return Info{}, fmt.Errorf("create artifact: %w", err)
+	}
+	return m.Info, nil
+}
+
+const emptyObject = "{}"
+
+// Get implements Store.
+func (d *DB) Get(ctx context.Context, id string) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, fmt.Errorf("get artifact: %w", err)
+	}
+	var m metaRecord
+	err := d.kv.view(func(tx kvTxn) error {
+		var err error
+		m, err = d.load(tx, id)
+		return err
+	})
+	if err != nil {
+		return Info{}, fmt.Errorf("get artifact: %w", err)
+	}
+	return m.Info, nil
+}
+
+func writable(m metaRecord, kind Kind) error {
+	if m.Status != StatusBuilding {
+		return &StateError{ID: m.ID, Status: m.Status}
+	}
+	if m.Kind != kind {
+		return fmt.Errorf("%w: artifact %q is a %s", ErrWrongKind, m.ID, m.Kind)
+	}
+	return nil
+}
+
+// putPart makes the stored form of a part's bytes: inline, or a new blob.
+func (d *DB) putPart(ctx context.Context, id string, data []byte, rows int) (part, error) {
+	if int64(len(data)) > d.maxPart {
+		return part{}, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(data), d.maxPart)
+	}
+	if int64(len(data)) <= d.inlineMax {
+		return part{Inline: data, Size: int64(len(data)), Rows: rows}, nil
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	key := id + "/" + hex.EncodeToString(r[:])
+	n, err := d.blobs.Put(ctx, key, bytesReader(data))
+	if err != nil {
+		return part{}, err
+	}
+	return part{Blob: key, Size: n, Rows: rows}, nil
+}
+
+// dropBlob removes a blob after the record that named it is gone; failure
+// is logged, since the write it belongs to has already happened.
+func (d *DB) dropBlob(ctx context.Context, key string) {
+	if key == "" {
+		return
+	}
+	if err := d.blobs.Delete(context.WithoutCancel(ctx), key); err != nil {
+		d.log.Warn("artifact blob not removed", "key", key, "err", err)
+	}
+}
+
+// appendPart is the common path of AppendChunk and AppendRows: check the
+// record and build the part's bytes, store them (spilling to a blob when
+// large), update the record. The caller holds the artifact's lock.
+func (d *DB) appendPart(ctx context.Context, id string, kind Kind, last bool, build func(metaRecord) ([]byte, int, error)) (Info, error) {
+	var m metaRecord
+	var data []byte
+	var rows int
+	err := d.kv.view(func(tx kvTxn) error {
+		var err error
+		if m, err = d.load(tx, id); err != nil {
+			return err
+		}
+		if err := writable(m, kind); err != nil {
+			return err
+		}
+		data, rows, err = build(m)
+		return err
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	var p part
+	if len(data) > 0 {
+		if p, err = d.putPart(ctx, id, data, rows); err != nil {
+			return Info{}, err
+		}
+	}
+	now := d.now().UTC()
+	err = d.kv.update(func(tx kvTxn) error {
+		if m, err = d.load(tx, id); err != nil {
+			return err
+		}
+		if err := writable(m, kind); err != nil {
+			return err
+		}
+		if len(data) > 0 {
+			if err := tx.set(partKey(id, m.Parts), encodePart(p)); err != nil {
+				return err
+			}
+			m.Parts++
+			m.Size += p.Size
+			m.Rows += int64(rows)
+			m.Version++
+		}
+		m.UpdatedAt = now
+		if last {
+			m.Status, m.CompletedAt = StatusComplete, now
+		}
+		return d.save(tx, m)
+	})
+	if err != nil {
+		d.dropBlob(ctx, p.Blob)
+		return Info{}, err
+	}
+	return m.Info, nil
+}
+
+// AppendChunk implements Store.
+func (d *DB) AppendChunk(ctx context.Context, id string, data []byte, last bool) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, fmt.Errorf("append to artifact %q: %w", id, err)
+	}
+	if len(data) == 0 && !last {
+		return Info{}, fmt.Errorf("append to artifact %q: %w", id, invalid("empty chunk"))
+	}
+	defer d.lock(id)()
+	info, err := d.appendPart(ctx, id, KindFile, last, func(m metaRecord) ([]byte, int, error) {
+		if !m.Binary && !utf8.Valid(data) {
+			return nil, 0, invalid("chunk is not valid UTF-8 text; create a binary artifact for bytes")
+		}
+		return data, 0, nil
+	})
+	if err != nil {
+		return Info{}, fmt.Errorf("append to artifact %q: %w", id, err)
+	}
+	return info, nil
+}
+
+// ReplaceChunk implements Store.
+func (d *DB) ReplaceChunk(ctx context.Context, id string, index int, data []byte) (Info, error) {
+	info, err := d.replacePart(ctx, id, KindFile, index, data, func(m metaRecord) error {
+		if index < 0 || index >= m.Parts {
+			return fmt.Errorf("%w: part %d of artifact %q, which has %d parts", ErrPartRange, index, id, m.Parts)
+		}
+		if !m.Binary && !utf8.Valid(data) {
+			return invalid("chunk is not valid UTF-8 text; create a binary artifact for bytes")
+		}
+		return nil
+	})
+	if err != nil {
+		return Info{}, fmt.Errorf("replace part %d of artifact %q: %w", index, id, err)
+	}
+	return info, nil
+}
+
+// WriteData implements Store.
+func (d *DB) WriteData(ctx context.Context, id string, data map[string]any) (Info, error) {
+	_, b, err := CanonicalData(data)
+	if err != nil {
+		return Info{}, fmt.Errorf("write data artifact %q: %w", id, err)
+	}
+	info, err := d.replacePart(ctx, id, KindData, 0, b, nil)
+	if err != nil {
+		return Info{}, fmt.Errorf("write data artifact %q: %w", id, err)
+	}
+	return info, nil
+}
+
+// replacePart stores data as part index (index == Parts appends, for the
+// first write of a data artifact) and removes the old part's blob.
+func (d *DB) replacePart(ctx context.Context, id string, kind Kind, index int, data []byte, check func(metaRecord) error) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+	defer d.lock(id)()
+	var m metaRecord
+	err := d.kv.view(func(tx kvTxn) error {
+		var err error
+		if m, err = d.load(tx, id); err != nil {
+			return err
+		}
+		if err := writable(m, kind); err != nil {
+			return err
+		}
+		if check != nil {
+			return check(m)
+		}
+		return nil
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	p, err := d.putPart(ctx, id, data, 0)
+	if err != nil {
+		return Info{}, err
+	}
+	var old part
+	now := d.now().UTC()
+	err = d.kv.update(func(tx kvTxn) error {
+		if m, err = d.load(tx, id); err != nil {
+			return err
+		}
+		if err := writable(m, kind); err != nil {
+			return err
+		}
+		key := partKey(id, index)
+		prev, err := tx.get(key, nil)
+		switch {
+		case err == nil:
+			if old, err = decodePart(prev); err != nil {
+				return &loop.CorruptError{Key: string(key), Err: err}
+			}
+			m.Size -= old.Size
+		case errors.Is(err, errNoKey) && kind == KindData:
+			m.Parts, m.Size = 1, 0
+		default:
+			if errors.Is(err, errNoKey) {
+				return fmt.Errorf("%w: part %d missing", ErrPartRange, index)
+			}
+			return err
+		}
+		if err := tx.set(key, encodePart(p)); err != nil {
+			return err
+		}
+		m.Size += p.Size
+		m.Version++
+		m.UpdatedAt = now
+		return d.save(tx, m)
+	})
+	if err != nil {
+		d.dropBlob(ctx, p.Blob)
+		return Info{}, err
+	}
+	d.dropBlob(ctx, old.Blob)
+	return m.Info, nil
+}
+
+// AppendRows implements Store.
+func (d *DB) AppendRows(ctx context.Context, id string, rows []Row, last bool) (Info, []Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, nil, fmt.Errorf("append rows to artifact %q: %w", id, err)
+	}
+	if len(rows) == 0 && !last {
+		return Info{}, nil, fmt.Errorf("append rows to artifact %q: %w", id, invalid("no rows"))
+	}
+	defer d.lock(id)()
+	var norm []Row
+	info, err := d.appendPart(ctx, id, KindDataset, last, func(m metaRecord) ([]byte, int, error) {
+		var err error
+		if norm, err = NormalizeRows(m.Schema, rows, m.Rows); err != nil {
+			return nil, 0, err
+		}
+		var data []byte
+		for _, r := range norm {
+			if data, err = AppendRowJSON(data, m.Schema, r); err != nil {
+				return nil, 0, err
+			}
+		}
+		return data, len(norm), nil
+	})
+	if err != nil {
+		return Info{}, nil, fmt.Errorf("append rows to artifact %q: %w", id, err)
+	}
+	return info, norm, nil
+}
+
+// Complete implements Store.
+func (d *DB) Complete(ctx context.Context, id string) (Info, error) {
+	info, err := d.finish(ctx, id, StatusComplete, "")
+	if err != nil {
+		return Info{}, fmt.Errorf("complete artifact %q: %w", id, err)
+	}
+	return info, nil
+}
+
+// Fail implements Store.
+func (d *DB) Fail(ctx context.Context, id string, reason string) (Info, error) {
+	info, err := d.finish(ctx, id, StatusFailed, reason)
+	if err != nil {
+		return Info{}, fmt.Errorf("fail artifact %q: %w", id, err)
+	}
+	return info, nil
+}
+
+func (d *DB) finish(ctx context.Context, id string, st Status, reason string) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+	defer d.lock(id)()
+	var m metaRecord
+	now := d.now().UTC()
+	err := d.kv.update(func(tx kvTxn) error {
+		var err error
+		if m, err = d.load(tx, id); err != nil {
+			return err
+		}
+		if m.Status != StatusBuilding {
+			return &StateError{ID: id, Status: m.Status}
+		}
+		m.Status, m.Error, m.UpdatedAt, m.CompletedAt = st, reason, now, now
+		return d.save(tx, m)
+	})
+	return m.Info, err
+}
