@@ -176,23 +176,11 @@ func (a *Agent) Turn(ctx context.Context, in TurnInput) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("turn of %q: %w (status %s)", a.cfg.ContextID, ErrNotReady, st)
 	}
 	a.meta.Status = AgentBusy
-	history := a.history
 	a.mu.Unlock()
-
-	ctx, span := a.cfg.Loop.startSpan(ctx, "agent.turn",
-		attribute.String("looopy.context_id", a.cfg.ContextID),
-		attribute.String("looopy.task_id", in.TaskID))
-	defer span.End()
-
-	if a.cfg.HistoryLimit > 0 && len(history) > a.cfg.HistoryLimit {
-		history = trimHistory(history, a.cfg.HistoryLimit)
-	}
-	msgs := make([]Message, 0, len(history)+len(in.Messages))
-	msgs = append(append(msgs, history...), in.Messages...)
 
 	now := time.Now().UTC()
 	rec := TaskRecord{ID: in.TaskID, ContextID: a.cfg.ContextID, AgentID: a.cfg.AgentID, Owner: a.meta.Owner,
-		Status: TaskWorking, History: in.Messages, CreatedAt: now, UpdatedAt: now, Metadata: in.Metadata}
+		Status: TaskWorking, History: in.Messages, TurnInput: len(in.Messages), CreatedAt: now, UpdatedAt: now, Metadata: in.Metadata}
 	if a.cfg.Tasks != nil {
 		if old, err := a.cfg.Tasks.LoadTask(ctx, in.TaskID); err == nil {
 			rec.CreatedAt = old.CreatedAt // a task continued (input-required) keeps its birth
@@ -203,19 +191,104 @@ func (a *Agent) Turn(ctx context.Context, in TurnInput) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("turn of %q: save task %q: %w", a.cfg.ContextID, in.TaskID, err)
 		}
 	}
+	return a.run(ctx, &rec, in.Messages, Turn{ClientTools: in.ClientTools, Auth: in.Auth, Sink: in.Sink, Metadata: in.Metadata}), nil
+}
 
-	out := a.cfg.Loop.Run(ctx, Turn{
-		ContextID: a.cfg.ContextID, TaskID: in.TaskID, AgentID: a.cfg.AgentID,
-		Messages: msgs, ClientTools: in.ClientTools, Auth: in.Auth, Sink: in.Sink, Metadata: in.Metadata,
-		OnFinish: func(ctx context.Context, o *Outcome) error {
-			return a.finishTurn(ctx, &rec, in.Messages, o)
-		},
-	})
+// run runs the loop over the history and input, then finishes the turn.
+// The agent is busy; run makes it ready again.
+func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Turn) Outcome {
+	a.mu.Lock()
+	history := a.history
+	a.mu.Unlock()
+	ctx, span := a.cfg.Loop.startSpan(ctx, "agent.turn",
+		attribute.String("looopy.context_id", a.cfg.ContextID),
+		attribute.String("looopy.task_id", rec.ID))
+	defer span.End()
+	if a.cfg.HistoryLimit > 0 && len(history) > a.cfg.HistoryLimit {
+		history = trimHistory(history, a.cfg.HistoryLimit)
+	}
+	msgs := make([]Message, 0, len(history)+len(input))
+	t.Messages = append(append(msgs, history...), input...)
+	t.ContextID, t.TaskID, t.AgentID = a.cfg.ContextID, rec.ID, a.cfg.AgentID
+	t.OnFinish = func(ctx context.Context, o *Outcome) error {
+		return a.finishTurn(ctx, rec, input, o)
+	}
+	out := a.cfg.Loop.Run(ctx, t)
 	if out.Err != nil {
 		span.RecordError(out.Err)
 		span.SetStatus(codes.Error, out.Err.Error())
 	}
-	return out, nil
+	return out
+}
+
+// ResumeTask continues a task that was running when the process stopped,
+// from its last checkpoint: tool calls the journal shows completed are not
+// run again. It needs the Tasks store and a loop with Checkpoints. A task
+// whose checkpoint cannot be read ends as failed with the reason; it never
+// stays working.
+func (a *Agent) ResumeTask(ctx context.Context, taskID string, sink EventSink) (Outcome, error) {
+	cps := a.cfg.Loop.checkpoints
+	if a.cfg.Tasks == nil || cps == nil {
+		return Outcome{}, fmt.Errorf("resume task %q: %w: needs a task store and checkpoints", taskID, ErrInvalid)
+	}
+	rec, err := a.cfg.Tasks.LoadTask(ctx, taskID)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("resume task %q: %w", taskID, err)
+	}
+	if rec.Status != TaskWorking {
+		return Outcome{}, fmt.Errorf("resume task %q: %w: it is %s, not working", taskID, ErrInvalid, rec.Status)
+	}
+	a.mu.Lock()
+	switch a.meta.Status {
+	case AgentReady:
+	case AgentBusy:
+		a.mu.Unlock()
+		return Outcome{}, fmt.Errorf("resume task %q: %w", taskID, ErrBusy)
+	default:
+		st := a.meta.Status
+		a.mu.Unlock()
+		return Outcome{}, fmt.Errorf("resume task %q: %w (status %s)", taskID, ErrNotReady, st)
+	}
+	a.meta.Status = AgentBusy
+	a.mu.Unlock()
+
+	n := min(max(rec.TurnInput, 0), len(rec.History))
+	input := rec.History[len(rec.History)-n:]
+	t := Turn{Sink: sink, Metadata: rec.Metadata}
+	cp, err := cps.LoadCheckpoint(ctx, taskID)
+	switch {
+	case err == nil:
+		if cp.ContextID != a.cfg.ContextID {
+			err = fmt.Errorf("checkpoint belongs to context %q", cp.ContextID)
+		} else {
+			t.Resume, t.ClientTools = &cp, cp.ClientTools
+		}
+	case errors.Is(err, ErrNotFound):
+		// No checkpoint: the turn died before its first model response was
+		// saved, so no tool ran. Start it again from the model call.
+		err = nil
+		t.Resume = &Checkpoint{TaskID: taskID, ContextID: a.cfg.ContextID, Iteration: 1, Stage: StageModel}
+	}
+	if err != nil {
+		out := Outcome{Status: TaskFailed, Reason: ReasonError,
+			Err: fmt.Errorf("task %q cannot be resumed: %w", taskID, err)}
+		a.failUnresumable(ctx, &rec, input, sink, &out)
+		return out, nil
+	}
+	return a.run(ctx, &rec, input, t), nil
+}
+
+// failUnresumable records and announces the end of a task that cannot
+// resume, so that it never hangs in working.
+func (a *Agent) failUnresumable(ctx context.Context, rec *TaskRecord, input []Message, sink EventSink, out *Outcome) {
+	if err := a.finishTurn(ctx, rec, input, out); err != nil {
+		out.Err = errors.Join(out.Err, err)
+	}
+	tr := &turn{t: &Turn{ContextID: a.cfg.ContextID, TaskID: rec.ID}, sink: sink}
+	if sink == nil {
+		tr.sink = SinkFunc(func(Event) {})
+	}
+	tr.finish(out)
 }
 
 // finishTurn records the turn: history, metadata and task record, durably,
@@ -244,6 +317,7 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		rec.Usage, rec.Iterations, rec.PendingCalls = o.Usage, o.Iterations, o.PendingCalls
 		rec.History = append(rec.History, o.Messages...)
 		rec.UpdatedAt = time.Now().UTC()
+		rec.TurnInput = 0
 		rec.Message = ""
 		if o.Err != nil {
 			rec.Message = o.Err.Error()
@@ -257,6 +331,13 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if cps := a.cfg.Loop.checkpoints; cps != nil {
+		// The turn is recorded whole: its checkpoint has served.
+		if err := cps.DeleteCheckpoint(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			a.log.LogAttrs(ctx, slog.LevelWarn, "delete checkpoint", slog.String("task_id", rec.ID),
+				slog.String("error", err.Error()))
+		}
 	}
 	if a.cfg.MaxMessages > 0 && len(a.history) > a.cfg.MaxMessages && a.unsaved == 0 {
 		if err := a.compactLocked(ctx); err != nil {

@@ -138,6 +138,7 @@ type TaskRecord struct {
 	Usage        Usage          `json:"usage"`
 	Iterations   int            `json:"iterations,omitempty"`
 	History      []Message      `json:"history,omitempty"` // the turn's messages: its input, then what it produced
+	TurnInput    int            `json:"turnInput,omitempty"` // while working: how many trailing History messages are the running turn's input
 	PendingCalls []ToolCall     `json:"pendingCalls,omitempty"`
 	CreatedAt    time.Time      `json:"createdAt"`
 	UpdatedAt    time.Time      `json:"updatedAt"`

@@ -46,6 +46,13 @@ type Config struct {
 	Retry           RetryPolicy
 	Tracer          trace.Tracer // nil: no spans
 	Logger          *slog.Logger // nil: discard
+	// Checkpoints and Journal make turns durable: with them a turn saves
+	// its state after each model response and each round of tool results,
+	// and records every tool call before it starts and when it ends, so that
+	// a turn interrupted by a crash resumes without running a finished call
+	// again. Nil: turns are not durable.
+	Checkpoints CheckpointStore
+	Journal     Journal
 }
 
 // Loop runs single turns: call the model, run the tools it asks for in
@@ -61,6 +68,8 @@ type Loop struct {
 	retry        RetryPolicy
 	tracer       trace.Tracer
 	log          *slog.Logger
+	checkpoints  CheckpointStore
+	journal      Journal
 }
 
 // New returns a Loop for cfg.
@@ -80,8 +89,10 @@ func New(cfg Config) (*Loop, error) {
 			BaseDelay: orDefault(cfg.Retry.BaseDelay, DefaultRetryBaseDelay),
 			MaxDelay:  orDefault(cfg.Retry.MaxDelay, DefaultRetryMaxDelay),
 		},
-		tracer: cfg.Tracer,
-		log:    cfg.Logger,
+		tracer:      cfg.Tracer,
+		log:         cfg.Logger,
+		checkpoints: cfg.Checkpoints,
+		journal:     cfg.Journal,
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -116,6 +127,10 @@ type Turn struct {
 	// that announce its end, so that what they announce is already durable.
 	// An error from it fails the turn.
 	OnFinish func(ctx context.Context, o *Outcome) error
+	// Resume continues a turn from its checkpoint instead of starting it:
+	// Messages must then be the same history and input the turn started
+	// with. The turn's events continue; task-created is not sent again.
+	Resume *Checkpoint
 }
 
 // Outcome is the result of a turn.
@@ -151,6 +166,8 @@ type turn struct {
 	client   map[string]bool
 	defs     []ToolDefinition
 	env      ToolEnv
+	// journaled holds the journal of a resumed turn, by call id.
+	journaled map[string]JournalEntry
 }
 
 // Run executes one turn. It never panics on a misbehaving model or tool and
@@ -186,12 +203,18 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 		attribute.String("looopy.agent_id", t.AgentID))
 	defer span.End()
 
-	initiator := "user"
-	if t.ParentTaskID != "" {
-		initiator = "agent"
+	if t.Resume == nil {
+		initiator := "user"
+		if t.ParentTaskID != "" {
+			initiator = "agent"
+		}
+		tr.emit(&TaskCreated{Header: Header{Kind: KindTaskCreated}, Initiator: initiator, AgentID: t.AgentID, Metadata: t.Metadata})
+		tr.emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: TaskWorking})
+	} else {
+		tr.emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: TaskWorking,
+			Message: "resumed after a restart of the host", Metadata: map[string]any{
+				"resumedAt": string(t.Resume.Stage), "iteration": t.Resume.Iteration}})
 	}
-	tr.emit(&TaskCreated{Header: Header{Kind: KindTaskCreated}, Initiator: initiator, AgentID: t.AgentID, Metadata: t.Metadata})
-	tr.emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: TaskWorking})
 
 	out = tr.run(ctx)
 
@@ -262,7 +285,41 @@ func (tr *turn) run(ctx context.Context) Outcome {
 		out.Err = fmt.Errorf("%w: sub-agents nested deeper than %d", ErrInvalid, MaxSubAgentDepth)
 		return out
 	}
-	for iter := 1; ; iter++ {
+	first := 1
+	if cp := tr.t.Resume; cp != nil {
+		out.Messages = append([]Message(nil), cp.Produced...)
+		out.Usage = cp.Usage
+		out.Content = lastContent(cp.Produced)
+		conv = append(conv, cp.Produced...)
+		first = max(cp.Iteration, 1)
+		if tr.l.journal != nil {
+			entries, err := tr.l.journal.Calls(ctx, tr.t.TaskID)
+			if err != nil {
+				out.Status, out.Reason = TaskFailed, ReasonError
+				out.Err = fmt.Errorf("resume task %q: read tool-call journal: %w", tr.t.TaskID, err)
+				return out
+			}
+			tr.journaled = make(map[string]JournalEntry, len(entries))
+			for _, e := range entries {
+				tr.journaled[e.CallID] = e
+			}
+		}
+		if cp.Stage == StageTools && len(cp.Pending) > 0 {
+			out.Iterations = first
+			tr.env.Iteration = first
+			if err := tr.collectTools(ctx); err != nil {
+				out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
+				return out
+			}
+			results, done := tr.toolPhase(ctx, first, cp.Pending, &out)
+			if done {
+				return out
+			}
+			conv = append(conv, results...)
+			first++
+		}
+	}
+	for iter := first; ; iter++ {
 		if err := ctx.Err(); err != nil {
 			return canceled(out, err)
 		}
@@ -282,6 +339,15 @@ func (tr *turn) run(ctx context.Context) Outcome {
 		}
 		conv = append(conv, msg...)
 	}
+}
+
+func lastContent(ms []Message) string {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Role == RoleAssistant && ms[i].Content != "" {
+			return ms[i].Content
+		}
+	}
+	return ""
 }
 
 // iterate runs one model call and the tools it asks for. It returns the
@@ -306,6 +372,13 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	msg := resp.Message
 	msg.Role = RoleAssistant
 	out.Messages = append(out.Messages, msg)
+	if len(msg.ToolCalls) > 0 {
+		// Durable before anything announces the response or a tool starts.
+		if err := tr.checkpoint(ctx, iter, StageTools, out, msg.ToolCalls); err != nil {
+			out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
+			return nil, true
+		}
+	}
 	if msg.Content != "" {
 		out.Content = msg.Content
 		tr.emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: msg.Content, Iteration: iter})
@@ -314,10 +387,20 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		out.Status, out.Reason = TaskCompleted, ReasonStop
 		return nil, true
 	}
+	results, done := tr.toolPhase(ctx, iter, msg.ToolCalls, out)
+	if done {
+		return nil, true
+	}
+	next := make([]Message, 0, 1+len(results))
+	next = append(next, msg)
+	return append(next, results...), false
+}
 
-	// Server-side calls run now; client calls end the turn waiting for input.
+// toolPhase runs the calls of one model response (server-side ones now;
+// client ones end the turn waiting for input), then checkpoints.
+func (tr *turn) toolPhase(ctx context.Context, iter int, calls []ToolCall, out *Outcome) ([]Message, bool) {
 	var pending []ToolCall
-	results := tr.runTools(ctx, msg.ToolCalls, &pending)
+	results := tr.runTools(ctx, calls, &pending)
 	out.Messages = append(out.Messages, results...)
 	if len(pending) > 0 {
 		out.Status, out.Reason, out.PendingCalls = TaskWaitingInput, ReasonClientTool, pending
@@ -327,9 +410,27 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		*out = canceled(*out, err)
 		return nil, true
 	}
-	next := make([]Message, 0, 1+len(results))
-	next = append(next, msg)
-	return append(next, results...), false
+	if err := tr.checkpoint(ctx, iter+1, StageModel, out, nil); err != nil {
+		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
+		return nil, true
+	}
+	return results, false
+}
+
+// checkpoint saves the turn's state when the loop is durable.
+func (tr *turn) checkpoint(ctx context.Context, iter int, stage Stage, out *Outcome, pending []ToolCall) error {
+	cs := tr.l.checkpoints
+	if cs == nil {
+		return nil
+	}
+	cp := Checkpoint{TaskID: tr.t.TaskID, ContextID: tr.t.ContextID, AgentID: tr.t.AgentID,
+		ParentTaskID: tr.t.ParentTaskID, Iteration: iter, Stage: stage, Produced: out.Messages,
+		Pending: pending, Usage: out.Usage, ClientTools: tr.t.ClientTools, UpdatedAt: time.Now().UTC()}
+	if err := cs.SaveCheckpoint(context.WithoutCancel(ctx), cp); err != nil {
+		return fmt.Errorf("save checkpoint of task %q: %w", tr.t.TaskID, err)
+	}
+	tr.emit(&InternalCheckpoint{Header: Header{Kind: KindInternalCheckpoint}, Iteration: iter, Stage: string(stage)})
+	return nil
 }
 
 func canceled(out Outcome, err error) Outcome {
@@ -493,27 +594,97 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 }
 
 // runTool runs one call and turns every failure (unknown tool, error, panic,
-// timeout) into a tool result that tells the model what went wrong.
+// timeout) into a tool result that tells the model what went wrong. With a
+// journal, the call is recorded before it starts and when it ends; a call
+// the journal shows completed (a resumed turn) is not run again.
 func (tr *turn) runTool(ctx context.Context, call ToolCall) Message {
 	ctx, span := tr.l.startSpanf(ctx, "tool[%s]", call.Name, attribute.String("looopy.tool.name", call.Name),
 		attribute.String("looopy.tool.call_id", call.ID))
 	defer span.End()
+	if res, replayed := tr.fromJournal(ctx, call); replayed {
+		span.SetAttributes(attribute.Bool("looopy.tool.replayed", true))
+		return toolMessage(call, res)
+	}
+	attempts := tr.journaled[call.ID].Attempts + 1
+	if j := tr.l.journal; j != nil {
+		err := j.BeginCall(context.WithoutCancel(ctx), JournalEntry{TaskID: tr.t.TaskID, CallID: call.ID,
+			Key: IdempotencyKey(tr.t.TaskID, call.ID), Tool: call.Name, Arguments: call.Arguments,
+			State: CallStarted, Attempts: attempts, StartedAt: time.Now().UTC()})
+		if err != nil {
+			// Not journaled, not run: running it could not be made safe.
+			res := ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was not run: the host could not record the call: %v", call.Name, err)}
+			tr.emitComplete(call, res, 0)
+			return toolMessage(call, res)
+		}
+	}
 	tr.emit(&ToolStart{Header: Header{Kind: KindToolStart}, ToolCallID: call.ID, ToolName: call.Name, Arguments: call.Arguments})
 	start := time.Now()
 	res := tr.callTool(ctx, call)
 	res.ToolCallID = call.ID
+	if res.IsError {
+		span.SetStatus(codes.Error, res.Content)
+	}
+	span.SetAttributes(attribute.Bool("looopy.tool.success", !res.IsError))
+	tr.endCall(ctx, call, res)
+	tr.emitComplete(call, res, time.Since(start))
+	return toolMessage(call, res)
+}
+
+// fromJournal answers a call of a resumed turn from the journal: the result
+// of a completed call, or, for a call cut off by the crash of a tool that is
+// not idempotent, a result saying its outcome is unknown.
+func (tr *turn) fromJournal(ctx context.Context, call ToolCall) (ToolResult, bool) {
+	e, ok := tr.journaled[call.ID]
+	if !ok {
+		return ToolResult{}, false
+	}
+	switch {
+	case e.State == CallCompleted && e.Result != nil:
+		return *e.Result, true
+	case e.State == CallStarted && !tr.idempotent(call.Name):
+		res := InterruptedResult(call)
+		tr.endCall(ctx, call, res)
+		tr.emitComplete(call, res, 0)
+		return res, true
+	}
+	return ToolResult{}, false // idempotent and interrupted: run it again
+}
+
+func (tr *turn) endCall(ctx context.Context, call ToolCall, res ToolResult) {
+	j := tr.l.journal
+	if j == nil {
+		return
+	}
+	if err := j.EndCall(context.WithoutCancel(ctx), tr.t.TaskID, call.ID, res); err != nil {
+		// The call stays "started": after a crash it is treated as
+		// interrupted, never silently run twice.
+		tr.l.log.LogAttrs(ctx, slog.LevelError, "record tool result", slog.String("task_id", tr.t.TaskID),
+			slog.String("call_id", call.ID), slog.String("error", err.Error()))
+	}
+}
+
+func (tr *turn) idempotent(name string) bool {
+	for _, d := range tr.defs {
+		if d.Name == name {
+			return d.Idempotent
+		}
+	}
+	return false
+}
+
+func (tr *turn) emitComplete(call ToolCall, res ToolResult, d time.Duration) {
 	done := &ToolComplete{Header: Header{Kind: KindToolComplete}, ToolCallID: call.ID, ToolName: call.Name,
-		Success: !res.IsError, Duration: time.Since(start)}
+		Success: !res.IsError, Duration: d}
 	if res.IsError {
 		done.Error = res.Content
-		span.SetStatus(codes.Error, res.Content)
 	} else {
 		done.Result = res.Content
 	}
-	span.SetAttributes(attribute.Bool("looopy.tool.success", !res.IsError))
 	tr.emit(done)
-	return Message{Role: RoleTool, Name: call.Name, ToolCallID: call.ID, Content: res.Content,
-		Metadata: toolMeta(res)}
+}
+
+func toolMessage(call ToolCall, res ToolResult) Message {
+	return Message{Role: RoleTool, Name: call.Name, ToolCallID: call.ID, Content: res.Content, Metadata: toolMeta(res)}
 }
 
 func toolMeta(r ToolResult) map[string]any {
