@@ -137,7 +137,7 @@ type TaskRecord struct {
 	Content      string         `json:"content,omitempty"` // final assistant text
 	Usage        Usage          `json:"usage"`
 	Iterations   int            `json:"iterations,omitempty"`
-	History      []Message      `json:"history,omitempty"` // the turn's messages: its input, then what it produced
+	History      []Message      `json:"history,omitempty"`   // the turn's messages: its input, then what it produced
 	TurnInput    int            `json:"turnInput,omitempty"` // while working: how many trailing History messages are the running turn's input
 	PendingCalls []ToolCall     `json:"pendingCalls,omitempty"`
 	CreatedAt    time.Time      `json:"createdAt"`
