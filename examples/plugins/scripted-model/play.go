@@ -1,0 +1,293 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/looopy-go/looopy/pdk"
+)
+
+// Runtime is what playing a script needs from its surroundings.
+type Runtime struct {
+	// Delta streams a piece of the answer; an error (the call was cancelled)
+	// stops the play. Nil: nothing is streamed.
+	Delta func(pdk.Delta) error
+	// Sleep waits d; an error (the call was cancelled) stops the play.
+	// Nil: delays are skipped.
+	Sleep func(d time.Duration) error
+}
+
+// echoText is the answer of the built-in default rule.
+const echoText = "You said: {{history}}"
+
+var echoRule = func() *Rule {
+	t := echoText
+	return &Rule{Name: "echo", Steps: []Step{{Text: &t}}}
+}()
+
+// conversation is what the script reads from a request.
+type conversation struct {
+	input       string   // the latest user message, trimmed
+	users       []string // every user message, oldest first
+	done        int      // assistant messages with tool calls since the latest user message
+	toolResults []string // tool results since the latest user message
+	attempt     int
+	promptWords int
+}
+
+func readConversation(req *pdk.ModelRequest) conversation {
+	var c conversation
+	last := -1
+	for i, m := range req.Messages {
+		c.promptWords += words(m.Content)
+		for _, tc := range m.ToolCalls {
+			c.promptWords += words(string(tc.Arguments)) + 1
+		}
+		if m.Role == pdk.RoleUser {
+			last = i
+			c.users = append(c.users, m.Content)
+		}
+	}
+	if last >= 0 {
+		c.input = strings.TrimSpace(req.Messages[last].Content)
+	}
+	for _, m := range req.Messages[last+1:] {
+		switch {
+		case m.Role == pdk.RoleAssistant && len(m.ToolCalls) > 0:
+			c.done++
+		case m.Role == pdk.RoleTool:
+			c.toolResults = append(c.toolResults, m.Content)
+		}
+	}
+	c.attempt = attemptOf(req.Metadata)
+	return c
+}
+
+// attemptOf reads the host's retry counter from the request metadata.
+func attemptOf(md map[string]any) int {
+	switch v := md["attempt"].(type) {
+	case float64:
+		if v >= 1 {
+			return int(v)
+		}
+	case int:
+		if v >= 1 {
+			return v
+		}
+	case json.Number:
+		if n, err := v.Int64(); err == nil && n >= 1 {
+			return int(n)
+		}
+	}
+	return 1
+}
+
+// pick returns the rule for the latest user message and its captures.
+func (s *Script) pick(input string) (*Rule, []string) {
+	for i := range s.Rules {
+		r := &s.Rules[i]
+		if m := r.re.FindStringSubmatch(input); m != nil {
+			return r, m
+		}
+	}
+	if s.Default != nil {
+		return s.Default, []string{input}
+	}
+	return echoRule, []string{input}
+}
+
+// segments splits a rule's steps into model calls: each call plays up to and
+// including a run of consecutive tool calls, and the next call (once the
+// results are in) carries on after them.
+func segments(steps []Step) [][]Step {
+	var out [][]Step
+	start := 0
+	for i := range steps {
+		endsRun := steps[i].ToolCall != nil && (i+1 == len(steps) || steps[i+1].ToolCall == nil)
+		if endsRun {
+			out = append(out, steps[start:i+1])
+			start = i + 1
+		}
+	}
+	if start < len(steps) {
+		out = append(out, steps[start:])
+	}
+	return out
+}
+
+// Play answers one model call. Which part of the matched rule to play is
+// derived from the request alone: the number of assistant tool-call messages
+// since the latest user message says how many tool-call runs were played
+// already. So the same request always gets the same answer.
+func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, error) {
+	conv := readConversation(req)
+	rule, groups := s.pick(conv.input)
+	v := &vars{
+		groups:      groups,
+		input:       conv.input,
+		history:     strings.Join(conv.users, " | "),
+		toolResults: strings.Join(conv.toolResults, "\n"),
+		attempt:     conv.attempt,
+	}
+	if rule.re != nil {
+		v.names = rule.re.SubexpNames()
+	}
+	if n := len(conv.toolResults); n > 0 {
+		v.lastToolResult = conv.toolResults[n-1]
+	}
+
+	segs := segments(rule.Steps)
+	var steps []Step
+	if conv.done < len(segs) {
+		steps = segs[conv.done]
+	} else {
+		// The rule ended with tool calls: answer with the last result.
+		t := "{{lastToolResult}}"
+		steps = []Step{{Text: &t}}
+	}
+
+	var (
+		content  strings.Builder
+		calls    []pdk.ToolCall
+		outWords int
+	)
+	for k, st := range steps {
+		switch {
+		case st.Text != nil || st.Thought != nil:
+			n := 1
+			if st.Repeat != "" {
+				r, err := expand(string(st.Repeat), v)
+				if err != nil {
+					return nil, scriptError(rule, k, err)
+				}
+				if n, err = parseCount(r); err != nil {
+					return nil, scriptError(rule, k, err)
+				}
+			}
+			for i := 1; i <= n; i++ {
+				if err := delay(rt, st.DelayMs); err != nil {
+					return nil, err
+				}
+				v.i = i
+				var d pdk.Delta
+				if st.Text != nil {
+					t, err := expand(*st.Text, v)
+					if err != nil {
+						return nil, scriptError(rule, k, err)
+					}
+					content.WriteString(t)
+					d.Content = t
+				} else {
+					t, err := expand(*st.Thought, v)
+					if err != nil {
+						return nil, scriptError(rule, k, err)
+					}
+					d.Thought = t
+				}
+				outWords += words(d.Content) + words(d.Thought)
+				if rt.Delta != nil && (d.Content != "" || d.Thought != "") {
+					if err := rt.Delta(d); err != nil {
+						return nil, err
+					}
+				}
+			}
+		case st.ToolCall != nil:
+			if err := delay(rt, st.DelayMs); err != nil {
+				return nil, err
+			}
+			args, err := expandArguments(st.ToolCall.Arguments, v)
+			if err != nil {
+				return nil, scriptError(rule, k, fmt.Errorf("toolCall %s: %w", st.ToolCall.Name, err))
+			}
+			calls = append(calls, pdk.ToolCall{
+				ID:        fmt.Sprintf("call_%d_%d_%d", len(conv.users), conv.done, len(calls)),
+				Name:      st.ToolCall.Name,
+				Arguments: args,
+			})
+			outWords += words(string(args)) + 1
+		case st.Error != nil:
+			e := st.Error
+			if e.Attempts > 0 && conv.attempt > e.Attempts {
+				continue
+			}
+			if err := delay(rt, st.DelayMs); err != nil {
+				return nil, err
+			}
+			msg, err := expand(e.Message, v)
+			if err != nil {
+				return nil, scriptError(rule, k, err)
+			}
+			code := e.Code
+			if code == "" {
+				code = "scripted_error"
+			}
+			return nil, &pdk.Error{Code: code, Message: msg, Transient: e.Transient}
+		}
+	}
+
+	resp := &pdk.ModelResponse{
+		Message:      pdk.Message{Role: pdk.RoleAssistant, Content: content.String(), ToolCalls: calls},
+		FinishReason: pdk.FinishStop,
+	}
+	if len(calls) > 0 {
+		resp.FinishReason = pdk.FinishToolCalls
+	}
+	resp.Usage = pdk.Usage{PromptTokens: max(conv.promptWords, 1), CompletionTokens: max(outWords, 1)}
+	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
+	return resp, nil
+}
+
+func delay(rt Runtime, ms int) error {
+	if ms <= 0 || rt.Sleep == nil {
+		return nil
+	}
+	return rt.Sleep(time.Duration(ms) * time.Millisecond)
+}
+
+func scriptError(r *Rule, step int, err error) error {
+	return &pdk.Error{Code: "script_error", Message: fmt.Sprintf("rule %s, step %d: %v", r.label(), step, err)}
+}
+
+// expandArguments fills the arguments template of a tool call.
+func expandArguments(raw json.RawMessage, v *vars) (json.RawMessage, error) {
+	raw = json.RawMessage(strings.TrimSpace(string(raw)))
+	if len(raw) == 0 || string(raw) == "null" {
+		return json.RawMessage(`{}`), nil
+	}
+	if raw[0] == '"' {
+		var t string
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return nil, err
+		}
+		s, err := expand(t, v)
+		if err != nil {
+			return nil, err
+		}
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(s), &obj); err != nil {
+			return nil, fmt.Errorf("arguments %s are not a JSON object: %w", s, err)
+		}
+		return json.RawMessage(s), nil
+	}
+	var obj any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	var firstErr error
+	obj = walkStrings(obj, func(s string) string {
+		out, err := expand(s, v)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		return out
+	})
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return json.Marshal(obj)
+}
+
+// words is the token count the model reports: roughly one token per word.
+func words(s string) int { return len(strings.Fields(s)) }
