@@ -18,7 +18,7 @@ import (
 //
 // Context and task ids are path-escaped, so a "/" in them cannot make one
 // prefix match another's keys.
-func metaKey(id string) []byte { return []byte("art/" + id + "/meta") }
+func metaKey(id string) []byte    { return []byte("art/" + id + "/meta") }
 func partPrefix(id string) []byte { return []byte("art/" + id + "/part/") }
 func partKey(id string, n int) []byte {
 	return fmt.Appendf(nil, "art/%s/part/%010d", id, n)
