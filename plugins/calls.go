@@ -1,0 +1,243 @@
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/pdk"
+)
+
+// MaxAgentDepth bounds sub-agent nesting: an agent plugin called at this
+// depth answers with an error instead of running.
+const MaxAgentDepth = 4
+
+// callTool validates the arguments against the tool's schema, then runs it.
+// Invalid arguments come back as an error result; the plugin is not called.
+func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	args := call.Arguments
+	if len(bytes.TrimSpace(args)) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+		call.Arguments = args
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return loop.ToolResult{ToolCallID: call.ID, IsError: true,
+			Content: fmt.Sprintf("invalid arguments for tool %q: not JSON: %v", call.Name, err)}, nil
+	}
+	if err := t.schema.Validate(v); err != nil {
+		return loop.ToolResult{ToolCallID: call.ID, IsError: true,
+			Content: fmt.Sprintf("invalid arguments for tool %q: %s", call.Name, validationMessage(err))}, nil
+	}
+	if t.agent {
+		return p.runAgent(ctx, t, call, env)
+	}
+	req := pdk.ToolCallRequest{Call: call}
+	if env != nil {
+		req.ContextID, req.TaskID = env.ContextID, env.TaskID
+	}
+	in, err := json.Marshal(&req)
+	if err != nil {
+		return loop.ToolResult{}, fmt.Errorf("plugin %q: encode tool call: %w", p.Name(), err)
+	}
+	var res loop.ToolResult
+	err = p.invoke(ctx, pdk.OpToolCall, in, func(st *callState) {
+		st.env, st.toolCallID = env, call.ID
+	}, func(out []byte) error { return json.Unmarshal(out, &res) })
+	if err != nil {
+		var pe *pdk.Error
+		if errors.As(err, &pe) {
+			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: pe.Message}, nil
+		}
+		return loop.ToolResult{}, err
+	}
+	res.ToolCallID = call.ID
+	return res, nil
+}
+
+// validationMessage flattens a schema validation error to one line per
+// problem, without the schema's internal URL.
+func validationMessage(err error) string {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return err.Error()
+	}
+	var lines []string
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			at := "/" + strings.Join(e.InstanceLocation, "/")
+			lines = append(lines, fmt.Sprintf("at %s: %s", at, e.ErrorKind.LocalizedString(nil)))
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	return strings.Join(lines, "; ")
+}
+
+// runAgent runs an agent plugin as a tool: a sub-task of the caller's task,
+// with the caller's model and tools lent to it.
+func (p *Plugin) runAgent(ctx context.Context, t *pluginTool, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	if env == nil {
+		env = &loop.ToolEnv{}
+	}
+	if env.Depth >= MaxAgentDepth {
+		return loop.ToolResult{ToolCallID: call.ID, IsError: true,
+			Content: fmt.Sprintf("agent %q not run: sub-agents nest at most %d deep", t.def.Name, MaxAgentDepth)}, nil
+	}
+	var args struct {
+		Prompt string `json:"prompt"`
+	}
+	_ = json.Unmarshal(call.Arguments, &args)
+	prompt := args.Prompt
+	if prompt == "" {
+		prompt = string(call.Arguments)
+	}
+	sub := *env
+	sub.Depth = env.Depth + 1
+	sub.TaskID = env.TaskID + "/" + call.ID
+	parentTask, parentEmit := env.TaskID, env.Emit
+	if parentEmit != nil {
+		sub.Emit = func(e loop.Event) {
+			if h := e.Head(); h.ParentTaskID == "" {
+				h.ParentTaskID = parentTask
+			}
+			parentEmit(e)
+		}
+		parentEmit(&loop.SubtaskCreated{
+			Header:    loop.Header{Kind: loop.KindSubtaskCreated, ContextID: env.ContextID, TaskID: parentTask, Timestamp: time.Now().UTC()},
+			SubtaskID: sub.TaskID, AgentID: p.Name(), Prompt: prompt,
+		})
+	}
+	req := pdk.AgentRequest{
+		Messages:  []loop.Message{{Role: loop.RoleUser, Content: prompt}},
+		ContextID: env.ContextID, TaskID: sub.TaskID, Depth: sub.Depth,
+	}
+	if env.Tools != nil {
+		defs, err := env.Tools.Tools(ctx)
+		if err == nil {
+			for _, d := range defs {
+				if d.Name != t.def.Name && !d.Client {
+					req.Tools = append(req.Tools, d)
+				}
+			}
+		}
+	}
+	in, err := json.Marshal(&req)
+	if err != nil {
+		return loop.ToolResult{}, fmt.Errorf("plugin %q: encode agent request: %w", p.Name(), err)
+	}
+	var resp pdk.AgentResponse
+	err = p.invoke(ctx, pdk.OpRun, in, func(st *callState) {
+		st.env, st.toolCallID = &sub, call.ID
+	}, func(out []byte) error { return json.Unmarshal(out, &resp) })
+	if err != nil {
+		var pe *pdk.Error
+		if errors.As(err, &pe) {
+			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf("agent %q: %s", t.def.Name, pe.Message)}, nil
+		}
+		return loop.ToolResult{}, err
+	}
+	return loop.ToolResult{ToolCallID: call.ID, Content: resp.Content}, nil
+}
+
+// generate runs one model call. Deltas the plugin emits reach onDelta on the
+// calling goroutine. Errors are *loop.ModelError, except cancellation, which
+// wraps ctx.Err().
+func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
+	in, err := json.Marshal(req)
+	if err != nil {
+		return nil, &loop.ModelError{Code: "invalid_request", Message: "encode request: " + err.Error(), Err: err}
+	}
+	var resp loop.ModelResponse
+	err = p.invoke(ctx, pdk.OpGenerate, in, func(st *callState) {
+		st.onDelta = onDelta
+	}, func(out []byte) error { return json.Unmarshal(out, &resp) })
+	if err != nil {
+		var pe *pdk.Error
+		switch {
+		case errors.As(err, &pe):
+			return nil, &loop.ModelError{Code: pe.Code, Message: pe.Message, Transient: pe.Transient, Err: pe}
+		case ctx.Err() != nil:
+			return nil, err
+		case errors.Is(err, ErrTimeout):
+			return nil, &loop.ModelError{Code: "timeout", Message: err.Error(), Transient: true, Err: err}
+		case errors.Is(err, ErrUnloaded):
+			return nil, &loop.ModelError{Code: "unavailable", Message: err.Error(), Transient: true, Err: err}
+		}
+		return nil, &loop.ModelError{Code: "plugin_failed", Message: err.Error(), Err: err}
+	}
+	return &resp, nil
+}
+
+// Model returns the model plugin of that name. Each Generate uses the
+// version serving at that moment; PinModel holds one version for a turn.
+func (r *Registry) Model(name string) (loop.Model, error) {
+	r.mu.RLock()
+	p := r.plugins[name]
+	r.mu.RUnlock()
+	if p == nil {
+		return nil, fmt.Errorf("plugins: %w", &loop.NotFoundError{What: "model plugin", ID: name})
+	}
+	if p.Kind() != pdk.KindModel {
+		return nil, fmt.Errorf("plugins: plugin %q is a %s plugin, not a model: %w", name, p.Kind(), loop.ErrInvalid)
+	}
+	return &modelHandle{r: r, name: name}, nil
+}
+
+type modelHandle struct {
+	r    *Registry
+	name string
+}
+
+var (
+	_ loop.Model       = (*modelHandle)(nil)
+	_ loop.ModelPinner = (*modelHandle)(nil)
+)
+
+func (m *modelHandle) current() (*Plugin, error) {
+	m.r.mu.RLock()
+	defer m.r.mu.RUnlock()
+	p := m.r.plugins[m.name]
+	if p == nil || p.Kind() != pdk.KindModel || !p.acquire() {
+		return nil, &loop.ModelError{Code: "unavailable", Message: fmt.Sprintf("model plugin %q is not loaded", m.name), Transient: true}
+	}
+	return p, nil
+}
+
+// Generate calls the serving version of the model.
+func (m *modelHandle) Generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
+	p, err := m.current()
+	if err != nil {
+		return nil, err
+	}
+	defer p.release()
+	return p.generate(ctx, req, onDelta)
+}
+
+// PinModel holds the serving version until release.
+func (m *modelHandle) PinModel() (loop.Model, func()) {
+	p, err := m.current()
+	if err != nil {
+		return m, func() {}
+	}
+	var once sync.Once
+	return pinnedModel{p}, func() { once.Do(p.release) }
+}
+
+type pinnedModel struct{ p *Plugin }
+
+func (m pinnedModel) Generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
+	return m.p.generate(ctx, req, onDelta)
+}

@@ -1,0 +1,570 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/pdk"
+)
+
+// KV is a persistent key-value space, one namespace per plugin (the plugin's
+// name). KVGet of an absent key returns an error matching loop.ErrNotFound.
+// Implementations are safe for concurrent use.
+type KV interface {
+	KVGet(ctx context.Context, ns, key string) ([]byte, error)
+	KVSet(ctx context.Context, ns, key string, v []byte) error
+	KVDelete(ctx context.Context, ns, key string) error
+}
+
+// ArtifactScope is the task an artifact write belongs to.
+type ArtifactScope struct {
+	Plugin    string
+	ContextID string
+	TaskID    string
+	// Emit sends the artifact's events of the task (may be nil).
+	Emit func(loop.Event)
+}
+
+// ArtifactWriter stores the artifacts plugins write (artifact_write).
+type ArtifactWriter interface {
+	WriteArtifact(ctx context.Context, scope ArtifactScope, w *pdk.ArtifactWrite) (artifactID string, err error)
+}
+
+// Limits of what a guest may hand the host in one host-function call.
+const (
+	maxKVKey       = 1 << 10
+	maxKVValue     = 1 << 20
+	maxHostPayload = 4 << 20
+	maxHTTPHandles = 16
+)
+
+// callState is the per-instance state of the call an instance is serving:
+// the result register, the open HTTP responses, and what the call knows of
+// its turn. An instance serves one call at a time, so no lock is needed; it
+// is never shared between instances.
+type callState struct {
+	p          *Plugin
+	env        *loop.ToolEnv
+	toolCallID string
+	onDelta    func(loop.Delta)
+	deltas     int
+	register   []byte
+	http       map[int32]io.ReadCloser
+	nextHandle int32
+}
+
+type callStateKey struct{}
+
+func stateOf(ctx context.Context) *callState {
+	s, _ := ctx.Value(callStateKey{}).(*callState)
+	return s
+}
+
+// reset ends a call: open responses are closed, the register emptied.
+func (s *callState) reset() {
+	for h, body := range s.http {
+		_ = body.Close()
+		delete(s.http, h)
+	}
+	if cap(s.register) > 64<<10 {
+		s.register = nil
+	}
+	s.register = s.register[:0]
+	s.env, s.onDelta, s.toolCallID, s.deltas = nil, nil, "", 0
+}
+
+func (s *callState) setRegister(b []byte) { s.register = append(s.register[:0], b...) }
+
+// fail puts an error message in the register and returns its negative
+// length; the message is at least 2 bytes, so -1 stays free for "absent".
+func (s *callState) fail(format string, args ...any) int64 {
+	msg := fmt.Sprintf(format, args...)
+	if len(msg) < 2 {
+		msg += " "
+	}
+	s.setRegister([]byte(msg))
+	return -int64(len(msg))
+}
+
+func readGuest(mod api.Module, ptr, n uint32, max int) ([]byte, bool) {
+	if int(n) > max {
+		return nil, false
+	}
+	return mod.Memory().Read(ptr, n)
+}
+
+// hostFunc is one function of the looopy host module.
+type hostFunc struct {
+	fn      api.GoModuleFunc
+	params  []api.ValueType
+	results []api.ValueType
+}
+
+var (
+	i32 = api.ValueTypeI32
+	i64 = api.ValueTypeI64
+)
+
+// hostFunctions returns the Looopy ABI's host functions. Each finds the call
+// it serves through ctx.
+func hostFunctions() map[string]hostFunc {
+	return map[string]hostFunc{
+		pdk.HostLog:           {hostLogFn, []api.ValueType{i32, i32, i32}, nil},
+		pdk.HostEmit:          {hostEmitFn, []api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+		pdk.HostResultRead:    {hostResultReadFn, []api.ValueType{i32, i32}, []api.ValueType{i32}},
+		pdk.HostKVGet:         {hostKVGetFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+		pdk.HostKVSet:         {hostKVSetFn, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
+		pdk.HostKVDelete:      {hostKVDeleteFn, []api.ValueType{i32, i32}, []api.ValueType{i32}},
+		pdk.HostHTTPRequest:   {hostHTTPRequestFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+		pdk.HostHTTPRead:      {hostHTTPReadFn, []api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+		pdk.HostHTTPClose:     {hostHTTPCloseFn, []api.ValueType{i32}, nil},
+		pdk.HostModelCall:     {hostModelCallFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+		pdk.HostToolCall:      {hostToolCallFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+		pdk.HostArtifactWrite: {hostArtifactWriteFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+	}
+}
+
+// instantiateHostModule defines module "looopy" in rt with the granted
+// functions only: a module importing another one fails to instantiate even
+// if the load-time check were bypassed.
+func instantiateHostModule(ctx context.Context, rt wazero.Runtime, granted map[string]bool) error {
+	b := rt.NewHostModuleBuilder(pdk.HostModule)
+	for name, f := range hostFunctions() {
+		if !granted[name] {
+			continue
+		}
+		b.NewFunctionBuilder().WithGoModuleFunction(f.fn, f.params, f.results).Export(name)
+	}
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+func hostLogFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	if s == nil {
+		return
+	}
+	msg, ok := readGuest(mod, uint32(stack[1]), uint32(stack[2]), 16<<10)
+	if !ok {
+		msg = []byte("(log line out of bounds or over 16 KiB)")
+	}
+	level := slog.LevelInfo
+	switch pdk.LogLevel(int32(stack[0])) {
+	case pdk.LevelDebug:
+		level = slog.LevelDebug
+	case pdk.LevelWarn:
+		level = slog.LevelWarn
+	case pdk.LevelError:
+		level = slog.LevelError
+	}
+	attrs := []any{}
+	if s.env != nil {
+		attrs = append(attrs, "contextId", s.env.ContextID, "taskId", s.env.TaskID)
+	}
+	s.p.log.Log(ctx, level, string(msg), attrs...)
+}
+
+func hostEmitFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = api.EncodeI32(int32(v)) }
+	if ctx.Err() != nil {
+		ret(-1)
+		return
+	}
+	if s == nil {
+		ret(-1)
+		return
+	}
+	data, ok := readGuest(mod, uint32(stack[1]), uint32(stack[2]), maxHostPayload)
+	if !ok {
+		ret(s.fail("emit: payload out of bounds or over %d bytes", maxHostPayload))
+		return
+	}
+	switch pdk.EmitKind(int32(stack[0])) {
+	case pdk.EmitDelta:
+		var d pdk.Delta
+		if err := json.Unmarshal(data, &d); err != nil {
+			ret(s.fail("emit delta: %v", err))
+			return
+		}
+		if s.onDelta != nil {
+			s.onDelta(d)
+		}
+		s.deltas++
+	case pdk.EmitProgress:
+		var pr pdk.ToolProgress
+		if err := json.Unmarshal(data, &pr); err != nil {
+			ret(s.fail("emit progress: %v", err))
+			return
+		}
+		if s.env != nil && s.env.Emit != nil {
+			s.env.Emit(&loop.ToolProgress{
+				Header:     s.header(loop.KindToolProgress),
+				ToolCallID: s.toolCallID, Progress: pr.Progress, Message: pr.Message, Metadata: pr.Metadata,
+			})
+		}
+	case pdk.EmitEvent:
+		ev, err := s.decodeEvent(data)
+		if err != nil {
+			ret(s.fail("emit event: %v", err))
+			return
+		}
+		if s.env != nil && s.env.Emit != nil {
+			s.env.Emit(ev)
+		}
+	default:
+		ret(s.fail("emit: unknown kind %d", int32(stack[0])))
+		return
+	}
+	ret(0)
+}
+
+// pluginEventKinds are the events a plugin may send to its task.
+var pluginEventKinds = map[loop.EventKind]bool{
+	loop.KindThoughtStream: true, loop.KindWarning: true, loop.KindToolProgress: true,
+	loop.KindInternalThoughtProcess: true,
+}
+
+func (s *callState) header(k loop.EventKind) loop.Header {
+	h := loop.Header{Kind: k, Timestamp: time.Now().UTC()}
+	if s.env != nil {
+		h.ContextID, h.TaskID = s.env.ContextID, s.env.TaskID
+	}
+	return h
+}
+
+func (s *callState) decodeEvent(data []byte) (loop.Event, error) {
+	var out pdk.EventOut
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	k := loop.EventKind(out.Kind)
+	if !pluginEventKinds[k] {
+		return nil, fmt.Errorf("plugins may not send %q events", out.Kind)
+	}
+	ev := loop.NewEvent(k)
+	if len(out.Data) > 0 {
+		if err := json.Unmarshal(out.Data, ev); err != nil {
+			return nil, fmt.Errorf("%s: %w", out.Kind, err)
+		}
+	}
+	*ev.Head() = s.header(k)
+	if tp, ok := ev.(*loop.ToolProgress); ok && tp.ToolCallID == "" {
+		tp.ToolCallID = s.toolCallID
+	}
+	return ev, nil
+}
+
+func hostResultReadFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	if s == nil {
+		stack[0] = api.EncodeI32(0)
+		return
+	}
+	n := min(uint32(stack[1]), uint32(len(s.register)))
+	if n > 0 && !mod.Memory().Write(uint32(stack[0]), s.register[:n]) {
+		stack[0] = api.EncodeI32(0)
+		return
+	}
+	stack[0] = api.EncodeI32(int32(n))
+}
+
+func hostKVGetFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = uint64(v) }
+	key, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxKVKey)
+	switch {
+	case s == nil:
+		ret(-2)
+	case !ok:
+		ret(s.fail("kv get: key out of bounds or over %d bytes", maxKVKey))
+	case s.p.kv == nil:
+		ret(s.fail("kv get: this host has no key-value store"))
+	default:
+		v, err := s.p.kv.KVGet(ctx, s.p.Name(), string(key))
+		if errors.Is(err, loop.ErrNotFound) {
+			s.register = s.register[:0]
+			ret(-1)
+			return
+		}
+		if err != nil {
+			ret(s.fail("kv get: %v", err))
+			return
+		}
+		s.setRegister(v)
+		ret(int64(len(v)))
+	}
+}
+
+func hostKVSetFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = api.EncodeI32(int32(v)) }
+	key, ok1 := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxKVKey)
+	val, ok2 := readGuest(mod, uint32(stack[2]), uint32(stack[3]), maxKVValue)
+	switch {
+	case s == nil:
+		ret(-2)
+	case !ok1 || !ok2:
+		ret(s.fail("kv set: key over %d or value over %d bytes, or out of bounds", maxKVKey, maxKVValue))
+	case s.p.kv == nil:
+		ret(s.fail("kv set: this host has no key-value store"))
+	default:
+		if err := s.p.kv.KVSet(ctx, s.p.Name(), string(key), append([]byte(nil), val...)); err != nil {
+			ret(s.fail("kv set: %v", err))
+			return
+		}
+		ret(0)
+	}
+}
+
+func hostKVDeleteFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = api.EncodeI32(int32(v)) }
+	key, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxKVKey)
+	switch {
+	case s == nil:
+		ret(-2)
+	case !ok:
+		ret(s.fail("kv delete: key out of bounds or over %d bytes", maxKVKey))
+	case s.p.kv == nil:
+		ret(s.fail("kv delete: this host has no key-value store"))
+	default:
+		if err := s.p.kv.KVDelete(ctx, s.p.Name(), string(key)); err != nil && !errors.Is(err, loop.ErrNotFound) {
+			ret(s.fail("kv delete: %v", err))
+			return
+		}
+		ret(0)
+	}
+}
+
+func hostHTTPRequestFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = uint64(v) }
+	if s == nil {
+		ret(-2)
+		return
+	}
+	data, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxHostPayload)
+	if !ok {
+		ret(s.fail("http: request out of bounds or over %d bytes", maxHostPayload))
+		return
+	}
+	if s.p.egress == nil {
+		ret(s.fail("http: this host has no egress broker"))
+		return
+	}
+	if len(s.http) >= maxHTTPHandles {
+		ret(s.fail("http: more than %d responses open; close some", maxHTTPHandles))
+		return
+	}
+	var req pdk.HTTPRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		ret(s.fail("http: request: %v", err))
+		return
+	}
+	resp, err := s.p.egress.Do(ctx, &req, s.p.egressGrant())
+	if err != nil {
+		ret(s.fail("http: %v", err))
+		return
+	}
+	head, _ := json.Marshal(pdk.HTTPResponseHead{Status: resp.Status, Headers: resp.Header})
+	if s.http == nil {
+		s.http = map[int32]io.ReadCloser{}
+	}
+	s.nextHandle++
+	if s.nextHandle <= 0 {
+		s.nextHandle = 1
+	}
+	h := s.nextHandle
+	s.http[h] = resp.Body
+	s.setRegister(head)
+	ret(int64(h)<<32 | int64(len(head)))
+}
+
+func hostHTTPReadFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = api.EncodeI32(int32(v)) }
+	if s == nil {
+		ret(-2)
+		return
+	}
+	body := s.http[int32(stack[0])]
+	if body == nil {
+		ret(s.fail("http read: no open response %d", int32(stack[0])))
+		return
+	}
+	n := uint32(stack[2])
+	if n > 1<<20 {
+		n = 1 << 20
+	}
+	buf, ok := mod.Memory().Read(uint32(stack[1]), n)
+	if !ok {
+		ret(s.fail("http read: buffer out of bounds"))
+		return
+	}
+	if n == 0 {
+		ret(0)
+		return
+	}
+	// Read straight into guest memory; the body is bounded by the grant.
+	got, err := body.Read(buf)
+	if got > 0 {
+		ret(int64(got))
+		return
+	}
+	if err == io.EOF {
+		ret(0)
+		return
+	}
+	if err == nil {
+		// A reader may return 0, nil: try once more rather than report an end.
+		got, err = body.Read(buf)
+		if got > 0 {
+			ret(int64(got))
+			return
+		}
+		if err == nil || err == io.EOF {
+			ret(0)
+			return
+		}
+	}
+	ret(s.fail("http read: %v", err))
+}
+
+func hostHTTPCloseFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	if s == nil {
+		return
+	}
+	h := int32(stack[0])
+	if body := s.http[h]; body != nil {
+		_ = body.Close()
+		delete(s.http, h)
+	}
+}
+
+func hostModelCallFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = uint64(v) }
+	if s == nil {
+		ret(-2)
+		return
+	}
+	data, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxHostPayload)
+	if !ok {
+		ret(s.fail("model call: request out of bounds or over %d bytes", maxHostPayload))
+		return
+	}
+	if s.env == nil || s.env.Model == nil {
+		ret(s.fail("model call: no model lent to this call"))
+		return
+	}
+	var req loop.ModelRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		ret(s.fail("model call: request: %v", err))
+		return
+	}
+	resp, err := s.env.Model.Generate(ctx, &req, nil)
+	if err != nil {
+		pe := pdk.Error{Message: err.Error(), Transient: loop.Transient(err)}
+		var me *loop.ModelError
+		if errors.As(err, &me) {
+			pe.Code = me.Code
+		}
+		b, _ := json.Marshal(pe)
+		s.setRegister(b)
+		ret(-int64(len(b)))
+		return
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		ret(s.fail("model call: encode response: %v", err))
+		return
+	}
+	s.setRegister(b)
+	ret(int64(len(b)))
+}
+
+func hostToolCallFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = uint64(v) }
+	if s == nil {
+		ret(-2)
+		return
+	}
+	data, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxHostPayload)
+	if !ok {
+		ret(s.fail("tool call: request out of bounds or over %d bytes", maxHostPayload))
+		return
+	}
+	if s.env == nil || s.env.Tools == nil {
+		ret(s.fail("tool call: no tools lent to this call"))
+		return
+	}
+	var call loop.ToolCall
+	if err := json.Unmarshal(data, &call); err != nil {
+		ret(s.fail("tool call: request: %v", err))
+		return
+	}
+	if call.ID == "" {
+		s.deltas++
+		call.ID = fmt.Sprintf("%s-%s-%d", s.p.Name(), s.toolCallID, s.deltas)
+	}
+	sub := *s.env
+	sub.Depth++
+	res, err := s.env.Tools.Call(ctx, call, &sub)
+	if err != nil {
+		res = loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: err.Error()}
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		ret(s.fail("tool call: encode result: %v", err))
+		return
+	}
+	s.setRegister(b)
+	ret(int64(len(b)))
+}
+
+func hostArtifactWriteFn(ctx context.Context, mod api.Module, stack []uint64) {
+	s := stateOf(ctx)
+	ret := func(v int64) { stack[0] = uint64(v) }
+	if s == nil {
+		ret(-2)
+		return
+	}
+	data, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxHostPayload)
+	if !ok {
+		ret(s.fail("artifact write: payload out of bounds or over %d bytes", maxHostPayload))
+		return
+	}
+	if s.p.artifacts == nil {
+		ret(s.fail("artifact write: this host stores no artifacts"))
+		return
+	}
+	var w pdk.ArtifactWrite
+	if err := json.Unmarshal(data, &w); err != nil {
+		ret(s.fail("artifact write: %v", err))
+		return
+	}
+	scope := ArtifactScope{Plugin: s.p.Name()}
+	if s.env != nil {
+		scope.ContextID, scope.TaskID, scope.Emit = s.env.ContextID, s.env.TaskID, s.env.Emit
+	}
+	id, err := s.p.artifacts.WriteArtifact(ctx, scope, &w)
+	if err != nil {
+		ret(s.fail("artifact write: %v", err))
+		return
+	}
+	b, _ := json.Marshal(map[string]string{"artifactId": id})
+	s.setRegister(b)
+	ret(int64(len(b)))
+}

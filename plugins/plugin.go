@@ -1,0 +1,441 @@
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/pdk"
+)
+
+// Errors of plugin calls. Match them with errors.Is.
+var (
+	// ErrTimeout: a call ran past the plugin's call timeout.
+	ErrTimeout = errors.New("plugin call timed out")
+	// ErrTrap: the guest trapped, exited or ran out of memory; its
+	// instance was discarded.
+	ErrTrap = errors.New("plugin trapped")
+	// ErrOutputLimit: the guest's output was over its limit.
+	ErrOutputLimit = errors.New("plugin output over its limit")
+	// ErrUnloaded: the plugin was unloaded.
+	ErrUnloaded = errors.New("plugin unloaded")
+)
+
+// Plugin is one loaded version of a plugin: its compiled module, its pool of
+// instances and what its describe answered. It is reference counted: turns
+// pin the version they started with, and an unloaded or replaced version
+// closes when the last of them lets go.
+type Plugin struct {
+	man   *Manifest
+	grant Grant
+	hash  string
+	desc  pdk.Describe
+	tools map[string]*pluginTool
+	defs  []loop.ToolDefinition
+
+	log       *slog.Logger
+	kv        KV
+	egress    *Egress
+	artifacts ArtifactWriter
+
+	drv  driver
+	pool *pool
+
+	refs     atomic.Int64
+	closeMu  sync.Mutex
+	closed   bool
+	loadedAt time.Time
+
+	calls, failures atomic.Int64
+	lastErr         atomic.Pointer[string]
+}
+
+type pluginTool struct {
+	def    loop.ToolDefinition
+	schema *jsonschema.Schema
+	agent  bool // the tool runs the agent plugin (OpRun)
+}
+
+// Name is the plugin's name (from its manifest).
+func (p *Plugin) Name() string { return p.man.Name }
+
+// Version is the plugin's version (from its manifest).
+func (p *Plugin) Version() string { return p.man.Version }
+
+// Kind is what the plugin provides.
+func (p *Plugin) Kind() pdk.Kind { return p.man.Kind }
+
+// Manifest returns the plugin's manifest.
+func (p *Plugin) Manifest() *Manifest { return p.man }
+
+// Grant returns the plugin's effective capabilities.
+func (p *Plugin) Grant() Grant { return p.grant }
+
+// ABI names the calling convention: "looopy" or "extism".
+func (p *Plugin) ABI() string { return p.drv.abi() }
+
+// Tools returns the tools the plugin offers (agents: one tool).
+func (p *Plugin) Tools() []loop.ToolDefinition { return p.defs }
+
+// SHA256 is the digest of the loaded .wasm.
+func (p *Plugin) SHA256() string { return p.hash }
+
+func (p *Plugin) egressGrant() EgressGrant {
+	return EgressGrant{AllowedHosts: p.grant.AllowedHosts, AllowPrivate: p.grant.AllowPrivate, Timeout: p.grant.CallTimeout}
+}
+
+// acquire takes a reference; false when the plugin is already closed.
+func (p *Plugin) acquire() bool {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.refs.Add(1)
+	return true
+}
+
+// release drops a reference; the last one closes the plugin.
+func (p *Plugin) release() {
+	if p.refs.Add(-1) == 0 {
+		p.closeMu.Lock()
+		if !p.closed && p.refs.Load() == 0 {
+			p.closed = true
+			p.closeMu.Unlock()
+			p.shutdown()
+			return
+		}
+		p.closeMu.Unlock()
+	}
+}
+
+func (p *Plugin) shutdown() {
+	p.pool.close()
+	if err := p.drv.close(context.Background()); err != nil {
+		p.log.Warn("close plugin runtime", "err", err)
+	}
+	p.log.Info("plugin closed")
+}
+
+// loadEnv is what loading a plugin needs from its registry.
+type loadEnv struct {
+	cache     wazero.CompilationCache
+	policy    Policy
+	lookupEnv func(string) (string, bool)
+	log       *slog.Logger
+	kv        KV
+	egress    *Egress
+	artifacts ArtifactWriter
+}
+
+// loadPlugin reads, verifies, compiles and validates a plugin. It returns a
+// plugin holding one reference, or an error naming the file and the problem.
+func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err error) {
+	wasmPath := filepath.Join(m.Dir, m.Wasm)
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("plugin %q (%s): %w", m.Name, wasmPath, err)
+		}
+	}()
+	bin, err := os.ReadFile(wasmPath)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(bin)
+	hash := hex.EncodeToString(sum[:])
+	if hash != m.SHA256 {
+		return nil, fmt.Errorf("sha256 is %s, the manifest says %s", hash, m.SHA256)
+	}
+	g := env.policy.Grant(m, env.lookupEnv)
+	p := &Plugin{
+		man: m, grant: g, hash: hash,
+		log:    env.log.With("plugin", m.Name, "version", m.Version),
+		kv:     env.kv, egress: env.egress, artifacts: env.artifacts,
+		loadedAt: time.Now(),
+	}
+	if len(g.Refused) > 0 {
+		p.log.Warn("capabilities asked for and not granted", "refused", g.Refused)
+	}
+
+	rtCfg := wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(g.MemoryPages).
+		WithCompilationCache(env.cache)
+	rt := wazero.NewRuntimeWithConfig(ctx, rtCfg)
+	closeRT := true
+	defer func() {
+		if closeRT {
+			_ = rt.Close(context.Background())
+		}
+	}()
+	cm, err := rt.CompileModule(ctx, bin)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	abi, err := abiOf(cm)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkImports(cm, g.HostFunctions, abi == "extism"); err != nil {
+		return nil, err
+	}
+	switch abi {
+	case "looopy":
+		if err := checkLooopyExports(cm); err != nil {
+			return nil, err
+		}
+		if _, err := wasiInstantiate(ctx, rt); err != nil {
+			return nil, fmt.Errorf("wasi: %w", err)
+		}
+		if err := instantiateHostModule(ctx, rt, g.HostFunctions); err != nil {
+			return nil, fmt.Errorf("host functions: %w", err)
+		}
+		p.drv = &looopyDriver{p: p, rt: rt, compiled: cm, modCfg: moduleConfig(m, g)}
+	case "extism":
+		_ = rt.Close(ctx)
+		drv, err := newExtismDriver(ctx, p, bin, env.cache)
+		if err != nil {
+			return nil, err
+		}
+		p.drv = drv
+	}
+	closeRT = false
+	p.pool = newPool(g.Instances, p.drv.newInstance)
+	p.refs.Store(1)
+	defer func() {
+		if err != nil {
+			p.release()
+		}
+	}()
+
+	// describe must answer, and match the manifest.
+	first, err := p.drv.newInstance(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := first.call(ctx, pdk.OpDescribe, []byte("{}"))
+	if err != nil {
+		first.close()
+		return nil, fmt.Errorf("describe: %w", err)
+	}
+	if err := json.Unmarshal(out, &p.desc); err != nil {
+		first.close()
+		return nil, fmt.Errorf("describe: answer does not decode: %w", err)
+	}
+	p.pool.add(first)
+	if err := p.indexTools(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// indexTools checks describe's answer against the manifest and compiles each
+// tool's argument schema.
+func (p *Plugin) indexTools() error {
+	d := p.desc
+	if d.Kind != "" && d.Kind != p.man.Kind {
+		return fmt.Errorf("describe says kind %q, the manifest %q", d.Kind, p.man.Kind)
+	}
+	p.tools = map[string]*pluginTool{}
+	add := func(def loop.ToolDefinition, agent bool) error {
+		if def.Name == "" {
+			return errors.New("describe: a tool without a name")
+		}
+		if _, dup := p.tools[def.Name]; dup {
+			return fmt.Errorf("describe: tool %q listed twice", def.Name)
+		}
+		if len(def.Parameters) == 0 {
+			def.Parameters = json.RawMessage(`{"type":"object"}`)
+		}
+		sch, err := compileSchema(def.Name, def.Parameters)
+		if err != nil {
+			return err
+		}
+		p.tools[def.Name] = &pluginTool{def: def, schema: sch, agent: agent}
+		p.defs = append(p.defs, def)
+		return nil
+	}
+	switch p.man.Kind {
+	case pdk.KindTool:
+		if len(d.Tools) == 0 {
+			return errors.New("describe: a tool plugin that offers no tool")
+		}
+		for _, t := range d.Tools {
+			if err := add(t, false); err != nil {
+				return err
+			}
+		}
+	case pdk.KindAgent:
+		def := loop.ToolDefinition{
+			Name:        p.man.Name,
+			Description: p.man.Description,
+			Parameters:  json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string","description":"what to ask the agent"}},"required":["prompt"]}`),
+		}
+		if d.Agent != nil {
+			if d.Agent.Name != "" {
+				def.Name = d.Agent.Name
+			}
+			if d.Agent.Description != "" {
+				def.Description = d.Agent.Description
+			}
+			if len(d.Agent.Parameters) > 0 {
+				def.Parameters = d.Agent.Parameters
+			}
+		}
+		if def.Description == "" {
+			def.Description = "Sub-agent " + p.man.Name
+		}
+		return add(def, true)
+	}
+	return nil
+}
+
+func compileSchema(tool string, schema json.RawMessage) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)
+	}
+	c := jsonschema.NewCompiler()
+	url := "mem://tool/" + tool + ".json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)
+	}
+	return sch, nil
+}
+
+// moduleConfig is the WASI sandbox of a Looopy-ABI instance: no arguments,
+// no environment but the config and secrets, no folder unless granted, real
+// clocks, crypto randomness.
+func moduleConfig(m *Manifest, g Grant) wazero.ModuleConfig {
+	cfg := wazero.NewModuleConfig().
+		WithStartFunctions("_initialize").
+		WithSysWalltime().WithSysNanotime().
+		WithRandSource(rand.Reader)
+	if len(m.Config) > 0 {
+		b, _ := json.Marshal(m.Config)
+		cfg = cfg.WithEnv(pdk.EnvConfig, string(b))
+	}
+	for name, v := range g.Secrets {
+		cfg = cfg.WithEnv(pdk.EnvSecretPrefix+name, v)
+	}
+	if len(g.Paths) > 0 {
+		fs := wazero.NewFSConfig()
+		for _, pg := range g.Paths {
+			if pg.ReadOnly {
+				fs = fs.WithReadOnlyDirMount(pg.Path, pg.Path)
+			} else {
+				fs = fs.WithDirMount(pg.Path, pg.Path)
+			}
+		}
+		cfg = cfg.WithFSConfig(fs)
+	}
+	return cfg
+}
+
+// invoke runs one operation on a pooled instance under the call timeout.
+// decode reads the output before the instance goes back to the pool.
+func (p *Plugin) invoke(ctx context.Context, op pdk.Op, in []byte, setup func(*callState), decode func([]byte) error) error {
+	p.calls.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, p.grant.CallTimeout)
+	defer cancel()
+	inst, err := p.pool.get(cctx)
+	if err != nil {
+		return p.failed(ctx, op, p.classify(ctx, cctx, op, err, ""))
+	}
+	st := inst.state()
+	if setup != nil {
+		setup(st)
+	}
+	out, err := inst.call(cctx, op, in)
+	healthy := true
+	if err != nil {
+		var pe *pdk.Error
+		if !errors.As(err, &pe) {
+			healthy = false
+			err = p.classify(ctx, cctx, op, err, inst.stderrTail())
+		}
+	} else if decode != nil {
+		if derr := decode(out); derr != nil {
+			err = fmt.Errorf("plugin %q: %s: answer does not decode: %w", p.Name(), op, derr)
+		}
+	}
+	st.reset()
+	p.pool.put(inst, healthy)
+	if err != nil {
+		return p.failed(ctx, op, err)
+	}
+	return nil
+}
+
+func (p *Plugin) failed(ctx context.Context, op pdk.Op, err error) error {
+	var pe *pdk.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	p.failures.Add(1)
+	msg := err.Error()
+	p.lastErr.Store(&msg)
+	if ctx.Err() == nil {
+		p.log.Warn("plugin call failed", "op", op.String(), "err", err)
+	}
+	return err
+}
+
+// classify turns a failed call into an error that says what happened.
+func (p *Plugin) classify(parent, cctx context.Context, op pdk.Op, err error, stderr string) error {
+	name := p.Name()
+	switch {
+	case parent.Err() != nil:
+		return fmt.Errorf("plugin %q: %s cancelled: %w", name, op, parent.Err())
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("plugin %q: %s ran past its timeout of %s: %w", name, op, p.grant.CallTimeout, ErrTimeout)
+	case errors.Is(err, errPoolClosed):
+		return fmt.Errorf("plugin %q: %w", name, ErrUnloaded)
+	case errors.Is(err, ErrOutputLimit):
+		return fmt.Errorf("plugin %q: %s: %w", name, op, err)
+	}
+	var exit *sys.ExitError
+	detail := err.Error()
+	if errors.As(err, &exit) {
+		detail = fmt.Sprintf("exited with code %d", exit.ExitCode())
+	}
+	if stderr != "" {
+		detail += " (stderr: " + lastLine(stderr, 300) + ")"
+	}
+	return fmt.Errorf("plugin %q: %s: %w: %s", name, op, ErrTrap, detail)
+}
+
+func lastLine(s string, max int) string {
+	if len(s) > max {
+		s = "…" + s[len(s)-max:]
+	}
+	return s
+}
+
+func decodeGuestError(b []byte) error {
+	var pe pdk.Error
+	if err := json.Unmarshal(b, &pe); err != nil || pe.Message == "" {
+		return &pdk.Error{Code: pdk.CodeInternal, Message: string(b)}
+	}
+	return &pe
+}

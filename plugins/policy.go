@@ -1,0 +1,211 @@
+package plugins
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/looopy-go/looopy/pdk"
+)
+
+// Defaults of a plugin's limits when its manifest asks for none.
+const (
+	DefaultMemoryPages = 256 // 16 MiB
+	DefaultCallTimeout = 30 * time.Second
+	DefaultOutputLimit = 1 << 20
+	DefaultInstances   = 4
+	// MinGoMemoryPages is what a Go guest needs to start at all.
+	MinGoMemoryPages = 44
+)
+
+// Policy is what the operator allows plugins at most. A plugin gets the
+// intersection of what its manifest asks for and what the policy allows. The
+// zero Policy allows no host, no private network, no folder, no secret, and
+// caps the limits at their defaults.
+type Policy struct {
+	// AllowedHosts are the host patterns plugins may be granted (same syntax
+	// as EgressGrant.AllowedHosts). "*" lets a plugin have any host it asks
+	// for. A requested host is kept when some pattern here covers it.
+	AllowedHosts []string
+	// AllowPrivateNetwork lets plugins that ask for it reach loopback and
+	// private addresses.
+	AllowPrivateNetwork bool
+	// PathRoots are the folders under which plugins may be granted paths.
+	PathRoots []string
+	// ReadOnlyPaths forces every granted path read-only.
+	ReadOnlyPaths bool
+	// Secrets are the environment variables plugins may name as secrets
+	// ("*": any).
+	Secrets []string
+	// HostFunctions the host lends (nil: every host function; the egress and
+	// the folders stay gated by the fields above).
+	HostFunctions []string
+	// Maxima of the limits; zero means the default of each limit.
+	MaxMemoryPages uint32
+	MaxCallTimeout time.Duration
+	MaxOutputLimit int64
+	MaxInstances   int
+}
+
+// Grant is a plugin's effective capabilities: requested ∩ allowed, with the
+// defaults filled in.
+type Grant struct {
+	AllowedHosts  []string
+	AllowPrivate  bool
+	Paths         []PathGrant
+	MemoryPages   uint32
+	CallTimeout   time.Duration
+	OutputLimit   int64
+	Instances     int
+	HostFunctions map[string]bool
+	Secrets       map[string]string // secret name -> value
+	// Refused lists what was asked for and not granted, for the log.
+	Refused []string
+}
+
+// Grant computes the effective capabilities of m. lookupEnv resolves
+// secrets (nil: no secret resolves).
+func (p Policy) Grant(m *Manifest, lookupEnv func(string) (string, bool)) Grant {
+	c := m.Capabilities
+	g := Grant{HostFunctions: map[string]bool{}, Secrets: map[string]string{}}
+
+	for _, h := range c.AllowedHosts {
+		if hostCovered(p.AllowedHosts, h) {
+			g.AllowedHosts = append(g.AllowedHosts, h)
+		} else {
+			g.Refused = append(g.Refused, "host "+h)
+		}
+	}
+	if c.AllowPrivateNetwork {
+		if p.AllowPrivateNetwork {
+			g.AllowPrivate = true
+		} else {
+			g.Refused = append(g.Refused, "private network")
+		}
+	}
+	for _, pg := range c.AllowedPaths {
+		clean := filepath.Clean(pg.Path)
+		if !underAny(p.PathRoots, clean) {
+			g.Refused = append(g.Refused, "path "+clean)
+			continue
+		}
+		g.Paths = append(g.Paths, PathGrant{Path: clean, ReadOnly: pg.ReadOnly || p.ReadOnlyPaths})
+	}
+
+	g.MemoryPages = limit(c.MemoryPages, DefaultMemoryPages, p.MaxMemoryPages)
+	g.CallTimeout = limit(time.Duration(c.CallTimeout), DefaultCallTimeout, p.MaxCallTimeout)
+	g.OutputLimit = limit(c.OutputLimit, DefaultOutputLimit, p.MaxOutputLimit)
+	g.Instances = limit(c.Instances, DefaultInstances, p.MaxInstances)
+
+	for _, f := range c.HostFunctions {
+		if p.HostFunctions == nil || slices.Contains(p.HostFunctions, f) {
+			g.HostFunctions[f] = true
+		} else {
+			g.Refused = append(g.Refused, "host function "+f)
+		}
+	}
+	// result_read is the other half of every function that answers; it
+	// comes with any of them.
+	if len(g.HostFunctions) > 0 {
+		g.HostFunctions[pdk.HostResultRead] = true
+	}
+
+	for name, env := range m.Secrets {
+		if !slices.Contains(p.Secrets, "*") && !slices.Contains(p.Secrets, env) {
+			g.Refused = append(g.Refused, "secret "+name+" ($"+env+")")
+			continue
+		}
+		if lookupEnv != nil {
+			if v, ok := lookupEnv(env); ok {
+				g.Secrets[name] = v
+			}
+		}
+	}
+	return g
+}
+
+// limit returns the requested value, or def when zero, capped at max (its
+// own default when zero) and never above it.
+func limit[T int | int64 | uint32 | time.Duration](req, def, max T) T {
+	if max == 0 {
+		max = def
+	}
+	v := req
+	if v == 0 {
+		v = def
+	}
+	return min(v, max)
+}
+
+// hostCovered reports whether a requested host pattern is within one of the
+// allowed patterns.
+func hostCovered(allowed []string, req string) bool {
+	reqHost, reqPort := splitPattern(req)
+	for _, a := range allowed {
+		if a == "*" && !isIPPattern(reqHost) {
+			return true
+		}
+		aHost, aPort := splitPattern(a)
+		if aPort != "" && aPort != reqPort {
+			continue
+		}
+		if strings.EqualFold(aHost, reqHost) {
+			return true
+		}
+		if suffix, ok := strings.CutPrefix(aHost, "*."); ok {
+			rh := strings.TrimPrefix(reqHost, "*.")
+			if strings.HasSuffix(strings.ToLower(rh), "."+strings.ToLower(suffix)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func splitPattern(p string) (host, port string) {
+	if strings.HasPrefix(p, "[") {
+		if i := strings.Index(p, "]"); i > 0 {
+			host, rest := p[:i+1], p[i+1:]
+			return host, strings.TrimPrefix(rest, ":")
+		}
+	}
+	if i := strings.LastIndex(p, ":"); i > 0 && !strings.Contains(p[:i], ":") {
+		return p[:i], p[i+1:]
+	}
+	return p, ""
+}
+
+func isIPPattern(h string) bool {
+	if strings.HasPrefix(h, "[") {
+		return true
+	}
+	for _, r := range h {
+		if (r < '0' || r > '9') && r != '.' {
+			return false
+		}
+	}
+	return h != ""
+}
+
+func underAny(roots []string, p string) bool {
+	for _, r := range roots {
+		r = filepath.Clean(r)
+		if p == r || strings.HasPrefix(p, r+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
+}
+
+// String summarizes a grant for the log.
+func (g Grant) String() string {
+	var fns []string
+	for f := range g.HostFunctions {
+		fns = append(fns, f)
+	}
+	slices.Sort(fns)
+	return fmt.Sprintf("memory=%d pages timeout=%s output=%d instances=%d hosts=%v paths=%v functions=%v",
+		g.MemoryPages, g.CallTimeout, g.OutputLimit, g.Instances, g.AllowedHosts, g.Paths, fns)
+}

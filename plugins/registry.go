@@ -1,0 +1,468 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// Config configures a Registry. A zero field means its default.
+type Config struct {
+	// CacheDir holds wazero's compilation cache, so a restart does not
+	// compile again; "" keeps the cache in memory only.
+	CacheDir string
+	// Policy is what the operator allows plugins at most.
+	Policy Policy
+	// Egress is the broker behind http_request; nil: plugins have no HTTP.
+	Egress *Egress
+	// KV backs the plugins' key-value spaces; nil: kv_* answer an error.
+	KV KV
+	// Artifacts backs artifact_write; nil: it answers an error.
+	Artifacts ArtifactWriter
+	// LookupEnv resolves the secrets manifests name; nil: os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// OnEvent is told of every load, failure and unload (may be nil). It is
+	// called without locks held, from the goroutine that did the work.
+	OnEvent func(Event)
+	Logger  *slog.Logger // nil: discard
+}
+
+// EventKind is what happened to a plugin.
+type EventKind string
+
+// Registry events.
+const (
+	EventLoaded   EventKind = "loaded"   // a plugin version serves (new or replacing an older one)
+	EventFailed   EventKind = "failed"   // a plugin failed to load; the previous version, if any, keeps serving
+	EventUnloaded EventKind = "unloaded" // a plugin was removed; it closes once its running calls end
+)
+
+// Event reports a change of the registry.
+type Event struct {
+	Kind     EventKind
+	Name     string // "" when even the manifest could not be read
+	Version  string
+	Previous string // the version replaced, on EventLoaded
+	Source   string // the manifest's path
+	Err      error  // on EventFailed
+	Duration time.Duration
+}
+
+// Info describes a plugin for the admin API.
+type Info struct {
+	Name      string    `json:"name"`
+	Version   string    `json:"version,omitempty"`
+	Kind      string    `json:"kind,omitempty"`
+	ABI       string    `json:"abi,omitempty"`
+	State     string    `json:"state"`  // serving, failed
+	Health    string    `json:"health"` // ok, degraded (recent call failures), failed (no version serves)
+	LastError string    `json:"lastError,omitempty"`
+	Tools     []string  `json:"tools,omitempty"`
+	Source    string    `json:"source,omitempty"`
+	SHA256    string    `json:"sha256,omitempty"`
+	LoadedAt  time.Time `json:"loadedAt,omitzero"`
+	Calls     int64     `json:"calls"`
+	Failures  int64     `json:"failures"`
+}
+
+// Registry holds every loaded plugin, the current version of each by name.
+// It is the loop's toolset (all tools of tool plugins, agent plugins as
+// tools) and hands out model plugins by name. Safe for concurrent use.
+type Registry struct {
+	env     loadEnv
+	onEvent func(Event)
+	log     *slog.Logger
+
+	loadMu sync.Mutex // one load or unload at a time
+
+	mu       sync.RWMutex
+	plugins  map[string]*Plugin
+	sources  map[string]string // manifest path -> plugin name
+	failures map[string]failure
+	index    *toolIndex
+	closed   bool
+}
+
+type failure struct {
+	source string
+	err    string
+	at     time.Time
+}
+
+// toolIndex maps each tool name to the plugin version serving it. It is
+// rebuilt on every load and unload, never changed in place.
+type toolIndex struct {
+	tools map[string]toolRef
+	defs  []loop.ToolDefinition
+}
+
+type toolRef struct {
+	p *Plugin
+	t *pluginTool
+}
+
+var (
+	_ loop.Toolset       = (*Registry)(nil)
+	_ loop.ToolsetPinner = (*Registry)(nil)
+)
+
+// New returns an empty registry.
+func New(cfg Config) (*Registry, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var cache wazero.CompilationCache
+	if cfg.CacheDir != "" {
+		if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
+			return nil, fmt.Errorf("plugins: cache dir: %w", err)
+		}
+		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("plugins: cache dir: %w", err)
+		}
+		cache = c
+	} else {
+		cache = wazero.NewCompilationCache()
+	}
+	for _, h := range cfg.Policy.AllowedHosts {
+		if h == "*" {
+			continue
+		}
+		if err := ValidateEgressHost(h); err != nil {
+			return nil, fmt.Errorf("plugins: policy: %w", err)
+		}
+	}
+	lookup := cfg.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	return &Registry{
+		env: loadEnv{
+			cache: cache, policy: cfg.Policy, lookupEnv: lookup, log: log,
+			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts,
+		},
+		onEvent:  cfg.OnEvent,
+		log:      log,
+		plugins:  map[string]*Plugin{},
+		sources:  map[string]string{},
+		failures: map[string]failure{},
+		index:    &toolIndex{tools: map[string]toolRef{}},
+	}, nil
+}
+
+// Close unloads every plugin (each closes when its running calls end) and
+// closes the compilation cache.
+func (r *Registry) Close() error {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	old := r.plugins
+	r.plugins = map[string]*Plugin{}
+	r.index = &toolIndex{tools: map[string]toolRef{}}
+	r.mu.Unlock()
+	for _, p := range old {
+		p.release()
+	}
+	return r.env.cache.Close(context.Background())
+}
+
+// Load reads the plugin at path (a manifest, or a folder holding
+// plugin.json), compiles and validates it, and makes it the serving version
+// of its name. On failure the previous version, if any, keeps serving.
+func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	start := time.Now()
+	source, _ := filepath.Abs(path)
+	if fi, err := os.Stat(source); err == nil && fi.IsDir() {
+		source = filepath.Join(source, ManifestFile)
+	}
+	m, err := ReadManifest(source)
+	if err == nil {
+		err = r.checkOpen()
+	}
+	var p *Plugin
+	if err == nil {
+		p, err = loadPlugin(ctx, &r.env, m)
+	}
+	if err == nil {
+		if err = r.checkConflicts(p); err != nil {
+			p.release()
+			err = fmt.Errorf("plugin %q (%s): %w", m.Name, source, err)
+		}
+	}
+	if err != nil {
+		name := ""
+		if m != nil {
+			name = m.Name
+		}
+		r.recordFailure(name, source, err)
+		r.log.Error("plugin failed to load", "source", source, "err", err)
+		r.emit(Event{Kind: EventFailed, Name: name, Source: source, Err: err, Duration: time.Since(start)})
+		return Info{}, err
+	}
+	r.mu.Lock()
+	old := r.plugins[m.Name]
+	r.plugins[m.Name] = p
+	for src, n := range r.sources {
+		if n == m.Name && src != source {
+			delete(r.sources, src)
+		}
+	}
+	r.sources[source] = m.Name
+	delete(r.failures, m.Name)
+	delete(r.failures, source)
+	r.rebuildLocked()
+	r.mu.Unlock()
+	ev := Event{Kind: EventLoaded, Name: m.Name, Version: m.Version, Source: source, Duration: time.Since(start)}
+	if old != nil {
+		ev.Previous = old.Version()
+		old.release()
+	}
+	r.log.Info("plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
+		"previous", ev.Previous, "grant", p.grant.String(), "took", ev.Duration)
+	r.emit(ev)
+	return r.info(p), nil
+}
+
+// Unload removes a plugin by name. Calls and turns that pinned it finish
+// with it; it closes when the last of them ends.
+func (r *Registry) Unload(ctx context.Context, name string) error {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	r.mu.Lock()
+	p := r.plugins[name]
+	if p == nil {
+		_, failed := r.failures[name]
+		delete(r.failures, name)
+		r.mu.Unlock()
+		if failed {
+			return nil
+		}
+		return &loop.NotFoundError{What: "plugin", ID: name}
+	}
+	delete(r.plugins, name)
+	for src, n := range r.sources {
+		if n == name {
+			delete(r.sources, src)
+			delete(r.failures, src)
+		}
+	}
+	r.rebuildLocked()
+	r.mu.Unlock()
+	p.release()
+	r.log.Info("plugin unloaded", "plugin", name, "version", p.Version())
+	r.emit(Event{Kind: EventUnloaded, Name: name, Version: p.Version(), Source: p.man.File})
+	return nil
+}
+
+// unloadSource unloads the plugin loaded from a manifest path (the watcher
+// saw it go away).
+func (r *Registry) unloadSource(ctx context.Context, source string) error {
+	r.mu.RLock()
+	name, ok := r.sources[source]
+	r.mu.RUnlock()
+	if !ok {
+		r.mu.Lock()
+		delete(r.failures, source)
+		r.mu.Unlock()
+		return nil
+	}
+	return r.Unload(ctx, name)
+}
+
+// Plugin returns the serving version of a plugin.
+func (r *Registry) Plugin(name string) (*Plugin, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p, ok := r.plugins[name]
+	return p, ok
+}
+
+// List describes every plugin: those serving and those that failed to load.
+func (r *Registry) List() []Info {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []Info
+	for _, p := range r.plugins {
+		out = append(out, r.info(p))
+	}
+	for key, f := range r.failures {
+		if _, serving := r.plugins[key]; serving {
+			continue
+		}
+		if filepath.IsAbs(key) {
+			// failures of a manifest whose name is known are listed by name
+			if name, ok := r.sources[key]; ok && r.plugins[name] != nil {
+				continue
+			}
+		}
+		out = append(out, Info{Name: key, State: "failed", Health: "failed", LastError: f.err, Source: f.source})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (r *Registry) info(p *Plugin) Info {
+	in := Info{
+		Name: p.Name(), Version: p.Version(), Kind: string(p.Kind()), ABI: p.ABI(),
+		State: "serving", Health: "ok", Source: p.man.File, SHA256: p.hash, LoadedAt: p.loadedAt,
+		Calls: p.calls.Load(), Failures: p.failures.Load(),
+	}
+	for _, d := range p.defs {
+		in.Tools = append(in.Tools, d.Name)
+	}
+	if e := p.lastErr.Load(); e != nil {
+		in.LastError = *e
+		in.Health = "degraded"
+	}
+	if f, ok := r.failures[p.Name()]; ok {
+		in.LastError = f.err // a newer version failed to load; this one keeps serving
+		in.Health = "degraded"
+	}
+	return in
+}
+
+func (r *Registry) checkOpen() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return errors.New("registry closed")
+	}
+	return nil
+}
+
+// checkConflicts refuses a plugin offering a tool another plugin offers.
+func (r *Registry) checkConflicts(p *Plugin) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for name, other := range r.plugins {
+		if name == p.Name() {
+			continue
+		}
+		for t := range p.tools {
+			if _, dup := other.tools[t]; dup {
+				return fmt.Errorf("tool %q is already offered by plugin %q: %w", t, name, loop.ErrToolConflict)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Registry) recordFailure(name, source string, err error) {
+	key := name
+	if key == "" {
+		key = source
+	}
+	r.mu.Lock()
+	r.failures[key] = failure{source: source, err: err.Error(), at: time.Now()}
+	r.mu.Unlock()
+}
+
+func (r *Registry) rebuildLocked() {
+	idx := &toolIndex{tools: map[string]toolRef{}}
+	for _, p := range r.plugins {
+		if p.Kind() == "model" {
+			continue
+		}
+		for _, d := range p.defs {
+			idx.tools[d.Name] = toolRef{p: p, t: p.tools[d.Name]}
+			idx.defs = append(idx.defs, d)
+		}
+	}
+	slices.SortFunc(idx.defs, func(a, b loop.ToolDefinition) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	r.index = idx
+}
+
+func (r *Registry) emit(ev Event) {
+	if r.onEvent != nil {
+		r.onEvent(ev)
+	}
+}
+
+// Tools lists the tools of every serving tool and agent plugin.
+func (r *Registry) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
+	r.mu.RLock()
+	defs := r.index.defs
+	r.mu.RUnlock()
+	return slices.Clone(defs), nil
+}
+
+// Call runs a tool on the plugin serving it now.
+func (r *Registry) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	r.mu.RLock()
+	ref, ok := r.index.tools[call.Name]
+	if ok && !ref.p.acquire() {
+		ok = false
+	}
+	r.mu.RUnlock()
+	if !ok {
+		return loop.ToolResult{}, fmt.Errorf("plugins: %w", &loop.NotFoundError{What: "tool", ID: call.Name})
+	}
+	defer ref.p.release()
+	return ref.p.callTool(ctx, ref.t, call, env)
+}
+
+// PinToolset returns the tools serving now, held for a whole turn: a plugin
+// replaced or unloaded meanwhile keeps serving this turn until release.
+func (r *Registry) PinToolset() (loop.Toolset, func()) {
+	r.mu.RLock()
+	idx := r.index
+	var held []*Plugin
+	for _, p := range r.plugins {
+		if p.Kind() != "model" && p.acquire() {
+			held = append(held, p)
+		}
+	}
+	r.mu.RUnlock()
+	var once sync.Once
+	return &pinnedToolset{idx: idx}, func() {
+		once.Do(func() {
+			for _, p := range held {
+				p.release()
+			}
+		})
+	}
+}
+
+type pinnedToolset struct{ idx *toolIndex }
+
+var _ loop.Toolset = (*pinnedToolset)(nil)
+
+func (t *pinnedToolset) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
+	return slices.Clone(t.idx.defs), nil
+}
+
+func (t *pinnedToolset) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	ref, ok := t.idx.tools[call.Name]
+	if !ok {
+		return loop.ToolResult{}, fmt.Errorf("plugins: %w", &loop.NotFoundError{What: "tool", ID: call.Name})
+	}
+	return ref.p.callTool(ctx, ref.t, call, env)
+}
