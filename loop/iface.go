@@ -46,6 +46,9 @@ type ToolEnv struct {
 	Tools Toolset
 	// Depth is 0 for a top-level turn and grows by one per sub-agent level.
 	Depth int
+	// CallID is the id of the tool call this env was made for. Calls a
+	// sub-agent makes through Tools are journaled under it.
+	CallID string
 }
 
 // ToolsetPinner is implemented by toolsets whose contents change while the

@@ -713,7 +713,8 @@ func (tr *turn) callTool(parent context.Context, call ToolCall) (res ToolResult)
 			res = ToolResult{IsError: true, Content: fmt.Sprintf("tool %q failed: it panicked: %v", call.Name, r)}
 		}
 	}()
-	env := tr.env // a copy: each call may be given its own view later
+	env := tr.env // a copy per call
+	env.CallID = call.ID
 	r, err := ts.Call(ctx, call, &env)
 	switch {
 	case err == nil:
@@ -752,6 +753,11 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 	tr := (*turn)(t)
 	if tr.client[call.Name] {
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q runs on the client and cannot be called by a sub-agent", call.Name)}, nil
+	}
+	if env != nil && env.CallID != "" {
+		// A sub-agent's call is journaled under the call that runs the
+		// sub-agent, so its ids never collide with the parent's.
+		call.ID = env.CallID + ">" + call.ID
 	}
 	m := tr.runTool(ctx, call)
 	return ToolResult{ToolCallID: call.ID, Content: m.Content, IsError: m.Metadata["isError"] == true}, nil
