@@ -1,0 +1,469 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// Options configures a Badger store. A zero field means its default.
+type Options struct {
+	// Dir is the database directory; required unless InMemory.
+	Dir string
+	// InMemory keeps everything in memory (nothing survives Close).
+	InMemory bool
+	// Logger receives Badger's messages (nil: discard). Badger's info
+	// messages are logged at debug level.
+	Logger *slog.Logger
+	// GCInterval is how often the value log is garbage collected (default
+	// 5 minutes; negative: never). Not used in memory.
+	GCInterval time.Duration
+	// GCDiscardRatio is the share of stale data that makes a value log file
+	// worth rewriting (default 0.5).
+	GCDiscardRatio float64
+	// MaxBatch bounds how many writes are grouped into one synced commit
+	// (default 1024).
+	MaxBatch int
+	Limits   Limits
+	// Tune, when set, adjusts Badger's options before Open. SyncWrites is
+	// forced on afterwards: acknowledged writes are durable.
+	Tune func(badger.Options) badger.Options
+}
+
+// Badger is the durable store, on Badger. It implements loop.MessageStore,
+// loop.AgentStore, loop.TaskStore and KV; its event log is Events().
+//
+// Every write is durable (synced) when its method returns. Writes from many
+// goroutines are grouped: one goroutine owned by the store applies all
+// pending writes in one transaction and syncs once (group commit), so
+// concurrent writers share the cost of a sync. Reads run concurrently on
+// snapshots. All methods are safe for concurrent use.
+type Badger struct {
+	db       *badger.DB
+	limits   Limits
+	log      *slog.Logger
+	maxBatch int
+	maxSize  int64
+	maxCount int64
+	events   *BadgerEvents
+
+	mu     sync.RWMutex // held for reading while submitting, for writing by Close
+	closed bool
+	ops    chan *writeOp
+	quit   chan struct{}
+	wg     sync.WaitGroup
+}
+
+var (
+	_ loop.MessageStore = (*Badger)(nil)
+	_ loop.AgentStore   = (*Badger)(nil)
+	_ loop.TaskStore    = (*Badger)(nil)
+	_ KV                = (*Badger)(nil)
+)
+
+// Open opens (or creates) a Badger store.
+func Open(opts Options) (*Badger, error) {
+	if !opts.InMemory && opts.Dir == "" {
+		return nil, fmt.Errorf("open store: %w: no directory (set Dir, or InMemory)", loop.ErrInvalid)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	bo := badger.DefaultOptions(opts.Dir)
+	if opts.InMemory {
+		bo = badger.DefaultOptions("").WithInMemory(true)
+	}
+	bo = bo.WithLogger(badgerLogger{log}).WithMetricsEnabled(false)
+	if opts.Tune != nil {
+		bo = opts.Tune(bo)
+	}
+	bo = bo.WithSyncWrites(!opts.InMemory)
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("open store %q: %w", opts.Dir, err)
+	}
+	b := &Badger{
+		db:       db,
+		limits:   opts.Limits.withDefaults(),
+		log:      log,
+		maxBatch: opts.MaxBatch,
+		// Leave Badger's own limits a wide margin: our size estimate is
+		// rough, and a transaction that overflows must never happen.
+		maxSize:  db.MaxBatchSize() / 2,
+		maxCount: db.MaxBatchCount() / 2,
+		ops:      make(chan *writeOp, 4096),
+		quit:     make(chan struct{}),
+	}
+	if b.maxBatch <= 0 {
+		b.maxBatch = 1024
+	}
+	b.events = &BadgerEvents{b: b}
+	b.wg.Add(1)
+	go b.commitLoop()
+	gcEvery := opts.GCInterval
+	if gcEvery == 0 {
+		gcEvery = 5 * time.Minute
+	}
+	ratio := opts.GCDiscardRatio
+	if ratio <= 0 || ratio >= 1 {
+		ratio = 0.5
+	}
+	if gcEvery > 0 && !opts.InMemory {
+		b.wg.Add(1)
+		go b.gcLoop(gcEvery, ratio)
+	}
+	return b, nil
+}
+
+// Close finishes the writes already submitted, stops the store's goroutines
+// and closes the database. Later calls of any method return ErrClosed.
+func (b *Badger) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.quit)
+	b.mu.Unlock()
+	b.wg.Wait()
+	if err := b.db.Close(); err != nil {
+		return fmt.Errorf("close store: %w", err)
+	}
+	return nil
+}
+
+// Events returns the store's event log.
+func (b *Badger) Events() *BadgerEvents { return b.events }
+
+func (b *Badger) gcLoop(every time.Duration, ratio float64) {
+	defer b.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-t.C:
+		}
+		n := 0
+		for {
+			err := b.db.RunValueLogGC(ratio)
+			if err != nil {
+				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
+					b.log.Warn("store: value log gc", "err", err)
+				}
+				break
+			}
+			n++
+			select {
+			case <-b.quit:
+				return
+			default:
+			}
+		}
+		if n > 0 {
+			b.log.Debug("store: value log gc rewrote files", "files", n)
+		}
+	}
+}
+
+// A writeOp is one logical write, applied by the commit goroutine.
+//
+// apply reads what it needs through txn (which sees the writes of earlier
+// operations of the same batch) and returns the entries to write; it must
+// not write itself (the committer writes the mutations), and it may be called more than once (a batch that fills
+// up is committed and the operation applied again in the next one).
+//
+// run, when set instead, is an operation too large for a shared
+// transaction (history replacement, stream expiry): it runs alone, after the
+// pending batch is committed, with its own transactions.
+type writeOp struct {
+	apply func(txn *badger.Txn) ([]mutation, error)
+	run   func() error
+	res   chan error
+}
+
+// write submits op and waits until it is durable. ctx is checked before
+// submission only: once submitted, the write completes (a caller that gave
+// up would not know whether it happened).
+func (b *Badger) write(ctx context.Context, op *writeOp) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	op.res = make(chan error, 1)
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return ErrClosed
+	}
+	b.ops <- op
+	b.mu.RUnlock()
+	return <-op.res
+}
+
+// view runs fn on a read snapshot.
+func (b *Badger) view(ctx context.Context, fn func(txn *badger.Txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
+	return b.db.View(fn)
+}
+
+func (b *Badger) commitLoop() {
+	defer b.wg.Done()
+	for {
+		select {
+		case op := <-b.ops:
+			b.batch(op)
+		case <-b.quit:
+			// Close holds no lock now and no submitter can add more:
+			// finish what is queued.
+			for {
+				select {
+				case op := <-b.ops:
+					b.batch(op)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// batch applies op and whatever else is queued, up to maxBatch operations,
+// in one transaction, commits it (one sync) and answers every operation.
+func (b *Badger) batch(first *writeOp) {
+	c := committer{b: b, txn: b.db.NewTransaction(true)}
+	c.add(first)
+	for n := 1; n < b.maxBatch; n++ {
+		select {
+		case op := <-b.ops:
+			c.add(op)
+			continue
+		default:
+		}
+		break
+	}
+	c.commit()
+	c.txn.Discard()
+}
+
+type committer struct {
+	b       *Badger
+	txn     *badger.Txn
+	pending []*writeOp
+	size    int64
+	count   int64
+}
+
+// mutation is one write of an operation: a set (with an expiry in Unix
+// seconds, 0: never) or a delete.
+type mutation struct {
+	key, value []byte
+	expiresAt  uint64
+	del        bool
+}
+
+func set(key, value []byte) mutation { return mutation{key: key, value: value} }
+func del(key []byte) mutation        { return mutation{key: key, del: true} }
+
+func estimate(ms []mutation) (size, count int64) {
+	for _, m := range ms {
+		size += int64(len(m.key)+len(m.value)) + 64
+	}
+	return size, int64(len(ms))
+}
+
+func (c *committer) add(op *writeOp) {
+	if op.run != nil {
+		c.commit()
+		op.res <- op.run()
+		// The transaction's snapshot predates what run wrote.
+		c.txn.Discard()
+		c.txn = c.b.db.NewTransaction(true)
+		return
+	}
+	es, err := op.apply(c.txn)
+	if err != nil {
+		op.res <- err
+		return
+	}
+	size, count := estimate(es)
+	if c.size+size > c.b.maxSize || c.count+count > c.b.maxCount {
+		if len(c.pending) == 0 {
+			op.res <- fmt.Errorf("%w: write of %d entries, %d bytes is too large for one transaction", loop.ErrInvalid, count, size)
+			return
+		}
+		c.commit()
+		if es, err = op.apply(c.txn); err != nil {
+			op.res <- err
+			return
+		}
+		size, count = estimate(es)
+		if size > c.b.maxSize || count > c.b.maxCount {
+			op.res <- fmt.Errorf("%w: write of %d entries, %d bytes is too large for one transaction", loop.ErrInvalid, count, size)
+			return
+		}
+	}
+	for i, m := range es {
+		var err error
+		if m.del {
+			err = c.txn.Delete(m.key)
+		} else {
+			err = c.txn.SetEntry(&badger.Entry{Key: m.key, Value: m.value, ExpiresAt: m.expiresAt})
+		}
+		if err != nil {
+			// Not expected (the estimate leaves a wide margin); the
+			// transaction holds part of op: rebuild it without op.
+			op.res <- fmt.Errorf("write entry %d of %d: %w", i+1, len(es), err)
+			c.rebuild()
+			return
+		}
+	}
+	c.size += size
+	c.count += count
+	c.pending = append(c.pending, op)
+}
+
+// rebuild replaces the transaction by one holding only the pending
+// operations.
+func (c *committer) rebuild() {
+	c.txn.Discard()
+	ops := c.pending
+	c.pending, c.size, c.count = nil, 0, 0
+	c.txn = c.b.db.NewTransaction(true)
+	for _, op := range ops {
+		c.add(op)
+	}
+}
+
+// commit makes the pending operations durable, answers them and starts a
+// new transaction.
+func (c *committer) commit() {
+	if len(c.pending) == 0 {
+		return
+	}
+	err := c.txn.Commit()
+	if err != nil {
+		err = fmt.Errorf("commit: %w", err)
+	}
+	for _, op := range c.pending {
+		op.res <- err
+	}
+	c.pending, c.size, c.count = c.pending[:0], 0, 0
+	c.txn = c.b.db.NewTransaction(true)
+}
+
+// getValue returns a copy of the value of key, or nil, false when absent.
+func getValue(txn *badger.Txn, key []byte) ([]byte, bool, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	v, err := item.ValueCopy(nil)
+	return v, err == nil, err
+}
+
+// readHead returns the head at key; ok is false when there is none.
+func readHead(txn *badger.Txn, key []byte) (h head, ok bool, err error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return head{}, false, nil
+	}
+	if err != nil {
+		return head{}, false, err
+	}
+	err = item.Value(func(v []byte) error {
+		h, err = decodeHead(v)
+		return err
+	})
+	if err != nil {
+		return head{}, false, corrupt(key, err)
+	}
+	return h, true, nil
+}
+
+// purge deletes the keys under prefix (sequence keys: msg/ or evt/) whose
+// seq is below bound (bound 0: all of them), in transactions of bounded
+// size. It runs on the commit goroutine, as part of an exclusive operation.
+func (b *Badger) purge(prefix []byte, bound uint64) error {
+	const chunk = 10000
+	var from []byte
+	for {
+		var keys [][]byte
+		err := b.db.View(func(txn *badger.Txn) error {
+			opts := badger.IteratorOptions{Prefix: prefix}
+			it := txn.NewIterator(opts)
+			defer it.Close()
+			if from == nil {
+				it.Rewind()
+			} else {
+				it.Seek(from)
+			}
+			for ; it.Valid() && len(keys) < chunk; it.Next() {
+				k := it.Item().KeyCopy(nil)
+				if bound > 0 {
+					seq, err := parseSeqKey(k, string(prefix))
+					if err == nil && seq >= bound {
+						break
+					}
+				}
+				keys = append(keys, k)
+			}
+			return nil
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		err = b.db.Update(func(txn *badger.Txn) error {
+			for _, k := range keys {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil || len(keys) < chunk {
+			return err
+		}
+		from = append(keys[len(keys)-1], 0)
+	}
+}
+
+// badgerLogger sends Badger's messages to slog.
+type badgerLogger struct{ l *slog.Logger }
+
+func (l badgerLogger) Errorf(f string, a ...any) {
+	l.l.Error("badger: " + trimNL(fmt.Sprintf(f, a...)))
+}
+func (l badgerLogger) Warningf(f string, a ...any) {
+	l.l.Warn("badger: " + trimNL(fmt.Sprintf(f, a...)))
+}
+func (l badgerLogger) Infof(f string, a ...any) { l.l.Debug("badger: " + trimNL(fmt.Sprintf(f, a...))) }
+func (l badgerLogger) Debugf(f string, a ...any) {
+	l.l.Debug("badger: " + trimNL(fmt.Sprintf(f, a...)))
+}
+
+func trimNL(s string) string {
+	for len(s) > 0 && s[len(s)-1] == '\n' {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,196 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// BadgerEvents is the event log of a Badger store: evt/<stream>/<seq>
+// records under a head evth/<stream> holding the last seq and the stream's
+// expiry. Appends from many goroutines, to one stream or many, share synced
+// commits (see Badger).
+type BadgerEvents struct{ b *Badger }
+
+var _ loop.EventLog = (*BadgerEvents)(nil)
+
+// Append implements loop.EventLog. The records get consecutive seqs; they
+// are durable when Append returns.
+func (e *BadgerEvents) Append(ctx context.Context, stream string, data ...[]byte) (uint64, error) {
+	if err := e.b.limits.checkID("stream", stream); err != nil {
+		return 0, fmt.Errorf("append events: %w", err)
+	}
+	if len(data) == 0 {
+		return 0, fmt.Errorf("append events to %q: %w: no records", stream, loop.ErrInvalid)
+	}
+	prefix, hk := evtPrefix(stream), evtHeadKey(stream)
+	var first uint64
+	err := e.b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		h, _, err := readHead(txn, hk) // absent (or expired): a new stream
+		if err != nil {
+			return nil, err
+		}
+		first = h.a + 1
+		ms := make([]mutation, 0, len(data)+1)
+		for i, d := range data {
+			ms = append(ms, mutation{key: msgKey(prefix, first+uint64(i)), value: d, expiresAt: h.b})
+		}
+		h.a += uint64(len(data))
+		return append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b}), nil
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("append events to %q: %w", stream, err)
+	}
+	return first, nil
+}
+
+// Read implements loop.EventLog: a seek to the first wanted record.
+func (e *BadgerEvents) Read(ctx context.Context, stream string, after uint64, limit int) ([]loop.LogRecord, error) {
+	if err := e.b.limits.checkID("stream", stream); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	prefix, hk := evtPrefix(stream), evtHeadKey(stream)
+	out := []loop.LogRecord{}
+	err := e.b.view(ctx, func(txn *badger.Txn) error {
+		h, ok, err := readHead(txn, hk)
+		if err != nil || !ok || after >= h.a {
+			return err
+		}
+		last := h.a
+		if limit > 0 && last-after > uint64(limit) {
+			last = after + uint64(limit)
+		}
+		n := last - after
+		out = make([]loop.LogRecord, 0, n)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: int(min(n, 100))})
+		defer it.Close()
+		want := after + 1
+		for it.Seek(msgKey(prefix, want)); it.Valid() && want <= last; it.Next() {
+			item := it.Item()
+			seq, err := parseSeqKey(item.Key(), string(prefix))
+			if err != nil {
+				return corrupt(item.Key(), err)
+			}
+			if seq != want {
+				return corrupt(msgKey(prefix, want), errors.New("record missing from event log"))
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			out = append(out, loop.LogRecord{Seq: seq, Data: v})
+			want++
+		}
+		if want <= last {
+			return corrupt(msgKey(prefix, want), errors.New("record missing from event log"))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events of %q: %w", stream, err)
+	}
+	return out, nil
+}
+
+// Last implements loop.EventLog.
+func (e *BadgerEvents) Last(ctx context.Context, stream string) (uint64, error) {
+	if err := e.b.limits.checkID("stream", stream); err != nil {
+		return 0, fmt.Errorf("last event: %w", err)
+	}
+	var last uint64
+	err := e.b.view(ctx, func(txn *badger.Txn) error {
+		h, _, err := readHead(txn, evtHeadKey(stream))
+		last = h.a
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("last event of %q: %w", stream, err)
+	}
+	return last, nil
+}
+
+// Expire implements loop.EventLog: every record of the stream, and those
+// appended later, expire with it. With ttl 0 the stream is deleted now.
+func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Duration) error {
+	if err := e.b.limits.checkID("stream", stream); err != nil {
+		return fmt.Errorf("expire events: %w", err)
+	}
+	if err := checkTTL(ttl); err != nil {
+		return fmt.Errorf("expire events: %w", err)
+	}
+	prefix, hk := evtPrefix(stream), evtHeadKey(stream)
+	b := e.b
+	err := b.write(ctx, &writeOp{run: func() error {
+		var h head
+		var ok bool
+		err := b.db.Update(func(txn *badger.Txn) error {
+			var err error
+			h, ok, err = readHead(txn, hk)
+			if err != nil || !ok {
+				return err
+			}
+			if ttl == 0 {
+				return txn.Delete(hk)
+			}
+			h.b = expirySeconds(time.Now().Add(ttl))
+			return txn.SetEntry(&badger.Entry{Key: hk, Value: h.encode(), ExpiresAt: h.b})
+		})
+		if err != nil || !ok {
+			return err
+		}
+		if ttl == 0 {
+			return b.purge(prefix, 0)
+		}
+		return b.setExpiry(prefix, h.a, h.b)
+	}})
+	if err != nil {
+		return fmt.Errorf("expire events of %q: %w", stream, err)
+	}
+	return nil
+}
+
+// setExpiry rewrites the records of a stream up to seq last with an expiry,
+// in transactions of bounded size. It runs on the commit goroutine.
+func (b *Badger) setExpiry(prefix []byte, last, expiresAt uint64) error {
+	const chunk = 1000
+	for from := uint64(1); from <= last; from += chunk {
+		var es []*badger.Entry
+		err := b.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 100})
+			defer it.Close()
+			for it.Seek(msgKey(prefix, from)); it.Valid() && len(es) < chunk; it.Next() {
+				item := it.Item()
+				seq, err := parseSeqKey(item.Key(), string(prefix))
+				if err != nil || seq > last {
+					break
+				}
+				v, err := item.ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				es = append(es, &badger.Entry{Key: item.KeyCopy(nil), Value: v, ExpiresAt: expiresAt})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = b.db.Update(func(txn *badger.Txn) error {
+			for _, e := range es {
+				if err := txn.SetEntry(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,324 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// taskIdent is what places a task in the indexes.
+type taskIdent struct {
+	ContextID string    `json:"contextId"`
+	AgentID   string    `json:"agentId,omitempty"`
+	Owner     string    `json:"owner,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+func identOf(t *loop.TaskRecord) taskIdent {
+	return taskIdent{ContextID: t.ContextID, AgentID: t.AgentID, Owner: t.Owner, CreatedAt: t.CreatedAt}
+}
+
+func (ti *taskIdent) indexKeys(id string) [][]byte {
+	c := timeKey(ti.CreatedAt)
+	keys := [][]byte{
+		taskIdxKey(taskIdxPrefix(idxAll, ""), c, id),
+		taskIdxKey(taskIdxPrefix(idxContext, ti.ContextID), c, id),
+	}
+	if ti.AgentID != "" {
+		keys = append(keys, taskIdxKey(taskIdxPrefix(idxAgent, ti.AgentID), c, id))
+	}
+	if ti.Owner != "" {
+		keys = append(keys, taskIdxKey(taskIdxPrefix(idxOwner, ti.Owner), c, id))
+	}
+	return keys
+}
+
+// readIdent returns the index placement of the stored record in item. A
+// record that does not decode has none (its index entries, if any, are
+// skipped by listings, which check every entry against its record).
+func readIdent(item *badger.Item) *taskIdent {
+	var ti taskIdent
+	err := item.Value(func(v []byte) error { return json.Unmarshal(v, &ti) })
+	if err != nil {
+		return nil
+	}
+	return &ti
+}
+
+// observeTask reads the index placement of the stored task outside the
+// commit goroutine (so that big records are decoded in parallel), with the
+// version it was read at.
+func (b *Badger) observeTask(ctx context.Context, key []byte) (*taskIdent, uint64, error) {
+	var ti *taskIdent
+	var ver uint64
+	err := b.view(ctx, func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ver = item.Version()
+		ti = readIdent(item)
+		return nil
+	})
+	return ti, ver, err
+}
+
+// currentIdent returns the placement of the task as txn sees it, reusing
+// what observeTask read when the record has not changed since.
+func currentIdent(txn *badger.Txn, key []byte, seen *taskIdent, seenVer uint64) (*taskIdent, bool, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if seenVer != 0 && item.Version() == seenVer {
+		return seen, true, nil
+	}
+	return readIdent(item), true, nil
+}
+
+// expirySeconds is t as Badger's entry expiry: Unix seconds, rounded up so
+// that Badger never drops a record before its time (reads check the exact
+// time).
+func expirySeconds(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	if s <= 0 {
+		return 1
+	}
+	return uint64(s)
+}
+
+// SaveTask implements loop.TaskStore. The record and its index entries
+// expire together at ExpiresAt.
+func (b *Badger) SaveTask(ctx context.Context, t loop.TaskRecord) error {
+	if err := checkTask(b.limits, &t); err != nil {
+		return fmt.Errorf("save task: %w", err)
+	}
+	rec, err := json.Marshal(&t)
+	if err != nil {
+		return fmt.Errorf("save task %q: encode: %w", t.ID, err)
+	}
+	sum, err := json.Marshal(summarize(&t))
+	if err != nil {
+		return fmt.Errorf("save task %q: encode summary: %w", t.ID, err)
+	}
+	exp := expirySeconds(t.ExpiresAt)
+	tk := taskKey(t.ID)
+	ident := identOf(&t)
+	newKeys := ident.indexKeys(t.ID)
+	seen, seenVer, err := b.observeTask(ctx, tk)
+	if err != nil {
+		return fmt.Errorf("save task %q: %w", t.ID, err)
+	}
+	err = b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		old, _, err := currentIdent(txn, tk, seen, seenVer)
+		if err != nil {
+			return nil, err
+		}
+		ms := make([]mutation, 0, 1+2*len(newKeys))
+		if old != nil && *old != ident {
+			for _, k := range old.indexKeys(t.ID) {
+				if !containsKey(newKeys, k) {
+					ms = append(ms, del(k))
+				}
+			}
+		}
+		ms = append(ms, mutation{key: tk, value: rec, expiresAt: exp})
+		for _, k := range newKeys {
+			ms = append(ms, mutation{key: k, value: sum, expiresAt: exp})
+		}
+		return ms, nil
+	}})
+	if err != nil {
+		return fmt.Errorf("save task %q: %w", t.ID, err)
+	}
+	return nil
+}
+
+func containsKey(keys [][]byte, k []byte) bool {
+	for _, x := range keys {
+		if bytes.Equal(x, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// LoadTask implements loop.TaskStore.
+func (b *Badger) LoadTask(ctx context.Context, id string) (loop.TaskRecord, error) {
+	if err := b.limits.checkID("task id", id); err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task: %w", err)
+	}
+	var t loop.TaskRecord
+	err := b.view(ctx, func(txn *badger.Txn) error {
+		var ok bool
+		var err error
+		t, ok, err = getTask(txn, id, time.Now())
+		if err == nil && !ok {
+			err = &loop.NotFoundError{What: "task", ID: id}
+		}
+		return err
+	})
+	if err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task: %w", err)
+	}
+	return t, nil
+}
+
+// getTask reads a live task record.
+func getTask(txn *badger.Txn, id string, now time.Time) (loop.TaskRecord, bool, error) {
+	k := taskKey(id)
+	item, err := txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return loop.TaskRecord{}, false, nil
+	}
+	if err != nil {
+		return loop.TaskRecord{}, false, err
+	}
+	var t loop.TaskRecord
+	err = item.Value(func(v []byte) error {
+		t, err = decodeTask(k, v)
+		return err
+	})
+	if err != nil {
+		return loop.TaskRecord{}, false, err
+	}
+	if expired(t.ExpiresAt, now) {
+		return loop.TaskRecord{}, false, nil
+	}
+	return t, true, nil
+}
+
+// ListTasks implements loop.TaskStore. It walks the most selective index
+// the filter allows (context, owner, agent, else all tasks) newest first,
+// filters on the summaries kept in the index and loads only the matches.
+func (b *Badger) ListTasks(ctx context.Context, f loop.TaskFilter) ([]loop.TaskRecord, error) {
+	var prefix []byte
+	switch {
+	case f.ContextID != "":
+		prefix = taskIdxPrefix(idxContext, f.ContextID)
+	case f.Owner != "":
+		prefix = taskIdxPrefix(idxOwner, f.Owner)
+	case f.AgentID != "":
+		prefix = taskIdxPrefix(idxAgent, f.AgentID)
+	default:
+		prefix = taskIdxPrefix(idxAll, "")
+	}
+	now := time.Now()
+	out := []loop.TaskRecord{}
+	err := b.view(ctx, func(txn *badger.Txn) error {
+		seek := append(append([]byte{}, prefix...), 0xFF)
+		var skip []byte
+		if f.After != "" {
+			t, ok, err := getTask(txn, f.After, now)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%w: page token: task %q not found", loop.ErrInvalid, f.After)
+			}
+			seek = taskIdxKey(prefix, timeKey(t.CreatedAt), f.After)
+			skip = seek
+		}
+		opts := badger.IteratorOptions{Prefix: prefix, Reverse: true, PrefetchValues: true, PrefetchSize: 100}
+		if f.Limit > 0 && f.Limit < 100 {
+			opts.PrefetchSize = f.Limit
+		}
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Seek(seek); it.ValidForPrefix(prefix); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			item := it.Item()
+			key := item.Key()
+			if skip != nil && bytes.Equal(key, skip) {
+				continue
+			}
+			created, id, err := parseTaskIdxKey(key, prefix)
+			if err != nil {
+				return corrupt(key, err)
+			}
+			var s taskSummary
+			err = item.Value(func(v []byte) error {
+				s, err = decodeSummary(key, v)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if !s.match(&f) {
+				continue
+			}
+			t, ok, err := getTask(txn, id, now)
+			if err != nil {
+				return err
+			}
+			// An entry left behind by an interrupted write no longer
+			// matches its record: skip it.
+			if !ok || timeKey(t.CreatedAt) != created {
+				continue
+			}
+			if rs := summarize(&t); !rs.match(&f) {
+				continue
+			}
+			out = append(out, t)
+			if f.Limit > 0 && len(out) == f.Limit {
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteTask implements loop.TaskStore. Deleting an unknown task is not an
+// error.
+func (b *Badger) DeleteTask(ctx context.Context, id string) error {
+	if err := b.limits.checkID("task id", id); err != nil {
+		return fmt.Errorf("delete task: %w", err)
+	}
+	tk := taskKey(id)
+	seen, seenVer, err := b.observeTask(ctx, tk)
+	if err != nil {
+		return fmt.Errorf("delete task %q: %w", id, err)
+	}
+	err = b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		old, ok, err := currentIdent(txn, tk, seen, seenVer)
+		if err != nil || !ok {
+			return nil, err
+		}
+		ms := []mutation{del(tk)}
+		if old != nil {
+			for _, k := range old.indexKeys(id) {
+				ms = append(ms, del(k))
+			}
+		}
+		return ms, nil
+	}})
+	if err != nil {
+		return fmt.Errorf("delete task %q: %w", id, err)
+	}
+	return nil
+}

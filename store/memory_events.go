@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// MemoryEvents is the event log of a Memory store: each stream a slice of
+// records, record i having seq i+1.
+type MemoryEvents struct {
+	limits  Limits
+	mu      sync.RWMutex
+	streams map[string]*memStream
+}
+
+type memStream struct {
+	recs    [][]byte
+	expires time.Time // zero: never
+}
+
+var _ loop.EventLog = (*MemoryEvents)(nil)
+
+// live returns the stream if it exists and has not expired. Callers hold mu.
+func (e *MemoryEvents) live(stream string, now time.Time) *memStream {
+	s := e.streams[stream]
+	if s == nil || expired(s.expires, now) {
+		return nil
+	}
+	return s
+}
+
+// Append implements loop.EventLog.
+func (e *MemoryEvents) Append(ctx context.Context, stream string, data ...[]byte) (uint64, error) {
+	if err := e.limits.checkID("stream", stream); err != nil {
+		return 0, fmt.Errorf("append events: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("append events: %w", err)
+	}
+	if len(data) == 0 {
+		return 0, fmt.Errorf("append events: %w: no records", loop.ErrInvalid)
+	}
+	cp := make([][]byte, len(data))
+	for i, d := range data {
+		cp[i] = append([]byte{}, d...)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.live(stream, time.Now())
+	if s == nil {
+		s = &memStream{}
+		e.streams[stream] = s
+	}
+	first := uint64(len(s.recs)) + 1
+	s.recs = append(s.recs, cp...)
+	return first, nil
+}
+
+// Read implements loop.EventLog.
+func (e *MemoryEvents) Read(ctx context.Context, stream string, after uint64, limit int) ([]loop.LogRecord, error) {
+	if err := e.limits.checkID("stream", stream); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	s := e.live(stream, time.Now())
+	if s == nil || after >= uint64(len(s.recs)) {
+		return []loop.LogRecord{}, nil
+	}
+	recs := s.recs[after:]
+	if limit > 0 && len(recs) > limit {
+		recs = recs[:limit]
+	}
+	out := make([]loop.LogRecord, len(recs))
+	for i, d := range recs {
+		out[i] = loop.LogRecord{Seq: after + uint64(i) + 1, Data: append([]byte{}, d...)}
+	}
+	return out, nil
+}
+
+// Last implements loop.EventLog.
+func (e *MemoryEvents) Last(ctx context.Context, stream string) (uint64, error) {
+	if err := e.limits.checkID("stream", stream); err != nil {
+		return 0, fmt.Errorf("last event: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("last event: %w", err)
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	s := e.live(stream, time.Now())
+	if s == nil {
+		return 0, nil
+	}
+	return uint64(len(s.recs)), nil
+}
+
+// Expire implements loop.EventLog. Records appended later share the
+// stream's expiry.
+func (e *MemoryEvents) Expire(ctx context.Context, stream string, ttl time.Duration) error {
+	if err := e.limits.checkID("stream", stream); err != nil {
+		return fmt.Errorf("expire events: %w", err)
+	}
+	if err := checkTTL(ttl); err != nil {
+		return fmt.Errorf("expire events: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("expire events: %w", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	s := e.live(stream, now)
+	if s == nil {
+		return nil
+	}
+	if ttl == 0 {
+		delete(e.streams, stream)
+		return nil
+	}
+	s.expires = now.Add(ttl)
+	return nil
+}
+
+func (e *MemoryEvents) sweep(now time.Time) {
+	e.mu.Lock()
+	for name, s := range e.streams {
+		if expired(s.expires, now) {
+			delete(e.streams, name)
+		}
+	}
+	e.mu.Unlock()
+}
