@@ -1,0 +1,195 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	
+	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/sse"
+)
+
+// The A2A operations, on A2A 1.0 types. The 0.3 binding converts its
+// requests and results around these.
+
+// sendMessage starts a turn; unless the client asked to get the task back
+// at once, it waits for the turn to end (or to wait on the client) and
+// returns the task.
+func (s *Server) sendMessage(ctx context.Context, auth *loop.AuthContext, req *a2a.SendMessageRequest) (*a2a.Task, error) {
+	if err := checkSendConfig(req); err != nil {
+		return nil, err
+	}
+	st, err := s.tasks.start(ctx, auth, req)
+	if err != nil {
+		return nil, err
+	}
+	hl := -1
+	if req.Config != nil && req.Config.HistoryLength != nil {
+		hl = *req.Config.HistoryLength
+	}
+	if req.Config != nil && req.Config.ReturnImmediately {
+		return st.task, nil
+	}
+	if err := s.tasks.wait(ctx, st.run); err != nil {
+		return nil, fmt.Errorf("wait for task %s: %w", st.run.taskID, err)
+	}
+	rec, err := s.tasks.load(context.WithoutCancel(ctx), auth.Principal, st.run.taskID)
+	if err != nil {
+		return nil, err
+	}
+	return toA2ATask(rec, s.historyLength(hl)), nil
+}
+
+func checkSendConfig(req *a2a.SendMessageRequest) error {
+	if req == nil {
+		return fmt.Errorf("%w: params are required", a2a.ErrInvalidParams)
+	}
+	if req.Config == nil {
+		return nil
+	}
+	if req.Config.HistoryLength != nil && *req.Config.HistoryLength < 0 {
+		return fmt.Errorf("%w: configuration.historyLength must not be negative", a2a.ErrInvalidParams)
+	}
+	if req.Config.PushConfig != nil {
+		return a2a.ErrPushNotificationNotSupported
+	}
+	return nil
+}
+
+// historyLength bounds a requested history length: -1 (not given) means
+// the configured maximum.
+func (s *Server) historyLength(n int) int {
+	if n < 0 || n > s.cfg.Limits.MaxHistoryLength {
+		return s.cfg.Limits.MaxHistoryLength
+	}
+	return n
+}
+
+func (s *Server) getTask(ctx context.Context, auth *loop.AuthContext, req *a2a.GetTaskRequest) (*a2a.Task, error) {
+	hl := -1
+	if req.HistoryLength != nil {
+		if *req.HistoryLength < 0 {
+			return nil, fmt.Errorf("%w: historyLength must not be negative", a2a.ErrInvalidParams)
+		}
+		hl = *req.HistoryLength
+	}
+	rec, err := s.tasks.load(ctx, auth.Principal, string(req.ID))
+	if err != nil {
+		return nil, err
+	}
+	return toA2ATask(rec, s.historyLength(hl)), nil
+}
+
+func (s *Server) cancelTask(ctx context.Context, auth *loop.AuthContext, req *a2a.CancelTaskRequest) (*a2a.Task, error) {
+	rec, err := s.tasks.cancel(ctx, auth.Principal, string(req.ID))
+	if err != nil {
+		return nil, err
+	}
+	return toA2ATask(rec, s.historyLength(-1)), nil
+}
+
+func (s *Server) listTasks(ctx context.Context, auth *loop.AuthContext, req *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
+	size := req.PageSize
+	switch {
+	case size < 0:
+		return nil, fmt.Errorf("%w: pageSize must not be negative", a2a.ErrInvalidParams)
+	case size == 0 || size > s.cfg.Limits.MaxPageSize:
+		size = s.cfg.Limits.MaxPageSize
+	}
+	hl := 0 // a listing carries no history unless asked
+	if req.HistoryLength != nil {
+		if *req.HistoryLength < 0 {
+			return nil, fmt.Errorf("%w: historyLength must not be negative", a2a.ErrInvalidParams)
+		}
+		hl = s.historyLength(*req.HistoryLength)
+	}
+	f := loop.TaskFilter{Owner: auth.Principal, ContextID: req.ContextID}
+	if req.Status != a2a.TaskStateUnspecified {
+		st, ok := loopStatus(req.Status)
+		if !ok {
+			return nil, fmt.Errorf("%w: unknown status %q", a2a.ErrInvalidParams, req.Status)
+		}
+		f.Statuses = []loop.TaskStatus{st}
+	}
+	if req.StatusTimestampAfter != nil {
+		f.UpdatedAfter = *req.StatusTimestampAfter
+	}
+	all, err := s.stores.Tasks.ListTasks(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	start := 0
+	if req.PageToken != "" {
+		n, err := strconv.Atoi(req.PageToken)
+		if err != nil || n < 0 || n > len(all) {
+			return nil, fmt.Errorf("%w: pageToken %q is not one this server gave", a2a.ErrInvalidParams, req.PageToken)
+		}
+		start = n
+	}
+	end := min(start+size, len(all))
+	resp := &a2a.ListTasksResponse{Tasks: make([]*a2a.Task, 0, end-start), TotalSize: len(all), PageSize: size}
+	for _, rec := range all[start:end] {
+		t := toA2ATask(rec, hl)
+		if !req.IncludeArtifacts {
+			t.Artifacts = nil
+		}
+		resp.Tasks = append(resp.Tasks, t)
+	}
+	if end < len(all) {
+		resp.NextPageToken = strconv.Itoa(end)
+	}
+	return resp, nil
+}
+
+// taskStream is a stream of one task's events to serve: the events of its
+// stream after an id, or, for a task waiting on the client with no turn
+// running, just the task as it is.
+type taskStream struct {
+	taskID   string
+	after    uint64
+	snapshot *a2a.Task
+}
+
+// subscribe prepares SubscribeToTask. lastEventID > 0 resumes a stream the
+// client had: the events after it are replayed, then the live ones.
+// Otherwise a running turn is streamed from its start (its first event is
+// the task), and a task waiting on the client is sent as it is.
+func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a.SubscribeToTaskRequest, lastEventID uint64) (*taskStream, error) {
+	rec, err := s.tasks.load(ctx, auth.Principal, string(req.ID))
+	if err != nil {
+		return nil, err
+	}
+	if lastEventID > 0 {
+		return &taskStream{taskID: rec.ID, after: lastEventID}, nil
+	}
+	if r := s.tasks.runOf(rec.ID); r != nil {
+		return &taskStream{taskID: rec.ID, after: r.after}, nil
+	}
+	if rec.Status.Terminal() {
+		return nil, a2a.NewError(a2a.ErrUnsupportedOperation,
+			fmt.Sprintf("task %q is %s: nothing more will happen to it", rec.ID, rec.Status))
+	}
+	return &taskStream{taskID: rec.ID, snapshot: toA2ATask(rec, s.historyLength(-1))}, nil
+}
+
+// parseLastEventID reads a Last-Event-ID header.
+func parseLastEventID(v string) (uint64, error) {
+	id, err := sse.ParseLastEventID(v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", a2a.ErrInvalidRequest, err)
+	}
+	return id, nil
+}
+
+// marshalResult is the JSON of a JSON-RPC result frame.
+func marshalResponse(id json.RawMessage, result any, e *rpcError) []byte {
+	b, err := json.Marshal(rpcResponse{JSONRPC: "2.0", ID: id, Result: result, Error: e})
+	if err != nil {
+		b, _ = json.Marshal(rpcResponse{JSONRPC: "2.0", ID: id,
+			Error: &rpcError{Code: -32603, Message: "internal error: response not encodable"}})
+	}
+	return b
+}

@@ -1,0 +1,159 @@
+package host_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+)
+
+func TestSendMessageCompletes(t *testing.T) {
+	h := startHost(t, baseConfig(t.TempDir()))
+	c := client10(t, h.URL(), "")
+	task := send(t, c, context.Background(), &a2a.SendMessageRequest{Message: userMsg("hello there")})
+	if task.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("state %s, want completed", task.Status.State)
+	}
+	if got := artifactText(task); got != "You said: hello there" {
+		t.Fatalf("artifact text %q", got)
+	}
+	if task.ContextID == "" || task.ID == "" {
+		t.Fatalf("task without ids: %+v", task)
+	}
+	if len(task.History) != 2 || task.History[0].Role != a2a.MessageRoleUser || task.History[1].Role != a2a.MessageRoleAgent {
+		t.Fatalf("history %+v", task.History)
+	}
+}
+
+func TestStreamDeliversDeltasBeforeTheEnd(t *testing.T) {
+	h := startHost(t, baseConfig(t.TempDir()))
+	c := client10(t, h.URL(), "")
+	var events []a2a.Event
+	for ev, err := range c.SendStreamingMessage(context.Background(), &a2a.SendMessageRequest{Message: userMsg("one two three four")}) {
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		events = append(events, ev)
+	}
+	if len(events) < 4 {
+		t.Fatalf("only %d events", len(events))
+	}
+	if _, ok := events[0].(*a2a.Task); !ok {
+		t.Fatalf("first event %T, want the task", events[0])
+	}
+	last, ok := events[len(events)-1].(*a2a.TaskStatusUpdateEvent)
+	if !ok || last.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("last event %#v, want completed status", events[len(events)-1])
+	}
+	// Several artifact chunks, appended, before the final status.
+	var chunks []string
+	for _, ev := range events {
+		if au, ok := ev.(*a2a.TaskArtifactUpdateEvent); ok && !au.LastChunk {
+			chunks = append(chunks, au.Artifact.Parts[0].Text())
+		}
+	}
+	if len(chunks) < 3 {
+		t.Fatalf("%d delta chunks, want several: %q", len(chunks), chunks)
+	}
+	if got := strings.Join(chunks, ""); got != "You said: one two three four" {
+		t.Fatalf("deltas join to %q", got)
+	}
+}
+
+func TestMultiTurnSameContext(t *testing.T) {
+	h := startHost(t, baseConfig(t.TempDir()))
+	c := client10(t, h.URL(), "")
+	ctx := context.Background()
+	first := send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("apples")})
+	m := userMsg("pears")
+	m.ContextID = first.ContextID
+	second := send(t, c, ctx, &a2a.SendMessageRequest{Message: m})
+	if second.ContextID != first.ContextID || second.ID == first.ID {
+		t.Fatalf("second task %s/%s, first %s/%s", second.ContextID, second.ID, first.ContextID, first.ID)
+	}
+	if got := artifactText(second); got != "You said: pears. Before that: apples" {
+		t.Fatalf("second answer %q does not remember the first turn", got)
+	}
+}
+
+func TestGetTaskHistoryLength(t *testing.T) {
+	h := startHost(t, baseConfig(t.TempDir()))
+	c := client10(t, h.URL(), "")
+	ctx := context.Background()
+	task := send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("remember me")})
+	for _, tc := range []struct {
+		n    *int
+		want int
+	}{{nil, 2}, {ptr(0), 0}, {ptr(1), 1}, {ptr(5), 2}} {
+		got, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: task.ID, HistoryLength: tc.n})
+		if err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		if len(got.History) != tc.want {
+			t.Fatalf("historyLength %v: %d messages, want %d", tc.n, len(got.History), tc.want)
+		}
+		if tc.want == 1 && got.History[0].Role != a2a.MessageRoleAgent {
+			t.Fatalf("historyLength 1 kept %s, want the last (agent) message", got.History[0].Role)
+		}
+		if got.Status.State != a2a.TaskStateCompleted {
+			t.Fatalf("state %s", got.Status.State)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestListTasks(t *testing.T) {
+	h := startHost(t, baseConfig(t.TempDir()))
+	c := client10(t, h.URL(), "")
+	ctx := context.Background()
+	a := send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("a")})
+	m := userMsg("b")
+	m.ContextID = a.ContextID
+	send(t, c, ctx, &a2a.SendMessageRequest{Message: m})
+	send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("c")})
+
+	all, err := c.ListTasks(ctx, &a2a.ListTasksRequest{})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if all.TotalSize != 3 || len(all.Tasks) != 3 {
+		t.Fatalf("list all: total %d, %d tasks", all.TotalSize, len(all.Tasks))
+	}
+	byCtx, err := c.ListTasks(ctx, &a2a.ListTasksRequest{ContextID: a.ContextID})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(byCtx.Tasks) != 2 {
+		t.Fatalf("list by context: %d tasks, want 2", len(byCtx.Tasks))
+	}
+	page1, err := c.ListTasks(ctx, &a2a.ListTasksRequest{PageSize: 2})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(page1.Tasks) != 2 || page1.NextPageToken == "" {
+		t.Fatalf("page 1: %d tasks, token %q", len(page1.Tasks), page1.NextPageToken)
+	}
+	page2, err := c.ListTasks(ctx, &a2a.ListTasksRequest{PageSize: 2, PageToken: page1.NextPageToken})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(page2.Tasks) != 1 || page2.NextPageToken != "" {
+		t.Fatalf("page 2: %d tasks, token %q", len(page2.Tasks), page2.NextPageToken)
+	}
+	seen := map[a2a.TaskID]bool{}
+	for _, tk := range append(page1.Tasks, page2.Tasks...) {
+		seen[tk.ID] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("pages overlap: %v", seen)
+	}
+	done, err := c.ListTasks(ctx, &a2a.ListTasksRequest{Status: a2a.TaskStateCanceled})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(done.Tasks) != 0 {
+		t.Fatalf("status filter: %d canceled tasks, want 0", len(done.Tasks))
+	}
+}

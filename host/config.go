@@ -1,0 +1,252 @@
+package host
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration of the host. A zero field means its
+// default; defaults are applied to a copy, never written back.
+//
+// It is read from a JSON file (LoadConfig); flags and environment variables
+// (Main.ParseFlags) override the file.
+type Config struct {
+	// Addr is the listen address (default 127.0.0.1:8080).
+	Addr string `json:"addr,omitempty"`
+	// DataDir holds the Badger database (default ./data).
+	DataDir string `json:"dataDir,omitempty"`
+	// PluginDir is the folder of plugins to load and watch (default
+	// examples/plugins when it exists; empty: no plugins).
+	PluginDir string `json:"pluginDir,omitempty"`
+	// PublicURL is the base URL written into the agent card (default
+	// http://<Addr>).
+	PublicURL string `json:"publicUrl,omitempty"`
+
+	Agent  AgentConfig  `json:"agent"`
+	Model  ModelConfig  `json:"model"`
+	Auth   AuthConfig   `json:"auth"`
+	Admin  AdminConfig  `json:"admin"`
+	Limits LimitsConfig `json:"limits"`
+
+	// LogFormat is "json", "text" or "" (text in a terminal, JSON otherwise).
+	LogFormat string `json:"logFormat,omitempty"`
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string `json:"logLevel,omitempty"`
+}
+
+// AgentConfig describes the agent the host serves.
+type AgentConfig struct {
+	Name         string `json:"name,omitempty"`        // default "Looopy"
+	Description  string `json:"description,omitempty"` // shown on the agent card
+	SystemPrompt string `json:"systemPrompt,omitempty"`
+	// MaxIterations of one turn (default 10).
+	MaxIterations int `json:"maxIterations,omitempty"`
+	// HistoryLimit is the number of messages loaded for a turn (0: all).
+	HistoryLimit int `json:"historyLimit,omitempty"`
+}
+
+// ModelConfig selects the model. Plugin names a model plugin (default
+// "scripted-model", the demo script); Config is handed to it.
+type ModelConfig struct {
+	Plugin string `json:"plugin,omitempty"`
+	// Name is the model name passed in each request (optional).
+	Name string `json:"name,omitempty"`
+}
+
+// AuthConfig turns client authentication on. With Enabled false every
+// request is served as the principal "local".
+type AuthConfig struct {
+	Enabled bool `json:"enabled,omitempty"`
+	// Keys maps an API key or bearer token to its principal. A key may be
+	// given as "env:NAME" to read it from the environment.
+	Keys []APIKey `json:"keys,omitempty"`
+}
+
+// APIKey is one credential and the principal it stands for.
+type APIKey struct {
+	Key       string   `json:"key"`
+	Principal string   `json:"principal"`
+	Scopes    []string `json:"scopes,omitempty"`
+}
+
+// AdminConfig guards the /admin API. With no token the admin API is off.
+type AdminConfig struct {
+	// Token is the admin bearer token, or "env:NAME".
+	Token string `json:"token,omitempty"`
+}
+
+// LimitsConfig bounds what a client can make the host do.
+type LimitsConfig struct {
+	// MaxBodyBytes bounds a request body (default 1 MiB).
+	MaxBodyBytes int `json:"maxBodyBytes,omitempty"`
+	// MaxHistoryLength bounds historyLength in GetTask/ListTasks (default 1000).
+	MaxHistoryLength int `json:"maxHistoryLength,omitempty"`
+	// TurnTimeout bounds one turn (default 10m).
+	TurnTimeout Duration `json:"turnTimeout,omitempty"`
+	// ShutdownGrace is how long running turns may go on after a shutdown
+	// begins before they are cancelled (default 10s).
+	ShutdownGrace Duration `json:"shutdownGrace,omitempty"`
+	// Heartbeat is the interval of SSE comments on idle streams (default 15s).
+	Heartbeat Duration `json:"heartbeat,omitempty"`
+	// TaskTTL: finished tasks and their event logs expire after this
+	// (default 7 days).
+	TaskTTL Duration `json:"taskTTL,omitempty"`
+	// MaxPageSize bounds ListTasks pages (default 100).
+	MaxPageSize int `json:"maxPageSize,omitempty"`
+}
+
+// Duration is a time.Duration that reads and writes as "1m30s" in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads "1m30s" or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration must be a string like \"30s\" or nanoseconds: %s", b)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// Default values.
+const (
+	DefaultAddr          = "127.0.0.1:8080"
+	DefaultDataDir       = "./data"
+	DefaultPluginDir     = "examples/plugins"
+	DefaultModelPlugin   = "scripted-model"
+	DefaultMaxBodyBytes  = 1 << 20
+	DefaultPrincipal     = "local"
+	defaultHistoryLength = 1000
+)
+
+// LoadConfig reads a JSON config file strictly: an unknown field is an error.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	return ParseConfig(b)
+}
+
+// ParseConfig decodes a JSON config strictly and validates it.
+func ParseConfig(b []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
+	if dec.More() {
+		return Config{}, errors.New("parse config: trailing data after the JSON object")
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate reports the first problem of c.
+func (c Config) Validate() error {
+	if c.Auth.Enabled && len(c.Auth.Keys) == 0 {
+		return errors.New("config: auth.enabled needs at least one key in auth.keys")
+	}
+	seen := map[string]bool{}
+	for i, k := range c.Auth.Keys {
+		if k.Key == "" {
+			return fmt.Errorf("config: auth.keys[%d]: empty key", i)
+		}
+		if k.Principal == "" {
+			return fmt.Errorf("config: auth.keys[%d]: empty principal", i)
+		}
+		if seen[k.Key] {
+			return fmt.Errorf("config: auth.keys[%d]: key given twice", i)
+		}
+		seen[k.Key] = true
+	}
+	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 {
+		return errors.New("config: limits must not be negative")
+	}
+	switch c.LogFormat {
+	case "", "json", "text":
+	default:
+		return fmt.Errorf("config: logFormat %q: want json or text", c.LogFormat)
+	}
+	return nil
+}
+
+// withDefaults returns a copy of c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = "http://" + c.Addr
+	}
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	if c.Agent.Name == "" {
+		c.Agent.Name = "Looopy"
+	}
+	if c.Agent.Description == "" {
+		c.Agent.Description = "A Looopy agent: a model, tools and sub-agents as WebAssembly plugins."
+	}
+	if c.Model.Plugin == "" {
+		c.Model.Plugin = DefaultModelPlugin
+	}
+	l := &c.Limits
+	if l.MaxBodyBytes == 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if l.MaxHistoryLength == 0 {
+		l.MaxHistoryLength = defaultHistoryLength
+	}
+	if l.TurnTimeout == 0 {
+		l.TurnTimeout = Duration(10 * time.Minute)
+	}
+	if l.ShutdownGrace == 0 {
+		l.ShutdownGrace = Duration(10 * time.Second)
+	}
+	if l.Heartbeat == 0 {
+		l.Heartbeat = Duration(15 * time.Second)
+	}
+	if l.TaskTTL == 0 {
+		l.TaskTTL = Duration(7 * 24 * time.Hour)
+	}
+	if l.MaxPageSize == 0 {
+		l.MaxPageSize = 100
+	}
+	return c
+}
+
+// resolveSecret reads "env:NAME" from the environment; anything else is the
+// value itself.
+func resolveSecret(v string) (string, error) {
+	name, ok := strings.CutPrefix(v, "env:")
+	if !ok {
+		return v, nil
+	}
+	s := os.Getenv(name)
+	if s == "" {
+		return "", fmt.Errorf("secret from environment variable %s: not set", name)
+	}
+	return s, nil
+}

@@ -1,0 +1,82 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/sse"
+)
+
+// handleEvents serves GET /events/{contextId}: Looopy's own event stream of
+// a conversation, every event as it is (internal ones excepted), from the
+// log then live. ?taskId= and ?kinds=a,b filter it; Last-Event-ID (header,
+// or ?lastEventId=) resumes it.
+func (s *Server) handleEvents(c fiber.Ctx) error {
+	auth, err := s.principal(c)
+	if err != nil {
+		return err
+	}
+	contextID := c.Params("contextId")
+	meta, err := s.stores.Agents.LoadAgent(c.Context(), contextID)
+	if errors.Is(err, loop.ErrNotFound) || (err == nil && meta.Owner != auth.Principal) {
+		return &loop.NotFoundError{What: "context", ID: contextID}
+	}
+	if err != nil {
+		return fmt.Errorf("events of %q: %w", contextID, err)
+	}
+	var f sse.Filter
+	if t := c.Query("taskId"); t != "" {
+		f.TaskIDs = strings.Split(t, ",")
+	}
+	if k := c.Query("kinds"); k != "" {
+		f.Kinds, err = parseKinds(k)
+		if err != nil {
+			return err
+		}
+	}
+	lastID := c.Get("Last-Event-ID")
+	if lastID == "" {
+		lastID = c.Query("lastEventId")
+	}
+	after, err := parseLastEventID(lastID)
+	if err != nil {
+		return err
+	}
+	conn := c.RequestCtx().Conn()
+	s.sendSSE(c, func(w *bufio.Writer) {
+		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, f, sse.LooopyEncoder{})
+		if err != nil && !errors.Is(err, errClientGone) {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "event stream ended with an error",
+				slog.String("context_id", contextID), slog.String("error", err.Error()))
+		}
+	})
+	return nil
+}
+
+// parseKinds reads a comma-separated list of event kinds. An unknown or
+// internal kind is an error that names it.
+func parseKinds(s string) ([]loop.EventKind, error) {
+	known := map[loop.EventKind]bool{}
+	for _, k := range loop.AllKinds() {
+		known[k] = !k.Internal()
+	}
+	var out []loop.EventKind
+	for _, p := range strings.Split(s, ",") {
+		k := loop.EventKind(strings.TrimSpace(p))
+		if k == "" {
+			continue
+		}
+		if !known[k] {
+			return nil, fmt.Errorf("%w: kinds: %q is not an event kind of this stream", loop.ErrInvalid, k)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}

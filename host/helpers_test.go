@@ -1,0 +1,159 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+
+	"github.com/looopy-go/looopy/host"
+	"github.com/looopy-go/looopy/loop"
+)
+
+// echoModel plays the scripted model's demo rules the tests use: "slow N"
+// streams N ticks, one every 50ms (cancel it halfway); anything else is
+// echoed with every earlier user message, streamed word by word.
+type echoModel struct{}
+
+func (echoModel) Generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
+	var users []string
+	for _, m := range req.Messages {
+		if m.Role == loop.RoleUser {
+			users = append(users, m.Content)
+		}
+	}
+	last := users[len(users)-1]
+	var n int
+	var chunks []string
+	if _, err := fmt.Sscanf(last, "slow %d", &n); err == nil {
+		for i := 1; i <= n; i++ {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			chunks = append(chunks, fmt.Sprintf(" tick%d", i))
+			if onDelta != nil {
+				onDelta(loop.Delta{Content: chunks[len(chunks)-1]})
+			}
+		}
+	} else {
+		text := "You said: " + last
+		if len(users) > 1 {
+			text += ". Before that: " + strings.Join(users[:len(users)-1], " | ")
+		}
+		for i, w := range strings.SplitAfter(text, " ") {
+			_ = i
+			chunks = append(chunks, w)
+			if onDelta != nil {
+				onDelta(loop.Delta{Content: w})
+			}
+		}
+	}
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: strings.Join(chunks, "")},
+		FinishReason: loop.FinishStop}, nil
+}
+
+// testHost is a host running on a loopback port with Badger in a temp dir.
+type testHost struct {
+	*host.Main
+	dir string
+}
+
+func baseConfig(dir string) host.Config {
+	return host.Config{
+		Addr:    "127.0.0.1:0",
+		DataDir: dir,
+		Limits: host.LimitsConfig{
+			Heartbeat:     host.Duration(100 * time.Millisecond),
+			ShutdownGrace: host.Duration(2 * time.Second),
+		},
+	}
+}
+
+func startHost(t testing.TB, cfg host.Config) *testHost {
+	t.Helper()
+	m := host.NewMain()
+	m.Config = cfg
+	m.Stdout = io.Discard
+	m.Model = echoModel{}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatalf("run host: %v", err)
+	}
+	th := &testHost{Main: m, dir: cfg.DataDir}
+	t.Cleanup(func() { _ = m.Close() })
+	return th
+}
+
+// headerTransport adds headers to every request.
+type headerTransport struct {
+	base   http.RoundTripper
+	header map[string]string
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.header {
+		r.Header.Set(k, v)
+	}
+	return h.base.RoundTrip(r)
+}
+
+func httpClient(token string) *http.Client {
+	hdr := map[string]string{}
+	if token != "" {
+		hdr["Authorization"] = "Bearer " + token
+	}
+	return &http.Client{Transport: headerTransport{base: http.DefaultTransport, header: hdr}, Timeout: 30 * time.Second}
+}
+
+// client10 is the official a2a-go v2 client, from the agent card.
+func client10(t testing.TB, base, token string) *a2aclient.Client {
+	t.Helper()
+	ctx := context.Background()
+	card, err := agentcard.NewResolver(httpClient(token)).Resolve(ctx, base)
+	if err != nil {
+		t.Fatalf("resolve card: %v", err)
+	}
+	c, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(httpClient(token)))
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Destroy() })
+	return c
+}
+
+func userMsg(text string) *a2a.Message {
+	return a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(text))
+}
+
+func artifactText(t *a2a.Task) string {
+	var sb strings.Builder
+	for _, a := range t.Artifacts {
+		for _, p := range a.Parts {
+			sb.WriteString(p.Text())
+		}
+	}
+	return sb.String()
+}
+
+// send sends a message with SendMessage and returns the task.
+func send(t testing.TB, c *a2aclient.Client, ctx context.Context, req *a2a.SendMessageRequest) *a2a.Task {
+	t.Helper()
+	r, err := c.SendMessage(ctx, req)
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	task, ok := r.(*a2a.Task)
+	if !ok {
+		t.Fatalf("send returned %T, want a task", r)
+	}
+	return task
+}

@@ -1,0 +1,248 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/store"
+)
+
+// Main is the program: flags and environment over a config file, the
+// stores, the plugins, the server. cmd/host runs it; end-to-end tests run it
+// too, in process.
+type Main struct {
+	Config Config
+	// Stdout receives the logs (default os.Stderr).
+	Stdout io.Writer
+	// Model, when set, replaces the model the configuration selects
+	// (tests and embedders).
+	Model loop.Model
+
+	log     *slog.Logger
+	store   *store.Badger
+	server  *Server
+	ln      net.Listener
+	served  chan error
+	closers []func() error
+}
+
+// NewMain returns a Main with the default configuration.
+func NewMain() *Main { return &Main{Stdout: os.Stderr} }
+
+// ParseFlags reads -config, then the environment, then the other flags, in
+// rising order of precedence.
+func (m *Main) ParseFlags(args []string) error {
+	fs := flag.NewFlagSet("looopy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configPath := fs.String("config", os.Getenv("LOOOPY_CONFIG"), "JSON config file (env LOOOPY_CONFIG)")
+	addr := fs.String("addr", "", "listen address (env LOOOPY_ADDR, default "+DefaultAddr+")")
+	data := fs.String("data", "", "data directory (env LOOOPY_DATA, default "+DefaultDataDir+")")
+	plugins := fs.String("plugins", "", "plugin folder (env LOOOPY_PLUGINS, default "+DefaultPluginDir+" when it exists)")
+	model := fs.String("model", "", "model plugin (env LOOOPY_MODEL, default "+DefaultModelPlugin+")")
+	publicURL := fs.String("public-url", "", "base URL on the agent card (env LOOOPY_PUBLIC_URL)")
+	authOn := fs.Bool("auth", false, "require an API key (env LOOOPY_AUTH=1); keys come from the config file")
+	logFormat := fs.String("log-format", "", "json or text (env LOOOPY_LOG_FORMAT; default text in a terminal)")
+	logLevel := fs.String("log-level", "", "debug, info, warn, error (env LOOOPY_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			var sb strings.Builder
+			fs.SetOutput(&sb)
+			fs.PrintDefaults()
+			return fmt.Errorf("usage of looopy:\n%s", sb.String())
+		}
+		return fmt.Errorf("flags: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("flags: unexpected argument %q", fs.Arg(0))
+	}
+	cfg := m.Config
+	if *configPath != "" {
+		c, err := LoadConfig(*configPath)
+		if err != nil {
+			return err
+		}
+		cfg = c
+	}
+	set := func(dst *string, flagVal, env string) {
+		if v := os.Getenv(env); v != "" {
+			*dst = v
+		}
+		if flagVal != "" {
+			*dst = flagVal
+		}
+	}
+	set(&cfg.Addr, *addr, "LOOOPY_ADDR")
+	set(&cfg.DataDir, *data, "LOOOPY_DATA")
+	set(&cfg.PluginDir, *plugins, "LOOOPY_PLUGINS")
+	set(&cfg.Model.Plugin, *model, "LOOOPY_MODEL")
+	set(&cfg.PublicURL, *publicURL, "LOOOPY_PUBLIC_URL")
+	set(&cfg.LogFormat, *logFormat, "LOOOPY_LOG_FORMAT")
+	set(&cfg.LogLevel, *logLevel, "LOOOPY_LOG_LEVEL")
+	if v := os.Getenv("LOOOPY_AUTH"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("LOOOPY_AUTH=%q: want true or false", v)
+		}
+		cfg.Auth.Enabled = on
+	}
+	if *authOn {
+		cfg.Auth.Enabled = true
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	m.Config = cfg
+	return nil
+}
+
+// Logger returns the logger Run set up (nil before).
+func (m *Main) Logger() *slog.Logger { return m.log }
+
+// Addr is the address the server listens on, once Run has returned.
+func (m *Main) Addr() string {
+	if m.ln == nil {
+		return ""
+	}
+	return m.ln.Addr().String()
+}
+
+// URL is the base URL of the running server.
+func (m *Main) URL() string { return "http://" + m.Addr() }
+
+// Run opens the stores, loads the plugins, starts listening and returns;
+// the server answers in the background until Close. ctx bounds the start.
+func (m *Main) Run(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			_ = m.closeAll()
+		}
+	}()
+	cfg := m.Config
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	m.log = newLogger(m.Stdout, cfg.LogFormat, cfg.LogLevel)
+	dc := cfg.withDefaults()
+
+	ln, err := net.Listen("tcp", dc.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", dc.Addr, err)
+	}
+	m.ln = ln
+	m.closers = append(m.closers, func() error { return ignoreClosed(ln.Close()) })
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = "http://" + ln.Addr().String()
+	}
+
+	if err := os.MkdirAll(dc.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	st, err := store.Open(store.Options{Dir: dc.DataDir, Logger: m.log.With("component", "badger")})
+	if err != nil {
+		return fmt.Errorf("open store in %s: %w", dc.DataDir, err)
+	}
+	m.store = st
+	m.closers = append(m.closers, st.Close)
+
+	model, toolsets, admin, err := m.loadPlugins(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	srv, err := NewServer(cfg, Options{
+		Stores:   Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events()},
+		Model:    model,
+		Toolsets: toolsets,
+		Plugins:  admin,
+		Logger:   m.log,
+	})
+	if err != nil {
+		return err
+	}
+	m.server = srv
+	m.served = make(chan error, 1)
+	go func() { m.served <- srv.Serve(ln) }()
+	m.log.Info("looopy serving", "addr", ln.Addr().String(), "data", dc.DataDir,
+		"plugins", cfg.PluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
+	return nil
+}
+
+// Done receives the error the server stopped with (nil after Close).
+func (m *Main) Done() <-chan error { return m.served }
+
+// Close shuts down gracefully: no new requests or turns, running turns get
+// Limits.ShutdownGrace to finish and are then cancelled, open streams end,
+// plugins are closed and Badger is closed cleanly.
+func (m *Main) Close() error {
+	var errs []error
+	if m.server != nil {
+		grace := time.Duration(m.Config.withDefaults().Limits.ShutdownGrace)
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		errs = append(errs, m.server.Shutdown(ctx))
+		cancel()
+		if m.served != nil {
+			if err := <-m.served; err != nil {
+				errs = append(errs, err)
+			}
+			m.served <- nil // Done keeps answering
+		}
+		m.server = nil
+	}
+	errs = append(errs, m.closeAll())
+	return errors.Join(errs...)
+}
+
+func (m *Main) closeAll() error {
+	var errs []error
+	for i := len(m.closers) - 1; i >= 0; i-- {
+		errs = append(errs, m.closers[i]())
+	}
+	m.closers = nil
+	return errors.Join(errs...)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// newLogger returns a JSON logger, or a text one when format says so or,
+// with no format, when out is a terminal.
+func newLogger(out io.Writer, format, level string) *slog.Logger {
+	if out == nil {
+		out = os.Stderr
+	}
+	var lv slog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		lv = slog.LevelDebug
+	case "warn":
+		lv = slog.LevelWarn
+	case "error":
+		lv = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	text := format == "text"
+	if format == "" {
+		if f, ok := out.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+			text = true
+		}
+	}
+	if text {
+		return slog.New(slog.NewTextHandler(out, opts))
+	}
+	return slog.New(slog.NewJSONHandler(out, opts))
+}

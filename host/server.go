@@ -1,0 +1,373 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/sse"
+)
+
+// Options are the parts a Server is built from. Main builds them from the
+// configuration; tests may build them by hand.
+type Options struct {
+	Stores   Stores
+	Model    loop.Model
+	Toolsets []loop.Toolset
+	// Plugins, when set, is served by the admin API.
+	Plugins PluginAdmin
+	Logger  *slog.Logger
+}
+
+// Server is the Looopy HTTP server: A2A 1.0 and 0.3, the Looopy event
+// stream, health and admin routes, over one task manager.
+type Server struct {
+	cfg      Config
+	app      *fiber.App
+	stores   Stores
+	hub      *sse.Hub
+	tasks    *taskManager
+	auth     *authenticator
+	toolsets []loop.Toolset
+	plugins  PluginAdmin
+	log      *slog.Logger
+	ready    atomic.Bool
+}
+
+// NewServer builds a server. It does not listen: call Serve.
+func NewServer(cfg Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	st := opts.Stores
+	if st.Messages == nil || st.Agents == nil || st.Tasks == nil || st.Events == nil {
+		return nil, fmt.Errorf("new server: %w: every store is required", loop.ErrInvalid)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	auth, err := newAuthenticator(cfg.Auth, cfg.Admin)
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
+	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
+		MaxIterations: cfg.Agent.MaxIterations, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
+	hub, err := sse.New(sse.Config{Log: st.Events, Retention: time.Duration(cfg.Limits.TaskTTL), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
+	s := &Server{cfg: cfg, stores: st, hub: hub, auth: auth,
+		toolsets: opts.Toolsets, plugins: opts.Plugins, log: log}
+	s.tasks = newTaskManager(lp, st, s.hub, cfg.Limits, cfg.Agent, log)
+	if err := s.tasks.recover(context.Background()); err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
+	s.app = fiber.New(fiber.Config{
+		AppName:      "looopy",
+		BodyLimit:    cfg.Limits.MaxBodyBytes,
+		ErrorHandler: s.errorHandler,
+		ReadTimeout:  30 * time.Second,
+		IdleTimeout:  2 * time.Minute,
+	})
+	s.routes()
+	s.ready.Store(true)
+	return s, nil
+}
+
+func (s *Server) routes() {
+	s.app.Post("/", s.handleRPC10)
+	s.app.Post("/a2a/v1", s.handleRPC10)
+	s.app.Post("/a2a/v0.3", s.handleRPC03)
+	s.app.Get("/.well-known/agent-card.json", s.handleCard)
+	s.app.Get("/events/:contextId", s.handleEvents)
+	s.app.Get("/healthz", func(c fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
+	s.app.Get("/readyz", s.handleReady)
+	s.adminRoutes(s.app.Group("/admin"))
+}
+
+// Serve answers requests on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
+}
+
+// Shutdown stops taking requests and turns, lets running turns go on until
+// ctx ends, cancels the rest, ends the open streams and waits for the
+// connections to close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.ready.Store(false)
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- s.app.ShutdownWithContext(context.WithoutCancel(ctx)) }()
+	s.tasks.shutdown(ctx)
+	_ = s.hub.Close()
+	select {
+	case err := <-httpDone:
+		return err
+	case <-time.After(5 * time.Second):
+		return errors.New("shutdown: connections still open after the turns ended")
+	}
+}
+
+func (s *Server) handleReady(c fiber.Ctx) error {
+	if !s.ready.Load() {
+		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "shutting down"})
+	}
+	return c.JSON(fiber.Map{"status": "ready"})
+}
+
+// errorHandler answers errors that reach Fiber (a body over the limit, an
+// unknown route) as JSON.
+func (s *Server) errorHandler(c fiber.Ctx, err error) error {
+	var fe *fiber.Error
+	status := HTTPStatus(err)
+	if errors.As(err, &fe) {
+		status = fe.Code
+		if fe.Code == fiber.StatusRequestEntityTooLarge {
+			err = fmt.Errorf("%w: the limit is %d bytes", ErrBodyTooLarge, s.cfg.Limits.MaxBodyBytes)
+		}
+	}
+	if c.Method() == fiber.MethodPost && (c.Path() == "/" || c.Path() == "/a2a/v1" || c.Path() == "/a2a/v0.3") {
+		e := toRPCError10(err)
+		if c.Path() == "/a2a/v0.3" {
+			e = toRPCError03(err)
+		}
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		return c.Status(status).Send(marshalResponse(nullID, nil, e))
+	}
+	return c.Status(status).JSON(fiber.Map{"error": err.Error()})
+}
+
+// principal authenticates the request.
+func (s *Server) principal(c fiber.Ctx) (*loop.AuthContext, error) {
+	return s.auth.principal(credential(c.Get(fiber.HeaderAuthorization), c.Get("X-API-Key")))
+}
+
+// rpcCall is one JSON-RPC call in progress, whatever the A2A version.
+type rpcCall struct {
+	req     rpcRequest
+	auth    *loop.AuthContext
+	toError func(error) *rpcError
+}
+
+func (s *Server) handleRPC10(c fiber.Ctx) error { return s.handleRPC(c, false) }
+func (s *Server) handleRPC03(c fiber.Ctx) error { return s.handleRPC(c, true) }
+
+func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
+	call := rpcCall{toError: toRPCError10}
+	if v03 {
+		call.toError = toRPCError03
+	}
+	answered := false
+	answer := func(result any, err error) (*taskStream, error) {
+		answered = true
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		if err != nil {
+			if lookupError(err).code == internalRow.code {
+				s.log.LogAttrs(c.Context(), slog.LevelError, "request failed",
+					slog.String("method", call.req.Method), slog.String("error", err.Error()))
+			}
+			return nil, c.Send(marshalResponse(call.req.ID, nil, call.toError(err)))
+		}
+		return nil, c.Send(marshalResponse(call.req.ID, result, nil))
+	}
+	req, err := decodeRPCRequest(c.Body())
+	call.req = req
+	if err != nil {
+		_, err = answer(nil, err)
+		return err
+	}
+	call.auth, err = s.principal(c)
+	if err != nil {
+		_, err = answer(nil, err)
+		return err
+	}
+	ctx := c.Context()
+	var stream *taskStream
+	if v03 {
+		stream, err = s.rpc03(ctx, c, &call, answer)
+	} else {
+		stream, err = s.rpc10(ctx, c, &call, answer)
+	}
+	if answered {
+		return err
+	}
+	// A streaming method: answered as Server-Sent Events, errors included,
+	// since a client reading a stream reads only events.
+	var enc sse.Encoder = sse.A2AEncoder{RequestID: req.ID}
+	snapshot := func(t *a2a.Task) any { return a2a.StreamResponse{Event: t} }
+	if v03 {
+		enc = sse.A2A03Encoder{RequestID: req.ID}
+		snapshot = func(t *a2a.Task) any { return a2av0.FromV1Task(t) }
+	}
+	conn := c.RequestCtx().Conn()
+	s.sendSSE(c, func(w *bufio.Writer) {
+		if err == nil && stream.snapshot != nil {
+			_ = writeFrame(w, marshalResponse(req.ID, snapshot(stream.snapshot), nil))
+			return
+		}
+		if err == nil {
+			err = s.serveStream(w, conn, sse.TaskStream(stream.taskID), stream.after, sse.Filter{}, enc)
+			if err == nil || errors.Is(err, errClientGone) {
+				return
+			}
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "stream ended with an error",
+				slog.String("task_id", stream.taskID), slog.String("error", err.Error()))
+		}
+		_ = writeFrame(w, marshalResponse(req.ID, nil, call.toError(err)))
+	})
+	return nil
+}
+
+// serveStream serves the events of a stream after an id until the encoder
+// ends it, the client leaves or the host shuts down.
+func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, after uint64, f sse.Filter, enc sse.Encoder) error {
+	ctx := s.tasks.streamContext()
+	sub, err := s.hub.Subscribe(ctx, stream, after, f)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	err = sse.Serve(ctx, w, w.Flush, sub, enc, sse.ServeOptions{
+		Heartbeat: time.Duration(s.cfg.Limits.Heartbeat),
+		Abort: func() {
+			if conn != nil {
+				_ = conn.Close()
+			}
+		},
+	})
+	switch {
+	case err == nil, errors.Is(err, sse.ErrFinished), errors.Is(err, sse.ErrClosed), errors.Is(err, context.Canceled):
+		return nil
+	case errors.Is(err, sse.ErrStalled):
+		return errClientGone
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, net.ErrClosed) {
+		return errClientGone
+	}
+	return err
+}
+
+// writeFrame writes one SSE frame with no id and flushes it.
+func writeFrame(w *bufio.Writer, data []byte) error {
+	if _, err := w.Write(sse.AppendFrame(nil, 0, "", data)); err != nil {
+		return errClientGone
+	}
+	if err := w.Flush(); err != nil {
+		return errClientGone
+	}
+	return nil
+}
+
+// rpc10 serves one A2A 1.0 call. It either answers through answer, or
+// returns the stream to serve (or the error to send as the stream).
+func (s *Server) rpc10(ctx context.Context, c fiber.Ctx, call *rpcCall, answer func(any, error) (*taskStream, error)) (*taskStream, error) {
+	auth := call.auth
+	switch call.req.Method {
+	case "SendMessage":
+		var p a2a.SendMessageRequest
+		if err := decodeParams(call.req, &p); err != nil {
+			return answer(nil, err)
+		}
+		t, err := s.sendMessage(ctx, auth, &p)
+		if err != nil {
+			return answer(nil, err)
+		}
+		return answer(a2a.StreamResponse{Event: t}, nil)
+	case "SendStreamingMessage":
+		var p a2a.SendMessageRequest
+		if err := decodeParams(call.req, &p); err != nil {
+			return nil, err
+		}
+		return s.startStream(ctx, auth, &p)
+	case "GetTask":
+		var p a2a.GetTaskRequest
+		if err := decodeParams(call.req, &p); err != nil {
+			return answer(nil, err)
+		}
+		t, err := s.getTask(ctx, auth, &p)
+		return answer(t, err)
+	case "ListTasks":
+		var p a2a.ListTasksRequest
+		if call.req.Params != nil {
+			if err := decodeParams(call.req, &p); err != nil {
+				return answer(nil, err)
+			}
+		}
+		r, err := s.listTasks(ctx, auth, &p)
+		return answer(r, err)
+	case "CancelTask":
+		var p a2a.CancelTaskRequest
+		if err := decodeParams(call.req, &p); err != nil {
+			return answer(nil, err)
+		}
+		t, err := s.cancelTask(ctx, auth, &p)
+		return answer(t, err)
+	case "SubscribeToTask":
+		var p a2a.SubscribeToTaskRequest
+		if err := decodeParams(call.req, &p); err != nil {
+			return nil, err
+		}
+		last, err := parseLastEventID(c.Get("Last-Event-ID"))
+		if err != nil {
+			return nil, err
+		}
+		return s.subscribe(ctx, auth, &p, last)
+	case "GetTaskPushNotificationConfig", "CreateTaskPushNotificationConfig",
+		"ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig":
+		return answer(nil, a2a.ErrPushNotificationNotSupported)
+	case "GetExtendedAgentCard":
+		return answer(nil, a2a.ErrExtendedCardNotConfigured)
+	}
+	return answer(nil, fmt.Errorf("%w: %q", a2a.ErrMethodNotFound, call.req.Method))
+}
+
+// startStream starts a turn and returns its stream, which opens with the
+// submitted task.
+func (s *Server) startStream(ctx context.Context, auth *loop.AuthContext, p *a2a.SendMessageRequest) (*taskStream, error) {
+	if err := checkSendConfig(p); err != nil {
+		return nil, err
+	}
+	st, err := s.tasks.start(ctx, auth, p)
+	if err != nil {
+		return nil, err
+	}
+	return &taskStream{taskID: st.run.taskID, after: st.run.after}, nil
+}
+
+// errClientGone: a write to the client failed; it has left.
+var errClientGone = errors.New("client gone")
+
+// sendSSE answers with an event stream written by fn after the handler
+// returns.
+func (s *Server) sendSSE(c fiber.Ctx, fn func(w *bufio.Writer)) {
+	c.Set(fiber.HeaderContentType, "text/event-stream")
+	c.Set(fiber.HeaderCacheControl, "no-cache")
+	c.Set("X-Accel-Buffering", "no")
+	_ = c.SendStreamWriter(fn)
+}
+
+// jsonBody is a helper for handlers that answer JSON with a status.
+func jsonBody(c fiber.Ctx, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(status).Send(b)
+}

@@ -1,0 +1,379 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/google/uuid"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/sse"
+)
+
+// Stores are the durable stores the task manager works on.
+type Stores struct {
+	Messages loop.MessageStore
+	Agents   loop.AgentStore
+	Tasks    loop.TaskStore
+	Events   loop.EventLog
+}
+
+// taskManager runs turns on contexts the host owns. A client that goes
+// away does not stop its task; CancelTask does. It keeps one loop.Agent per
+// contextId, started from the stores on first use.
+type taskManager struct {
+	loop   *loop.Loop
+	stores Stores
+	hub    *sse.Hub
+	log    *slog.Logger
+	limits LimitsConfig
+	agent  AgentConfig
+
+	base      context.Context // parent of every turn; cancelled at the end of a shutdown
+	cancelAll context.CancelFunc
+
+	mu       sync.Mutex
+	agents   map[string]*loop.Agent
+	running  map[string]*run // by task id
+	busy     map[string]*run // by context id
+	closing  bool
+	wg       sync.WaitGroup
+	starting sync.Map // contextId -> *sync.Mutex: one Start per context at a time
+}
+
+// run is a turn in progress.
+type run struct {
+	taskID, contextID, owner string
+	after                    uint64 // the turn's events have ids above this in the task stream
+	cancel                   context.CancelFunc
+	done                     chan struct{}
+	outcome                  loop.Outcome
+	err                      error
+}
+
+func newTaskManager(l *loop.Loop, st Stores, hub *sse.Hub, limits LimitsConfig, ac AgentConfig, log *slog.Logger) *taskManager {
+	base, cancel := context.WithCancel(context.Background())
+	return &taskManager{loop: l, stores: st, hub: hub, log: log, limits: limits, agent: ac,
+		base: base, cancelAll: cancel,
+		agents: make(map[string]*loop.Agent), running: make(map[string]*run), busy: make(map[string]*run)}
+}
+
+// recover marks the tasks a previous process left running as failed: their
+// turn died with it. Their streams get the final status.
+func (m *taskManager) recover(ctx context.Context) error {
+	recs, err := m.stores.Tasks.ListTasks(ctx, loop.TaskFilter{Statuses: []loop.TaskStatus{loop.TaskSubmitted, loop.TaskWorking}})
+	if err != nil {
+		return fmt.Errorf("recover tasks: %w", err)
+	}
+	for _, rec := range recs {
+		m.log.LogAttrs(ctx, slog.LevelWarn, "task interrupted by a restart", slog.String("task_id", rec.ID))
+		if err := m.finishStored(ctx, rec, loop.TaskFailed, "interrupted: the host restarted during the turn"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// getAgent returns the started Agent of a context, creating it for owner
+// when the context is new. Another principal's context is not found.
+func (m *taskManager) getAgent(ctx context.Context, contextID, owner string) (*loop.Agent, error) {
+	m.mu.Lock()
+	a, ok := m.agents[contextID]
+	m.mu.Unlock()
+	if !ok {
+		lk, _ := m.starting.LoadOrStore(contextID, &sync.Mutex{})
+		mu := lk.(*sync.Mutex)
+		mu.Lock()
+		defer mu.Unlock()
+		m.mu.Lock()
+		a, ok = m.agents[contextID]
+		m.mu.Unlock()
+		if !ok {
+			if meta, err := m.stores.Agents.LoadAgent(ctx, contextID); err == nil && meta.Owner != owner {
+				return nil, contextNotFound(contextID)
+			} else if err != nil && !errors.Is(err, loop.ErrNotFound) {
+				return nil, fmt.Errorf("load context %q: %w", contextID, err)
+			}
+			var err error
+			a, err = loop.NewAgent(loop.AgentConfig{ContextID: contextID, Owner: owner, Loop: m.loop,
+				Messages: m.stores.Messages, Agents: m.stores.Agents, Tasks: m.stores.Tasks,
+				HistoryLimit: m.agent.HistoryLimit, TaskTTL: time.Duration(m.limits.TaskTTL), Logger: m.log})
+			if err != nil {
+				return nil, fmt.Errorf("agent of %q: %w", contextID, err)
+			}
+			if err := a.Start(ctx); err != nil {
+				return nil, fmt.Errorf("agent of %q: %w", contextID, err)
+			}
+			m.mu.Lock()
+			m.agents[contextID] = a
+			m.mu.Unlock()
+		}
+	}
+	if a.Metadata().Owner != owner {
+		return nil, contextNotFound(contextID)
+	}
+	return a, nil
+}
+
+func contextNotFound(id string) error {
+	return a2a.NewError(a2a.ErrTaskNotFound, fmt.Sprintf("context %q not found", id))
+}
+
+func taskNotFound(id string) error {
+	return a2a.NewError(a2a.ErrTaskNotFound, fmt.Sprintf("task %q not found", id))
+}
+
+// load returns the record of a task the principal owns.
+func (m *taskManager) load(ctx context.Context, principal, taskID string) (loop.TaskRecord, error) {
+	if taskID == "" {
+		return loop.TaskRecord{}, fmt.Errorf("%w: task id is required", a2a.ErrInvalidParams)
+	}
+	rec, err := m.stores.Tasks.LoadTask(ctx, taskID)
+	if errors.Is(err, loop.ErrNotFound) || (err == nil && rec.Owner != principal) {
+		return loop.TaskRecord{}, taskNotFound(taskID)
+	}
+	if err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task %q: %w", taskID, err)
+	}
+	return rec, nil
+}
+
+// started is what start hands back: the turn and the task as submitted.
+type started struct {
+	run  *run
+	task *a2a.Task
+}
+
+// start begins a turn for the message of req and returns at once.
+func (m *taskManager) start(ctx context.Context, auth *loop.AuthContext, req *a2a.SendMessageRequest) (*started, error) {
+	if req == nil || req.Message == nil {
+		return nil, fmt.Errorf("%w: message is required", a2a.ErrInvalidParams)
+	}
+	msg, err := toLoopMessage(req.Message)
+	if err != nil {
+		return nil, err
+	}
+	principal := auth.Principal
+	contextID := req.Message.ContextID
+	taskID := string(req.Message.TaskID)
+	var prev *loop.TaskRecord
+	if taskID != "" {
+		rec, err := m.load(ctx, principal, taskID)
+		if err != nil {
+			return nil, err
+		}
+		if contextID != "" && contextID != rec.ContextID {
+			return nil, fmt.Errorf("%w: task %q belongs to another context", a2a.ErrInvalidParams, taskID)
+		}
+		if !rec.Status.Interrupted() {
+			return nil, fmt.Errorf("%w: task %q is %s and takes no more messages; send without taskId to start a new task",
+				a2a.ErrInvalidParams, taskID, rec.Status)
+		}
+		contextID, prev = rec.ContextID, &rec
+	}
+	if contextID == "" {
+		contextID = uuid.NewString()
+	}
+	if len(contextID) > 200 {
+		return nil, fmt.Errorf("%w: contextId longer than 200 bytes", a2a.ErrInvalidParams)
+	}
+	agent, err := m.getAgent(ctx, contextID, principal)
+	if err != nil {
+		return nil, err
+	}
+	if taskID == "" {
+		taskID = uuid.NewString()
+	}
+	after, err := m.hub.Last(ctx, sse.TaskStream(taskID))
+	if err != nil {
+		return nil, err
+	}
+
+	m.mu.Lock()
+	if m.closing {
+		m.mu.Unlock()
+		return nil, ErrShuttingDown
+	}
+	if _, ok := m.busy[contextID]; ok {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("context %q: %w", contextID, loop.ErrBusy)
+	}
+	runCtx, cancel := context.WithTimeout(m.base, time.Duration(m.limits.TurnTimeout))
+	r := &run{taskID: taskID, contextID: contextID, owner: principal, after: after, cancel: cancel, done: make(chan struct{})}
+	m.busy[contextID], m.running[taskID] = r, r
+	m.mu.Unlock()
+
+	fail := func(err error) (*started, error) {
+		m.mu.Lock()
+		delete(m.busy, contextID)
+		delete(m.running, taskID)
+		m.mu.Unlock()
+		cancel()
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec := loop.TaskRecord{ID: taskID, ContextID: contextID, Owner: principal, Status: loop.TaskSubmitted,
+		CreatedAt: now, UpdatedAt: now}
+	if prev != nil {
+		rec = *prev
+		rec.Status, rec.UpdatedAt = loop.TaskSubmitted, now
+	} else if err := m.stores.Tasks.SaveTask(ctx, rec); err != nil {
+		return fail(fmt.Errorf("save task %q: %w", taskID, err))
+	}
+	task := toA2ATask(rec, -1)
+	task.History = append(task.History, toA2AMessages(taskID, contextID, []loop.Message{msg})...)
+	if req.Message.ContextID == "" {
+		// The client's message did not know its context; the task says it.
+		task.History[len(task.History)-1].ContextID = contextID
+	}
+
+	pub := m.hub.Sink(runCtx, func(e loop.Event, err error) {
+		m.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
+			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
+	})
+	sink := loop.SinkFunc(func(e loop.Event) {
+		if e.Head().Kind.Internal() {
+			return // internal events are for tracing, not for the log clients read
+		}
+		pub.Emit(e)
+	})
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer cancel()
+		out, err := agent.Turn(runCtx, loop.TurnInput{TaskID: taskID, Messages: []loop.Message{msg},
+			Auth: auth, Sink: sink, Metadata: req.Metadata})
+		if err != nil {
+			// The turn did not start: the task fails, and says why.
+			m.log.LogAttrs(context.Background(), slog.LevelError, "turn not started",
+				slog.String("task_id", taskID), slog.String("error", err.Error()))
+			if ferr := m.finishStored(context.Background(), rec, loop.TaskFailed, err.Error()); ferr != nil {
+				m.log.LogAttrs(context.Background(), slog.LevelError, "task not finished",
+					slog.String("task_id", taskID), slog.String("error", ferr.Error()))
+			}
+		}
+		if err == nil {
+			m.turnEnded(taskID, contextID, out.Status)
+		}
+		m.mu.Lock()
+		r.outcome, r.err = out, err
+		delete(m.busy, contextID)
+		delete(m.running, taskID)
+		m.mu.Unlock()
+		close(r.done)
+	}()
+	return &started{run: r, task: task}, nil
+}
+
+// turnEnded finishes the task's stream when the task is over, and keeps
+// the context's stream for the retention time after its last turn.
+func (m *taskManager) turnEnded(taskID, contextID string, st loop.TaskStatus) {
+	ctx := context.Background()
+	if st.Terminal() {
+		if err := m.hub.Finish(ctx, sse.TaskStream(taskID)); err != nil {
+			m.log.LogAttrs(ctx, slog.LevelWarn, "task stream not finished",
+				slog.String("task_id", taskID), slog.String("error", err.Error()))
+		}
+	}
+	if err := m.stores.Events.Expire(ctx, sse.ContextStream(contextID), time.Duration(m.limits.TaskTTL)); err != nil {
+		m.log.LogAttrs(ctx, slog.LevelWarn, "context stream expiry not set",
+			slog.String("context_id", contextID), slog.String("error", err.Error()))
+	}
+}
+
+// finishStored ends a task that has no running turn: it records the final
+// status and publishes it, so that open streams of the task end too.
+func (m *taskManager) finishStored(ctx context.Context, rec loop.TaskRecord, st loop.TaskStatus, why string) error {
+	rec.Status, rec.Message, rec.UpdatedAt = st, why, time.Now().UTC()
+	if st.Terminal() && m.limits.TaskTTL > 0 {
+		rec.ExpiresAt = rec.UpdatedAt.Add(time.Duration(m.limits.TaskTTL))
+	}
+	if err := m.stores.Tasks.SaveTask(ctx, rec); err != nil {
+		return fmt.Errorf("finish task %q: %w", rec.ID, err)
+	}
+	h := loop.Header{ContextID: rec.ContextID, TaskID: rec.ID, Timestamp: rec.UpdatedAt}
+	h.Kind = loop.KindTaskStatus
+	if _, err := m.hub.PublishTask(ctx, &loop.TaskStatusEvent{Header: h, Status: st, Message: why}); err != nil {
+		return fmt.Errorf("finish task %q: %w", rec.ID, err)
+	}
+	h.Kind = loop.KindTaskComplete
+	reason := "error"
+	if st == loop.TaskCanceled {
+		reason = "canceled"
+	}
+	if _, err := m.hub.PublishTask(ctx, &loop.TaskComplete{Header: h, Status: st, Reason: reason}); err != nil {
+		return fmt.Errorf("finish task %q: %w", rec.ID, err)
+	}
+	m.turnEnded(rec.ID, rec.ContextID, st)
+	return nil
+}
+
+// runOf returns the running turn of a task, or nil.
+func (m *taskManager) runOf(taskID string) *run {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.running[taskID]
+}
+
+// wait blocks until the turn of r ends or ctx does.
+func (m *taskManager) wait(ctx context.Context, r *run) error {
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cancel stops a task: a running turn is cancelled and awaited; a task
+// waiting on the client is closed as canceled. A finished task is not
+// cancelable.
+func (m *taskManager) cancel(ctx context.Context, principal, taskID string) (loop.TaskRecord, error) {
+	rec, err := m.load(ctx, principal, taskID)
+	if err != nil {
+		return rec, err
+	}
+	m.mu.Lock()
+	r := m.running[taskID]
+	m.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		if err := m.wait(ctx, r); err != nil {
+			return rec, err
+		}
+		return m.load(ctx, principal, taskID)
+	}
+	if rec.Status.Terminal() {
+		return rec, a2a.NewError(a2a.ErrTaskNotCancelable, fmt.Sprintf("task %q is %s", taskID, rec.Status))
+	}
+	if err := m.finishStored(ctx, rec, loop.TaskCanceled, "canceled by the client"); err != nil {
+		return rec, err
+	}
+	return m.load(ctx, principal, taskID)
+}
+
+// shutdown stops new turns, lets running ones finish until ctx ends, then
+// cancels the rest and waits for them to record their end.
+func (m *taskManager) shutdown(ctx context.Context) {
+	m.mu.Lock()
+	m.closing = true
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		m.cancelAll()
+		<-done
+	}
+	m.cancelAll()
+}
+
+// streamContext is done when shutdown has cancelled the turns: open
+// streams end then too.
+func (m *taskManager) streamContext() context.Context { return m.base }
