@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/looopy-go/looopy/pdk"
+)
+
+// StatusError classifies a response that is not 200: rate limits (429),
+// timeouts (408), conflicts and early data (409, 425) and server errors (5xx)
+// are transient and worth a retry; any other status is permanent. The message
+// is the API's own error message when the body carries one.
+func StatusError(status int, body []byte) *pdk.Error {
+	e := &pdk.Error{Message: fmt.Sprintf("HTTP %d", status)}
+	var wrapped struct {
+		Error *apiError `json:"error"`
+	}
+	if json.Unmarshal(body, &wrapped) == nil && wrapped.Error != nil && wrapped.Error.Message != "" {
+		e.Message += ": " + wrapped.Error.Message
+	} else if text := strings.TrimSpace(string(body)); text != "" {
+		e.Message += ": " + clip(text, 300)
+	}
+	switch {
+	case status == 429:
+		e.Code, e.Transient = "rate_limit", true
+	case status == 408:
+		e.Code, e.Transient = "timeout", true
+	case status == 409 || status == 425:
+		e.Code, e.Transient = "conflict", true
+	case status >= 500:
+		e.Code, e.Transient = "server_error", true
+	case status == 401 || status == 403:
+		e.Code = "unauthorized"
+	case status == 404:
+		e.Code = "not_found"
+	case status == 400 || status == 422:
+		e.Code = "bad_request"
+	default:
+		e.Code = fmt.Sprintf("http_%d", status)
+	}
+	return e
+}
+
+// apiErrorOf classifies an error object sent inside a stream.
+func apiErrorOf(a *apiError) *pdk.Error {
+	code := a.Type
+	if s, ok := a.Code.(string); ok && s != "" {
+		code = s
+	}
+	if code == "" {
+		code = "api_error"
+	}
+	lc := strings.ToLower(code + " " + a.Type)
+	transient := strings.Contains(lc, "rate") || strings.Contains(lc, "server") ||
+		strings.Contains(lc, "overloaded") || strings.Contains(lc, "timeout") || strings.Contains(lc, "unavailable")
+	msg := a.Message
+	if msg == "" {
+		msg = "the API reported an error without a message"
+	}
+	return &pdk.Error{Code: code, Message: msg, Transient: transient}
+}
+
+// TransportError classifies a failure to get any response: a refusal by the
+// host's egress policy is permanent, anything else (connection refused,
+// timeout, reset) is transient.
+func TransportError(err error) *pdk.Error {
+	var pe *pdk.Error
+	if errors.As(err, &pe) && pe.Code == pdk.CodeDenied {
+		return &pdk.Error{Code: pe.Code, Message: err.Error()}
+	}
+	if errors.As(err, &pe) && pe.Code == pdk.CodeCanceled {
+		return pe
+	}
+	return &pdk.Error{Code: "unavailable", Message: err.Error(), Transient: true}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !isRuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
