@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	
+
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/looopy-go/looopy/loop"
@@ -165,12 +165,12 @@ func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a
 	if lastEventID > 0 {
 		return &taskStream{taskID: rec.ID, after: lastEventID}, nil
 	}
-	if r := s.tasks.runOf(rec.ID); r != nil {
-		return &taskStream{taskID: rec.ID, after: r.after}, nil
-	}
 	if rec.Status.Terminal() {
 		return nil, a2a.NewError(a2a.ErrUnsupportedOperation,
 			fmt.Sprintf("task %q is %s: nothing more will happen to it", rec.ID, rec.Status))
+	}
+	if r := s.tasks.runOf(rec.ID); r != nil {
+		return &taskStream{taskID: rec.ID, after: r.after}, nil
 	}
 	return &taskStream{taskID: rec.ID, snapshot: toA2ATask(rec, s.historyLength(-1))}, nil
 }

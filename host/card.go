@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -28,10 +29,8 @@ func (s *Server) agentCard(ctx context.Context) *a2a.AgentCard {
 		Skills:             s.skills(ctx),
 	}
 	if s.cfg.Auth.Enabled {
-		card.SecuritySchemes = a2a.NamedSecuritySchemes{
-			"bearer": a2a.HTTPAuthSecurityScheme{Scheme: "Bearer", Description: "an API key as a bearer token"},
-			"apiKey": a2a.APIKeySecurityScheme{Location: "header", Name: "X-API-Key", Description: "an API key"},
-		}
+		// The schemes themselves are written by handleCard, in a form
+		// both versions read.
 		card.SecurityRequirements = a2a.SecurityRequirementsOptions{
 			{"bearer": a2a.SecuritySchemeScopes{}},
 			{"apiKey": a2a.SecuritySchemeScopes{}},
@@ -86,6 +85,39 @@ func (s *Server) handleCard(c fiber.Ctx) error {
 	if err != nil {
 		return fmt.Errorf("agent card: %w", err)
 	}
+	if s.cfg.Auth.Enabled {
+		if b, err = withSecuritySchemes(b); err != nil {
+			return fmt.Errorf("agent card: %w", err)
+		}
+	}
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Send(b)
+}
+
+// securitySchemes are the card's schemes, each written once in both
+// shapes: 0.3's ("type" and its fields) and 1.0's (the scheme under its
+// "…SecurityScheme" key). Each version's parser ignores the other's fields,
+// so one card serves both kinds of clients.
+var securitySchemes = map[string]any{
+	"bearer": map[string]any{
+		"type": "http", "scheme": "bearer", "description": "an API key as a bearer token",
+		"httpAuthSecurityScheme": a2a.HTTPAuthSecurityScheme{Scheme: "Bearer", Description: "an API key as a bearer token"},
+	},
+	"apiKey": map[string]any{
+		"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "an API key",
+		"apiKeySecurityScheme": a2a.APIKeySecurityScheme{Location: "header", Name: "X-API-Key", Description: "an API key"},
+	},
+}
+
+func withSecuritySchemes(card []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(card, &m); err != nil {
+		return nil, err
+	}
+	ss, err := json.Marshal(securitySchemes)
+	if err != nil {
+		return nil, err
+	}
+	m["securitySchemes"] = ss
+	return json.MarshalIndent(m, "", "  ")
 }

@@ -1,7 +1,9 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -156,4 +158,101 @@ func send(t testing.TB, c *a2aclient.Client, ctx context.Context, req *a2a.SendM
 		t.Fatalf("send returned %T, want a task", r)
 	}
 	return task
+}
+
+// frame is one Server-Sent Events frame as read off the wire.
+type frame struct {
+	ID    string
+	Event string
+	Data  string
+}
+
+// readFrames reads frames from an SSE body until EOF or until stop says so.
+func readFrames(t testing.TB, body io.Reader, stop func(frame) bool) []frame {
+	t.Helper()
+	var out []frame
+	var cur frame
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if cur.Data != "" {
+				out = append(out, cur)
+				if stop != nil && stop(cur) {
+					return out
+				}
+			}
+			cur = frame{}
+		case strings.HasPrefix(line, "id: "):
+			cur.ID = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			cur.Event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			cur.Data += line[6:]
+		}
+	}
+	return out
+}
+
+// rpc posts a raw JSON-RPC body and decodes the response.
+func rpc(t testing.TB, url, token, body string, hdr ...string) (int, rpcReply) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r rpcReply
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("response %q is not JSON: %v", b, err)
+	}
+	r.raw = string(b)
+	return resp.StatusCode, r
+}
+
+type rpcReply struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  json.RawMessage `json:"result"`
+	Error   *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+	raw string
+}
+
+// openSSE posts (body != "") or gets url and returns the open response.
+func openSSE(t testing.TB, ctx context.Context, url, token, body string, hdr ...string) *http.Response {
+	t.Helper()
+	method := http.MethodGet
+	var rd io.Reader
+	if body != "" {
+		method, rd = http.MethodPost, strings.NewReader(body)
+	}
+	req, _ := http.NewRequestWithContext(ctx, method, url, rd)
+	req.Header.Set("Accept", "text/event-stream")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("open stream: %v", err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
 }
