@@ -337,7 +337,8 @@ func checkRedirect(allow allowedHosts, from, to *url.URL) error {
 		return fmt.Errorf("egress: redirect from %q: %w", from.Host, err)
 	}
 	if err := allow.check(to); err != nil {
-		return fmt.Errorf("egress: redirect from %q refused: %w", from.Host, err)
+		err.msg = fmt.Sprintf("egress: redirect from %q to %q refused: %s", from.Host, to.Host, strings.TrimPrefix(err.msg, "egress: "))
+		return err
 	}
 	return nil
 }
@@ -623,7 +624,7 @@ func (e *Egress) dialer(allowPrivate bool) func(ctx context.Context, network, ad
 
 func (e *Egress) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	if ip, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{ip}, nil
+		return []netip.Addr{ip.Unmap()}, nil
 	}
 	addrs, err := e.resolver.LookupIPAddr(ctx, host)
 	if err != nil {
@@ -900,7 +901,7 @@ func compileAllowedHosts(patterns []string) (allowedHosts, error) {
 }
 
 // check refuses u unless a pattern covers its host and port.
-func (a allowedHosts) check(u *url.URL) error {
+func (a allowedHosts) check(u *url.URL) *egressError {
 	host, ip, port := normalizeHost(u)
 	for _, p := range a {
 		if p.match(host, ip, port) {
@@ -915,8 +916,14 @@ func (a allowedHosts) check(u *url.URL) error {
 		return newEgressError(fmt.Sprintf("egress: host %q is not in the plugin's allowed hosts (an IP address is reached only when listed itself)", name),
 			nil, ErrEgressDenied)
 	}
-	if u.Port() != "" {
-		return newEgressError(fmt.Sprintf("egress: host %q (port %s) is not in the plugin's allowed hosts", name, port), nil, ErrEgressDenied)
+	for _, p := range a {
+		if p.port != "" {
+			p.port = ""
+			if p.match(host, ip, port) {
+				return newEgressError(fmt.Sprintf("egress: host %q is in the plugin's allowed hosts only on other ports than %s", name, port),
+					nil, ErrEgressDenied)
+			}
+		}
 	}
 	return newEgressError(fmt.Sprintf("egress: host %q is not in the plugin's allowed hosts", name), nil, ErrEgressDenied)
 }
