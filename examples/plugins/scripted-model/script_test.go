@@ -343,6 +343,7 @@ func TestDemoScript(t *testing.T) {
 		{in: "calc 2+2", rule: "calc", tool: "calc", args: `{"expression":"2+2"}`},
 		{in: "SLOW 6s", rule: "slow", contains: "tick6"},
 		{in: "research the Go scheduler", rule: "research", tool: "researcher", args: `{"prompt":"the Go scheduler"}`},
+		{in: "Research this and answer briefly: the Go scheduler", rule: "researcher-task", tool: "echo", args: `{"text":"notes on the Go scheduler"}`},
 		{in: "fetch https://example.com/", rule: "fetch", tool: "fetch", args: `{"url":"https://example.com/"}`},
 		{in: "read notes.txt", rule: "read", tool: "read_file", args: `{"path":"notes.txt"}`},
 		{in: "ls", rule: "ls", tool: "list_dir", args: `{"path":""}`},
