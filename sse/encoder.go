@@ -3,6 +3,7 @@ package sse
 import (
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
@@ -21,14 +22,6 @@ func (LooopyEncoder) Encode(it Item) (Frame, bool, error) {
 	return Frame{Event: string(it.Kind), Data: it.Data}, true, nil
 }
 
-// rpcResponse is a JSON-RPC 2.0 success response: A2A's SSE frames over
-// JSON-RPC are responses to the streaming request, each with its id.
-type rpcResponse struct {
-	JSONRPC string `json:"jsonrpc"`
-	ID      any    `json:"id"`
-	Result  any    `json:"result"`
-}
-
 // A2AEncoder writes A2A 1.0 frames: each data is a JSON-RPC response to the
 // streaming request (SendStreamingMessage, SubscribeToTask) whose result is
 // a StreamResponse ({"task"|"statusUpdate"|"artifactUpdate": …}), mapped by
@@ -42,19 +35,27 @@ type A2AEncoder struct {
 
 // Encode implements Encoder.
 func (e A2AEncoder) Encode(it Item) (Frame, bool, error) {
-	ev, err := loop.DecodeEvent(it.Data)
+	m, err := memoized(it, func(m *memo) *atomic.Pointer[mapped] { return &m.v1 }, map1)
 	if err != nil {
 		return Frame{}, false, err
 	}
+	return rpcFrame(e.RequestID, m)
+}
+
+func map1(data []byte) (*mapped, error) {
+	ev, err := loop.DecodeEvent(data)
+	if err != nil {
+		return nil, err
+	}
 	a, ok := ToA2A(ev)
 	if !ok {
-		return Frame{}, false, nil
+		return &mapped{}, nil
 	}
-	data, err := json.Marshal(rpcResponse{JSONRPC: "2.0", ID: e.RequestID, Result: a2a.StreamResponse{Event: a}})
+	res, err := json.Marshal(a2a.StreamResponse{Event: a})
 	if err != nil {
-		return Frame{}, false, fmt.Errorf("encode A2A %T: %w", a, err)
+		return nil, fmt.Errorf("encode A2A %T: %w", a, err)
 	}
-	return Frame{Data: data, Last: FinalA2A(a)}, true, nil
+	return &mapped{result: res, last: FinalA2A(a)}, nil
 }
 
 // A2A03Encoder writes A2A 0.3 frames: JSON-RPC responses to message/stream
@@ -66,19 +67,78 @@ type A2A03Encoder struct {
 
 // Encode implements Encoder.
 func (e A2A03Encoder) Encode(it Item) (Frame, bool, error) {
-	ev, err := loop.DecodeEvent(it.Data)
+	m, err := memoized(it, func(m *memo) *atomic.Pointer[mapped] { return &m.v03 }, map03)
 	if err != nil {
 		return Frame{}, false, err
 	}
+	return rpcFrame(e.RequestID, m)
+}
+
+func map03(data []byte) (*mapped, error) {
+	ev, err := loop.DecodeEvent(data)
+	if err != nil {
+		return nil, err
+	}
 	a, ok := ToA2A03(ev)
 	if !ok {
+		return &mapped{}, nil
+	}
+	res, err := json.Marshal(a)
+	if err != nil {
+		return nil, fmt.Errorf("encode A2A 0.3 %T: %w", a, err)
+	}
+	return &mapped{result: res, last: FinalA2A03(a)}, nil
+}
+
+// memo holds the A2A encodings of one event of the tail, computed by the
+// first subscriber that needs them and reused by the others: fan-out to
+// many A2A subscribers maps and marshals each event once.
+type memo struct {
+	v1, v03 atomic.Pointer[mapped]
+}
+
+// mapped is the JSON of a JSON-RPC result (nil: not carried by the
+// protocol) and whether it ends the stream.
+type mapped struct {
+	result []byte
+	last   bool
+}
+
+func memoized(it Item, slot func(*memo) *atomic.Pointer[mapped], compute func([]byte) (*mapped, error)) (*mapped, error) {
+	if it.memo != nil {
+		if m := slot(it.memo).Load(); m != nil {
+			return m, nil
+		}
+	}
+	m, err := compute(it.Data)
+	if err != nil {
+		return nil, err
+	}
+	if it.memo != nil {
+		slot(it.memo).Store(m)
+	}
+	return m, nil
+}
+
+// rpcFrame wraps a result in a JSON-RPC 2.0 success response: A2A's SSE
+// frames over JSON-RPC are responses to the streaming request, each with
+// the request's id.
+func rpcFrame(id any, m *mapped) (Frame, bool, error) {
+	if m.result == nil {
 		return Frame{}, false, nil
 	}
-	data, err := json.Marshal(rpcResponse{JSONRPC: "2.0", ID: e.RequestID, Result: a})
+	idJSON, err := json.Marshal(id)
 	if err != nil {
-		return Frame{}, false, fmt.Errorf("encode A2A 0.3 %T: %w", a, err)
+		return Frame{}, false, fmt.Errorf("encode JSON-RPC id %v: %w", id, err)
 	}
-	return Frame{Data: data, Last: FinalA2A03(a)}, true, nil
+	const head, mid = `{"jsonrpc":"2.0","id":`, `,"result":`
+	data := make([]byte, 0, len(head)+len(idJSON)+len(mid)+len(m.result)+1)
+	data = append(data, head...)
+	data = append(data, idJSON...)
+	data = append(data, mid...)
+	data = append(data, m.result...)
+	data = append(data, '}')
+	return Frame{Data: data, Last: m.last}, true, nil
 }
 
 // Interface guards.

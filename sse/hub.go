@@ -237,7 +237,17 @@ func (h *Hub) append(ctx context.Context, name string, it Item) (uint64, error) 
 		st.loaded = true
 		st.from = seq - 1
 	}
-	st.push(it, h.tailSize)
+	if len(st.subs) > 0 {
+		it.memo = new(memo)
+		st.push(it, h.tailSize)
+	} else {
+		// Nobody reads the tail: keep it empty (no memory for streams
+		// without subscribers); it covers nothing up to seq.
+		if st.n > 0 {
+			clear(st.tail)
+		}
+		st.head, st.n, st.from = 0, 0, seq
+	}
 	st.last = seq
 	st.notifyAll()
 	st.mu.Unlock()

@@ -15,6 +15,8 @@ type Item struct {
 	Kind   loop.EventKind // the event's kind ("" when the record is not an event)
 	TaskID string         // the event's task
 	Data   []byte         // the event's JSON (loop.EncodeEvent); shared, never modify
+
+	memo *memo // encodings shared by the subscribers reading it from the tail
 }
 
 // Filter selects the events a subscription yields. Zero fields match
