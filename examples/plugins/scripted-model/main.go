@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -58,7 +59,27 @@ func generate(ctx context.Context, req *pdk.ModelRequest, delta func(pdk.Delta) 
 	if err != nil {
 		return nil, &pdk.Error{Code: "bad_config", Message: err.Error()}
 	}
-	return s.Play(req, Runtime{Delta: delta, Sleep: sleep})
+	return s.Play(req, Runtime{Delta: delta, Sleep: sleep, Attempt: attempt})
+}
+
+// attempt counts the attempts of one request in the plugin's key-value space,
+// for hosts that do not report their retries in the request metadata. Without
+// a key-value space every request is attempt 1.
+func attempt(key string) int {
+	k := "attempt/" + key
+	v, ok, err := pdk.KVGet(k)
+	if err != nil {
+		return 1
+	}
+	n := 0
+	if ok {
+		n, _ = strconv.Atoi(string(v))
+	}
+	n++
+	if err := pdk.KVSet(k, []byte(strconv.Itoa(n))); err != nil {
+		return 1
+	}
+	return n
 }
 
 func sleep(d time.Duration) error {

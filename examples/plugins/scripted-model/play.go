@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -17,6 +19,11 @@ type Runtime struct {
 	// Sleep waits d; an error (the call was cancelled) stops the play.
 	// Nil: delays are skipped.
 	Sleep func(d time.Duration) error
+	// Attempt counts the attempts of a request whose metadata does not say
+	// which attempt it is (a host that does not report its retries); key
+	// identifies the request. Asked only when a step depends on the
+	// attempt. Nil: such a request is always attempt 1.
+	Attempt func(key string) int
 }
 
 // echoText is the answer of the built-in default rule.
@@ -124,6 +131,11 @@ func segments(steps []Step) [][]Step {
 func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, error) {
 	conv := readConversation(req)
 	rule, groups := s.pick(conv.input)
+	segs := segments(rule.Steps)
+	if _, reported := req.Metadata["attempt"]; !reported && rt.Attempt != nil &&
+		conv.done < len(segs) && dependsOnAttempt(segs[conv.done]) {
+		conv.attempt = max(rt.Attempt(requestKey(req)), 1)
+	}
 	v := &vars{
 		groups:      groups,
 		input:       conv.input,
@@ -138,7 +150,6 @@ func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, er
 		v.lastToolResult = conv.toolResults[n-1]
 	}
 
-	segs := segments(rule.Steps)
 	var steps []Step
 	if conv.done < len(segs) {
 		steps = segs[conv.done]
@@ -287,6 +298,23 @@ func expandArguments(raw json.RawMessage, v *vars) (json.RawMessage, error) {
 		return nil, firstErr
 	}
 	return json.Marshal(obj)
+}
+
+// dependsOnAttempt reports whether playing steps needs the attempt number.
+func dependsOnAttempt(steps []Step) bool {
+	for _, st := range steps {
+		if st.Error != nil && st.Error.Attempts > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// requestKey identifies a request by its messages.
+func requestKey(req *pdk.ModelRequest) string {
+	b, _ := json.Marshal(req.Messages)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // words is the token count the model reports: roughly one token per word.

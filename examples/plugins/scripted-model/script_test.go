@@ -458,3 +458,38 @@ func FuzzParseAndPlay(f *testing.F) {
 		_, _ = sc.Play(&pdk.ModelRequest{Messages: []pdk.Message{user(input)}}, Runtime{}) // must not panic
 	})
 }
+
+func TestAttemptFallbackWhenTheHostDoesNotSay(t *testing.T) {
+	sc := mustParse(t, `{"rules":[
+		{"match":"^flaky$","steps":[{"error":{"code":"rate_limit","message":"x","transient":true,"attempts":1}},{"text":"ok on {{attempt}}"}]},
+		{"match":"^plain$","steps":[{"text":"plain"}]}]}`)
+	counts := map[string]int{}
+	asked := 0
+	rt := Runtime{Attempt: func(key string) int { asked++; counts[key]++; return counts[key] }}
+	req := &pdk.ModelRequest{Messages: []pdk.Message{user("flaky")}}
+	var pe *pdk.Error
+	if _, err := sc.Play(req, rt); !errors.As(err, &pe) || !pe.Transient {
+		t.Fatalf("first attempt: %v, want the transient error", err)
+	}
+	resp, err := sc.Play(req, rt)
+	if err != nil || resp.Message.Content != "ok on 2" {
+		t.Fatalf("second attempt: %v %v", resp, err)
+	}
+	// Another conversation has its own count.
+	other := &pdk.ModelRequest{Messages: []pdk.Message{user("hello"), user("flaky")}}
+	if _, err := sc.Play(other, rt); !errors.As(err, &pe) {
+		t.Errorf("another conversation's first attempt: %v", err)
+	}
+	// The host's own count wins, and rules that do not depend on the attempt never ask.
+	asked = 0
+	req.Metadata = map[string]any{"attempt": 1}
+	if _, err := sc.Play(req, rt); !errors.As(err, &pe) {
+		t.Errorf("reported attempt 1: %v", err)
+	}
+	if _, err := sc.Play(&pdk.ModelRequest{Messages: []pdk.Message{user("plain")}}, rt); err != nil {
+		t.Fatal(err)
+	}
+	if asked != 0 {
+		t.Errorf("the fallback was asked %d times", asked)
+	}
+}
