@@ -194,7 +194,7 @@ func (e *Egress) Do(ctx context.Context, req *pdk.HTTPRequest, grant EgressGrant
 	if method == "" {
 		method = http.MethodGet
 	}
-	if !validMethod(method) {
+	if !validToken(method) {
 		return nil, newEgressError(fmt.Sprintf("egress: method %q is not a valid HTTP method", method), nil, ErrEgressBadRequest)
 	}
 	if method == http.MethodConnect {
@@ -229,7 +229,10 @@ func (e *Egress) Do(ctx context.Context, req *pdk.HTTPRequest, grant EgressGrant
 		transport = e.private
 	}
 
-	header := e.outboundHeader(ctx, req.Headers)
+	header, err := e.outboundHeader(ctx, req.Headers)
+	if err != nil {
+		return nil, err
+	}
 	xctx, cancel := context.WithTimeoutCause(ctx, timeout, errExchangeTimeout)
 	resp, final, err := e.exchange(xctx, transport, allow, method, u, header, body, timeout)
 	if err != nil {
@@ -264,10 +267,7 @@ func (e *Egress) Do(ctx context.Context, req *pdk.HTTPRequest, grant EgressGrant
 func (e *Egress) exchange(ctx context.Context, rt http.RoundTripper, allow allowedHosts, method string, u *url.URL,
 	header http.Header, body []byte, timeout time.Duration) (*http.Response, *url.URL, error) {
 	for hop := 0; ; hop++ {
-		hreq, err := newOutboundRequest(ctx, method, u, header, body)
-		if err != nil {
-			return nil, nil, err
-		}
+		hreq := newOutboundRequest(ctx, method, u, header, body)
 		resp, err := rt.RoundTrip(hreq)
 		if err != nil {
 			return nil, nil, roundTripError(ctx, method, u.Host, err, timeout)
@@ -387,25 +387,33 @@ func checkURLShape(u *url.URL) error {
 	return nil
 }
 
-func newOutboundRequest(ctx context.Context, method string, u *url.URL, header http.Header, body []byte) (*http.Request, error) {
-	var rd io.Reader
+// newOutboundRequest builds one hop's request. The URL and header are
+// shared, not copied: a RoundTripper must not modify its request.
+func newOutboundRequest(ctx context.Context, method string, u *url.URL, header http.Header, body []byte) *http.Request {
+	hreq := &http.Request{
+		Method: method, URL: u, Host: u.Host, Header: header,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+	}
 	if len(body) > 0 {
-		rd = bytes.NewReader(body)
+		hreq.ContentLength = int64(len(body))
+		hreq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		hreq.Body, _ = hreq.GetBody()
 	}
-	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
-	if err != nil {
-		return nil, newEgressError(fmt.Sprintf("egress: %s %q", method, u.Host), err, ErrEgressBadRequest)
-	}
-	hreq.Header = header.Clone()
-	return hreq, nil
+	return hreq.WithContext(ctx)
 }
 
 // outboundHeader is the plugin's headers minus hop-by-hop headers, Host and
 // trace headers, plus the caller's trace context and the default user agent.
-func (e *Egress) outboundHeader(ctx context.Context, in map[string]string) http.Header {
+func (e *Egress) outboundHeader(ctx context.Context, in map[string]string) (http.Header, error) {
 	h := make(http.Header, len(in)+2)
 	var connTokens []string
 	for k, v := range in {
+		if !validToken(k) {
+			return nil, newEgressError(fmt.Sprintf("egress: header name %q is not valid", k), nil, ErrEgressBadRequest)
+		}
+		if !validHeaderValue(v) {
+			return nil, newEgressError(fmt.Sprintf("egress: value of header %q holds a control character", k), nil, ErrEgressBadRequest)
+		}
 		if strings.EqualFold(k, "Connection") {
 			connTokens = append(connTokens, strings.Split(v, ",")...)
 		}
@@ -430,7 +438,7 @@ func (e *Egress) outboundHeader(ctx context.Context, in map[string]string) http.
 		h.Set("User-Agent", e.userAgent)
 	}
 	e.prop.Inject(ctx, propagation.HeaderCarrier(h))
-	return h
+	return h, nil
 }
 
 func dropOutbound(canonical string) bool {
@@ -470,13 +478,25 @@ func isRedirect(status int) bool {
 	return false
 }
 
-func validMethod(m string) bool {
-	if m == "" {
+// validToken reports whether s is an HTTP token (a method or a header name).
+func validToken(s string) bool {
+	if s == "" {
 		return false
 	}
-	for i := 0; i < len(m); i++ {
-		c := m[i]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue refuses control characters other than tab (CR and LF
+// above all: no header injection).
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
 			return false
 		}
 	}

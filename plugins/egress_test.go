@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -604,6 +605,30 @@ func TestEgressResponseTooLarge(t *testing.T) {
 	}
 }
 
+func TestEgressDecompressedSizeCapped(t *testing.T) {
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write(make([]byte, 1<<20)) // 1 MiB of zeros, about 1 KiB compressed
+	zw.Close()
+	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Content-Length", fmt.Sprint(zipped.Len()))
+		w.Write(zipped.Bytes())
+	})
+	e, _ := newTestEgress(t, EgressConfig{})
+	grant := loopbackGrant("allowed.test")
+	grant.MaxResponseBytes = 64 << 10
+	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, grant)
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if !errors.Is(err, ErrEgressTooLarge) || len(got) != 64<<10 {
+		t.Fatalf("read %d bytes, err = %v; want the cap to count decompressed bytes", len(got), err)
+	}
+}
+
 func testSpanContext(t *testing.T) trace.SpanContext {
 	t.Helper()
 	tid, err := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
@@ -785,6 +810,8 @@ func TestEgressBadInput(t *testing.T) {
 		{"URL as pattern", &pdk.HTTPRequest{URL: "http://allowed.test/"}, []string{"https://allowed.test"}, ErrEgressBadRequest, "not a URL"},
 		{"inner wildcard", &pdk.HTTPRequest{URL: "http://allowed.test/"}, []string{"a*.test"}, ErrEgressBadRequest, "* is allowed only"},
 		{"empty pattern", &pdk.HTTPRequest{URL: "http://allowed.test/"}, []string{""}, ErrEgressBadRequest, "empty"},
+		{"header injection", &pdk.HTTPRequest{URL: "http://allowed.test/", Headers: map[string]string{"X-A": "1\r\nX-Injected: 1"}}, ok, ErrEgressBadRequest, `header "X-A" holds a control character`},
+		{"bad header name", &pdk.HTTPRequest{URL: "http://allowed.test/", Headers: map[string]string{"X Bad": "1"}}, ok, ErrEgressBadRequest, `header name "X Bad"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.Do(t.Context(), tc.req, EgressGrant{AllowedHosts: tc.allowed, AllowPrivate: true})
