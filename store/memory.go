@@ -39,6 +39,10 @@ type Memory struct {
 	kvMu sync.RWMutex
 	kv   map[string]map[string][]byte
 
+	durMu   sync.RWMutex
+	ckpts   map[string]loop.Checkpoint
+	journal map[string]map[string]loop.JournalEntry // task → call → entry
+
 	events *MemoryEvents
 
 	closeOnce sync.Once
@@ -56,12 +60,14 @@ var (
 // NewMemory returns an empty in-memory store. Close stops its sweeper.
 func NewMemory(opts MemoryOptions) *Memory {
 	m := &Memory{
-		limits: opts.Limits.withDefaults(),
-		hist:   map[string][]loop.Message{},
-		agents: map[string]loop.AgentMetadata{},
-		tasks:  map[string]loop.TaskRecord{},
-		kv:     map[string]map[string][]byte{},
-		stop:   make(chan struct{}),
+		limits:  opts.Limits.withDefaults(),
+		hist:    map[string][]loop.Message{},
+		agents:  map[string]loop.AgentMetadata{},
+		tasks:   map[string]loop.TaskRecord{},
+		kv:      map[string]map[string][]byte{},
+		ckpts:   map[string]loop.Checkpoint{},
+		journal: map[string]map[string]loop.JournalEntry{},
+		stop:    make(chan struct{}),
 	}
 	m.events = &MemoryEvents{limits: m.limits, streams: map[string]*memStream{}}
 	interval := opts.SweepInterval
