@@ -79,7 +79,7 @@ func (b *Badger) Recent(ctx context.Context, contextID string, limit int) ([]loo
 		}
 		n := h.b - from + 1
 		out = make([]loop.Message, 0, n)
-		opts := badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: int(min(n, 100))}
+		opts := badger.IteratorOptions{Prefix: prefix}
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		want := from

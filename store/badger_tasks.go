@@ -40,53 +40,46 @@ func (ti *taskIdent) indexKeys(id string) [][]byte {
 	return keys
 }
 
-// readIdent returns the index placement of the stored record in item. A
-// record that does not decode has none (its index entries, if any, are
-// skipped by listings, which check every entry against its record).
-func readIdent(item *badger.Item) *taskIdent {
-	var ti taskIdent
-	err := item.Value(func(v []byte) error { return json.Unmarshal(v, &ti) })
-	if err != nil {
-		return nil
+func identKey(id string) []byte { return []byte(pfxTaskIdx + idxID + "/" + escape(id)) }
+
+// oldIdent returns the index placement of the stored task as txn sees it:
+// from its tidx/id entry, else (data written before it, or damaged) from the
+// record itself. A task whose placement cannot be read has none: its index
+// entries, if any, are skipped by listings, which check every entry against
+// its record.
+func oldIdent(txn *badger.Txn, id string) (ti *taskIdent, exists bool, err error) {
+	item, err := txn.Get(identKey(id))
+	if err == nil {
+		if err := item.Value(func(b []byte) error { ti, err = decodeIdent(b); return err }); err == nil {
+			return ti, true, nil
+		}
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, err
 	}
-	return &ti
-}
-
-// observeTask reads the index placement of the stored task outside the
-// commit goroutine (so that big records are decoded in parallel), with the
-// version it was read at.
-func (b *Badger) observeTask(ctx context.Context, key []byte) (*taskIdent, uint64, error) {
-	var ti *taskIdent
-	var ver uint64
-	err := b.view(ctx, func(txn *badger.Txn) error {
-		item, err := txn.Get(key)
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ver = item.Version()
-		ti = readIdent(item)
-		return nil
-	})
-	return ti, ver, err
-}
-
-// currentIdent returns the placement of the task as txn sees it, reusing
-// what observeTask read when the record has not changed since.
-func currentIdent(txn *badger.Txn, key []byte, seen *taskIdent, seenVer uint64) (*taskIdent, bool, error) {
-	item, err := txn.Get(key)
+	item, err = txn.Get(taskKey(id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	if seenVer != 0 && item.Version() == seenVer {
-		return seen, true, nil
+	if err := item.Value(func(b []byte) error { ti, err = decodeIdent(b); return err }); err != nil {
+		return nil, true, nil
 	}
-	return readIdent(item), true, nil
+	return ti, true, nil
+}
+
+// decodeIdent reads a task's placement from its tidx/id entry or from its
+// record (a record holds the same fields).
+func decodeIdent(v []byte) (*taskIdent, error) {
+	var ti taskIdent
+	if err := json.Unmarshal(v, &ti); err != nil {
+		return nil, err
+	}
+	if ti.ContextID == "" {
+		return nil, errors.New("task placement without context id")
+	}
+	return &ti, nil
 }
 
 // expirySeconds is t as Badger's entry expiry: Unix seconds, rounded up so
@@ -124,16 +117,17 @@ func (b *Badger) SaveTask(ctx context.Context, t loop.TaskRecord) error {
 	tk := taskKey(t.ID)
 	ident := identOf(&t)
 	newKeys := ident.indexKeys(t.ID)
-	seen, seenVer, err := b.observeTask(ctx, tk)
+	identVal, err := json.Marshal(&ident)
 	if err != nil {
-		return fmt.Errorf("save task %q: %w", t.ID, err)
+		return fmt.Errorf("save task %q: encode placement: %w", t.ID, err)
 	}
+	ik := identKey(t.ID)
 	err = b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
-		old, _, err := currentIdent(txn, tk, seen, seenVer)
+		old, _, err := oldIdent(txn, t.ID)
 		if err != nil {
 			return nil, err
 		}
-		ms := make([]mutation, 0, 1+2*len(newKeys))
+		ms := make([]mutation, 0, 2+2*len(newKeys))
 		if old != nil && *old != ident {
 			for _, k := range old.indexKeys(t.ID) {
 				if !containsKey(newKeys, k) {
@@ -141,7 +135,7 @@ func (b *Badger) SaveTask(ctx context.Context, t loop.TaskRecord) error {
 				}
 			}
 		}
-		ms = append(ms, mutation{key: tk, value: rec, expiresAt: exp})
+		ms = append(ms, mutation{key: tk, value: rec, expiresAt: exp}, mutation{key: ik, value: identVal, expiresAt: exp})
 		for _, k := range newKeys {
 			ms = append(ms, mutation{key: k, value: sum, expiresAt: exp})
 		}
@@ -300,16 +294,12 @@ func (b *Badger) DeleteTask(ctx context.Context, id string) error {
 		return fmt.Errorf("delete task: %w", err)
 	}
 	tk := taskKey(id)
-	seen, seenVer, err := b.observeTask(ctx, tk)
-	if err != nil {
-		return fmt.Errorf("delete task %q: %w", id, err)
-	}
-	err = b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
-		old, ok, err := currentIdent(txn, tk, seen, seenVer)
+	err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		old, ok, err := oldIdent(txn, id)
 		if err != nil || !ok {
 			return nil, err
 		}
-		ms := []mutation{del(tk)}
+		ms := []mutation{del(tk), del(identKey(id))}
 		if old != nil {
 			for _, k := range old.indexKeys(id) {
 				ms = append(ms, del(k))

@@ -163,3 +163,19 @@ func FuzzEscape(f *testing.F) {
 		unescape(s) // must not panic on arbitrary input
 	})
 }
+
+func FuzzDecodeIdent(f *testing.F) {
+	f.Add([]byte(`{"contextId":"c","agentId":"a","owner":"o","createdAt":"2025-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"contextId":"c","createdAt":"yesterday"}`))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		ti, err := decodeIdent(v)
+		if err != nil {
+			return
+		}
+		for _, k := range ti.indexKeys("t") {
+			if _, id, err := parseTaskIdxKey(k, k[:len(k)-len("0000000000000000000/t")]); err != nil || id != "t" {
+				t.Fatalf("index key %q of a decoded placement does not parse: %v", k, err)
+			}
+		}
+	})
+}

@@ -22,6 +22,7 @@ import (
 //	tidx/ctx/<contextId>/<created:19>/<taskId>  tasks of a context     } (JSON), same TTL
 //	tidx/agent/<agentId>/<created:19>/<taskId>  tasks of an agent      } as the record
 //	tidx/owner/<owner>/<created:19>/<taskId>    tasks of a principal   }
+//	tidx/id/<taskId>                    where the task is indexed (JSON), same TTL
 //	evt/<stream>/<seq:20>               one event log record (raw bytes)
 //	evth/<stream>                       event log head: last seq, expiry (16 bytes)
 //	kv/<namespace>/<key>                a plugin's key-value space (raw bytes)
@@ -44,6 +45,7 @@ const (
 	idxContext  = "ctx"
 	idxAgent    = "agent"
 	idxOwner    = "owner"
+	idxID       = "id"
 	headSize    = 16
 	maxHeadTime = 1<<63 - 1
 )

@@ -1,0 +1,210 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/store"
+)
+
+// Each benchmark runs against Memory and against Badger on disk (synced
+// writes, as in production).
+
+type benchStores interface {
+	loop.MessageStore
+	loop.TaskStore
+	events() loop.EventLog
+}
+
+type memBench struct{ *store.Memory }
+
+func (m memBench) events() loop.EventLog { return m.Events() }
+
+type badgerBench struct{ *store.Badger }
+
+func (b badgerBench) events() loop.EventLog { return b.Events() }
+
+func forEachStore(b *testing.B, fn func(b *testing.B, s benchStores)) {
+	b.Run("store=memory", func(b *testing.B) {
+		m := store.NewMemory(store.MemoryOptions{})
+		b.Cleanup(func() { m.Close() })
+		fn(b, memBench{m})
+	})
+	b.Run("store=badger", func(b *testing.B) {
+		s, err := store.Open(store.Options{Dir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		fn(b, badgerBench{s})
+	})
+}
+
+func benchMessage(i int) loop.Message {
+	return loop.Message{Role: loop.RoleAssistant, Content: "message number " + strconv.Itoa(i) + " of a conversation about the weather in Lisbon"}
+}
+
+func prefill(b *testing.B, s loop.MessageStore, ctxID string, n int) {
+	b.Helper()
+	const chunk = 1000
+	batch := make([]loop.Message, 0, chunk)
+	for i := range n {
+		batch = append(batch, benchMessage(i))
+		if len(batch) == chunk || i == n-1 {
+			if err := s.Append(context.Background(), ctxID, batch...); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+}
+
+var historySizes = []int{10, 1000, 100000}
+
+// BenchmarkAppend appends one message to a history of 10, 1,000 and
+// 100,000 messages: the cost must not grow with the history.
+func BenchmarkAppend(b *testing.B) {
+	forEachStore(b, func(b *testing.B, s benchStores) {
+		for _, n := range historySizes {
+			b.Run(fmt.Sprintf("history=%d", n), func(b *testing.B) {
+				id := fmt.Sprintf("append-%d", n)
+				prefill(b, s, id, n)
+				m := benchMessage(n)
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					if err := s.Append(ctx, id, m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkRecent50 reads the last 50 messages of a history of 10, 1,000
+// and 100,000 messages: the cost must not grow with the history.
+func BenchmarkRecent50(b *testing.B) {
+	forEachStore(b, func(b *testing.B, s benchStores) {
+		for _, n := range historySizes {
+			b.Run(fmt.Sprintf("history=%d", n), func(b *testing.B) {
+				id := fmt.Sprintf("recent-%d", n)
+				prefill(b, s, id, n)
+				ctx := context.Background()
+				want := min(n, 50)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					ms, err := s.Recent(ctx, id, 50)
+					if err != nil || len(ms) != want {
+						b.Fatalf("Recent = %d messages, %v", len(ms), err)
+					}
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkAppendParallel appends one message at a time to 64 contexts at
+// once (what 64 concurrent durable turns do): concurrent synced writes
+// share commits.
+func BenchmarkAppendParallel(b *testing.B) {
+	forEachStore(b, func(b *testing.B, s benchStores) {
+		var next atomic.Int64
+		m := benchMessage(1)
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.SetParallelism(32) // 64 goroutines on 2 CPUs
+		b.RunParallel(func(pb *testing.PB) {
+			id := fmt.Sprintf("ctx-%d", next.Add(1))
+			for pb.Next() {
+				if err := s.Append(context.Background(), id, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkEventAppend appends one event record to 1 stream (one writer)
+// and to 64 streams (64 concurrent writers, one per stream).
+func BenchmarkEventAppend(b *testing.B) {
+	data := []byte(`{"kind":"content-delta","contextId":"c","taskId":"t","delta":"Hello, wor"}`)
+	forEachStore(b, func(b *testing.B, s benchStores) {
+		l := s.events()
+		b.Run("streams=1", func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := l.Append(ctx, "one", data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("streams=64", func(b *testing.B) {
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				stream := fmt.Sprintf("stream-%d", next.Add(1))
+				for pb.Next() {
+					if _, err := l.Append(context.Background(), stream, data); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	})
+}
+
+func benchTask(id string) loop.TaskRecord {
+	now := time.Now()
+	return loop.TaskRecord{
+		ID: id, ContextID: "ctx-" + id, AgentID: "assistant", Owner: "alice", Status: loop.TaskCompleted,
+		Content: "It is sunny in Lisbon.", Usage: loop.Usage{PromptTokens: 120, CompletionTokens: 30, TotalTokens: 150},
+		History: []loop.Message{
+			{Role: loop.RoleUser, Content: "What is the weather in Lisbon?"},
+			{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: "call_1", Name: "weather", Arguments: []byte(`{"city":"Lisbon"}`)}}},
+			{Role: loop.RoleTool, Name: "weather", ToolCallID: "call_1", Content: `{"sky":"clear","temp":24}`},
+			{Role: loop.RoleAssistant, Content: "It is sunny in Lisbon."},
+		},
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
+	}
+}
+
+// BenchmarkSaveTask saves a finished task record (four messages of
+// history, TTL) from one writer and from 64 concurrent writers.
+func BenchmarkSaveTask(b *testing.B) {
+	forEachStore(b, func(b *testing.B, s benchStores) {
+		b.Run("writers=1", func(b *testing.B) {
+			ctx := context.Background()
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				if err := s.SaveTask(ctx, benchTask(strconv.Itoa(i%1000))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("writers=64", func(b *testing.B) {
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				id := strconv.Itoa(int(next.Add(1)))
+				for pb.Next() {
+					if err := s.SaveTask(context.Background(), benchTask(id)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	})
+}
