@@ -291,13 +291,13 @@ func (e *Egress) exchange(ctx context.Context, rt http.RoundTripper, allow allow
 		}
 		switch resp.StatusCode {
 		case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther:
-			if method != http.MethodGet && method != http.MethodHead {
+			// As browsers and net/http do: the next hop is a GET (or HEAD)
+			// without the body. 307 and 308 resend method and body.
+			if method != http.MethodHead {
 				method = http.MethodGet
 			}
-			if method == http.MethodGet || method == http.MethodHead {
-				body = nil
-				header = withoutContentHeaders(header)
-			}
+			body = nil
+			header = withoutContentHeaders(header)
 		}
 		if !strings.EqualFold(u.Hostname(), next.Hostname()) {
 			header = withoutCredentials(header)
@@ -334,11 +334,10 @@ func checkRedirect(allow allowedHosts, from, to *url.URL) error {
 			from.Host, to.Host), nil, ErrEgressDenied)
 	}
 	if err := checkURLShape(to); err != nil {
-		return fmt.Errorf("egress: redirect from %q: %w", from.Host, err)
+		return err.onRedirect(from, to)
 	}
 	if err := allow.check(to); err != nil {
-		err.msg = fmt.Sprintf("egress: redirect from %q to %q refused: %s", from.Host, to.Host, strings.TrimPrefix(err.msg, "egress: "))
-		return err
+		return err.onRedirect(from, to)
 	}
 	return nil
 }
@@ -368,7 +367,7 @@ func parseEgressURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-func checkURLShape(u *url.URL) error {
+func checkURLShape(u *url.URL) *egressError {
 	if u.Host == "" || u.Hostname() == "" {
 		return newEgressError(fmt.Sprintf("egress: URL %q has no host", u.Redacted()), nil, ErrEgressBadRequest)
 	}
@@ -591,6 +590,15 @@ func (e *egressError) Error() string {
 		return e.msg + ": " + e.cause.Error()
 	}
 	return e.msg
+}
+
+// onRedirect rewords a refusal of a redirect's target to name both hops.
+func (e *egressError) onRedirect(from, to *url.URL) *egressError {
+	return &egressError{
+		msg:   fmt.Sprintf("egress: redirect from %q to %q refused: %s", from.Host, to.Host, strings.TrimPrefix(e.msg, "egress: ")),
+		cause: e.cause,
+		kinds: e.kinds,
+	}
 }
 
 func (e *egressError) Unwrap() []error {

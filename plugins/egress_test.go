@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -259,21 +260,30 @@ func TestEgressHostNotAllowed(t *testing.T) {
 func TestEgressRedirectToForbiddenHost(t *testing.T) {
 	forbidden := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") })
 	allowed := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, forbidden.url("forbidden.test", "/secret"), http.StatusFound)
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
 	})
 	e, _ := newTestEgress(t, EgressConfig{})
-	_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: allowed.url("allowed.test", "/")}, loopbackGrant("allowed.test"))
-	if !errors.Is(err, ErrEgressDenied) {
-		t.Fatalf("err = %v, want ErrEgressDenied", err)
-	}
-	if want := `host "forbidden.test" is not in the plugin's allowed hosts`; !strings.Contains(err.Error(), want) {
-		t.Errorf("err = %q, want it to contain %q", err, want)
-	}
-	if !strings.Contains(err.Error(), "redirect from") {
-		t.Errorf("err = %q does not say it was a redirect", err)
-	}
-	if n := allowed.reqs.Load(); n != 1 {
-		t.Errorf("allowed server saw %d requests, want 1", n)
+	for _, tc := range []struct{ name, to, want string }{
+		{"other host", forbidden.url("forbidden.test", "/secret"),
+			`refused: host "forbidden.test" is not in the plugin's allowed hosts`},
+		{"IP literal", forbidden.url("127.0.0.1", "/secret"),
+			`refused: host "127.0.0.1" is not in the plugin's allowed hosts (an IP address is reached only when listed itself)`},
+		{"file scheme", "file:///etc/passwd", `to scheme "file" refused`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := allowed.reqs.Load()
+			_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: allowed.url("allowed.test", "/?to="+url.QueryEscape(tc.to))},
+				loopbackGrant("allowed.test"))
+			if !errors.Is(err, ErrEgressDenied) {
+				t.Fatalf("err = %v, want ErrEgressDenied", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "egress: redirect from \"allowed.test:") {
+				t.Errorf("err = %q, want it to name the redirect and contain %q", err, tc.want)
+			}
+			if n := allowed.reqs.Load() - before; n != 1 {
+				t.Errorf("allowed server saw %d requests, want 1", n)
+			}
+		})
 	}
 	if n := forbidden.conns.Load(); n != 0 {
 		t.Fatalf("forbidden server accepted %d connections", n)
@@ -425,8 +435,8 @@ func TestEgressPrivateAddressRefused(t *testing.T) {
 			if strings.Contains(host, ":") {
 				pattern = "[" + host + "]"
 			}
-			url := fmt.Sprintf("http://%s/", net.JoinHostPort(host, fmt.Sprint(port)))
-			_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: url}, EgressGrant{AllowedHosts: []string{pattern}})
+			target := fmt.Sprintf("http://%s/", net.JoinHostPort(host, fmt.Sprint(port)))
+			_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: target}, EgressGrant{AllowedHosts: []string{pattern}})
 			if !errors.Is(err, ErrEgressPrivateAddress) || !errors.Is(err, ErrEgressDenied) {
 				t.Fatalf("err = %v, want ErrEgressPrivateAddress", err)
 			}
