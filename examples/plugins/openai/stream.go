@@ -178,7 +178,7 @@ func (a *answer) response() *pdk.ModelResponse {
 func ParseStream(r io.Reader, delta func(pdk.Delta) error) (*pdk.ModelResponse, error) {
 	a := newAnswer()
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	sc.Buffer(make([]byte, 0, 4<<10), maxLine)
 	var data []string
 	done := false
 	dispatch := func() error {
