@@ -20,12 +20,13 @@ type guestOutput struct {
 	written int
 	dropped bool
 	tail    []byte
+	fatal   string // the first "fatal error:" or "panic:" line of the call
 }
 
 const (
 	guestOutputPerCall = 64 << 10
 	guestLineMax       = 2 << 10
-	guestTailMax       = 512
+	guestTailMax       = 4 << 10
 )
 
 func newGuestOutput(log *slog.Logger, level slog.Level, stream string) *guestOutput {
@@ -62,6 +63,9 @@ func (g *guestOutput) flushLocked() {
 	if len(g.line) == 0 {
 		return
 	}
+	if g.fatal == "" && (bytes.HasPrefix(g.line, []byte("fatal error:")) || bytes.HasPrefix(g.line, []byte("panic:"))) {
+		g.fatal = string(g.line)
+	}
 	if g.written+len(g.line) > guestOutputPerCall {
 		if !g.dropped {
 			g.dropped = true
@@ -84,15 +88,20 @@ func (g *guestOutput) endCall() {
 	}
 }
 
-// lastLines returns the tail of what the guest wrote, trimmed.
+// lastLines returns the guest's fatal line when it wrote one, else the
+// tail of what it wrote, trimmed.
 func (g *guestOutput) lastLines() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.fatal != "" {
+		return g.fatal
+	}
 	return string(bytes.TrimSpace(g.tail))
 }
 
 func (g *guestOutput) clearTail() {
 	g.mu.Lock()
 	g.tail = g.tail[:0]
+	g.fatal = ""
 	g.mu.Unlock()
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,8 +166,8 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	g := env.policy.Grant(m, env.lookupEnv)
 	p := &Plugin{
 		man: m, grant: g, hash: hash,
-		log:    env.log.With("plugin", m.Name, "version", m.Version),
-		kv:     env.kv, egress: env.egress, artifacts: env.artifacts,
+		log: env.log.With("plugin", m.Name, "version", m.Version),
+		kv:  env.kv, egress: env.egress, artifacts: env.artifacts,
 		loadedAt: time.Now(),
 	}
 	if len(g.Refused) > 0 {
@@ -176,6 +177,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	rtCfg := wazero.NewRuntimeConfig().
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(g.MemoryPages).
+		WithMemoryCapacityFromMax(true).
 		WithCompilationCache(env.cache)
 	rt := wazero.NewRuntimeWithConfig(ctx, rtCfg)
 	closeRT := true
@@ -415,14 +417,30 @@ func (p *Plugin) classify(parent, cctx context.Context, op pdk.Op, err error, st
 		return fmt.Errorf("plugin %q: %s: %w", name, op, err)
 	}
 	var exit *sys.ExitError
-	detail := err.Error()
+	detail, _, _ := strings.Cut(err.Error(), "\n")
 	if errors.As(err, &exit) {
 		detail = fmt.Sprintf("exited with code %d", exit.ExitCode())
 	}
-	if stderr != "" {
-		detail += " (stderr: " + lastLine(stderr, 300) + ")"
+	if why := fatalLine(stderr); why != "" {
+		detail += " (" + why + ")"
 	}
 	return fmt.Errorf("plugin %q: %s: %w: %s", name, op, ErrTrap, detail)
+}
+
+// fatalLine picks what a guest said about its own death from its stderr:
+// a Go runtime's "fatal error: …" or "panic: …", else the last line.
+func fatalLine(stderr string) string {
+	if stderr == "" {
+		return ""
+	}
+	lines := strings.Split(stderr, "\n")
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "fatal error:") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "runtime: out of memory") {
+			return lastLine(l, 200)
+		}
+	}
+	return "stderr: " + lastLine(strings.TrimSpace(lines[len(lines)-1]), 200)
 }
 
 func lastLine(s string, max int) string {

@@ -1,0 +1,14 @@
+;; recurse: a hostile Looopy-ABI fixture. describe answers; its one tool misbehaves.
+(module
+  (memory (export "memory") 2)
+  (data (i32.const 1024) "\00{\"kind\":\"tool\",\"tools\":[{\"name\":\"recurse_wat\",\"description\":\"hostile fixture\"}]}")
+  (func (export "looopy_abi_v1"))
+  (func (export "looopy_alloc") (param i32) (result i32) (i32.const 65536))
+  (func $down (param i32) (result i32) (call $down (i32.add (local.get 0) (i32.const 1))))
+  (func (export "looopy_call") (param $op i32) (param $p i32) (param $n i32) (result i64)
+    (if (i32.eqz (local.get $op))
+      (then (return (i64.or (i64.shl (i64.const 1024) (i64.const 32)) (i64.const 81)))))
+    (call $down (i32.const 0))
+    (i64.extend_i32_u)
+  )
+)
