@@ -49,7 +49,7 @@ func percentile(sorted []int64, p float64) time.Duration {
 // through Serve, pacing the publisher at rate events/s (0: as fast as it
 // can). It reports events delivered per second and the delivery latency.
 func fanout(b *testing.B, subs int, enc sse.Encoder, rate int) {
-	h := newHub(b, sse.Config{Log: newMemLog(), TailSize: 1024})
+	h := newHub(b, sse.Config{Log: memoryLog(b), TailSize: 1024})
 	ctx := context.Background()
 	stream := sse.TaskStream("bench")
 	n := b.N
@@ -129,7 +129,7 @@ func BenchmarkPublish(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 	}
 	b.Run("one-stream", func(b *testing.B) {
-		h := newHub(b, sse.Config{Log: newMemLog()})
+		h := newHub(b, sse.Config{Log: memoryLog(b)})
 		b.ReportAllocs()
 		start := time.Now()
 		for b.Loop() {
@@ -140,7 +140,7 @@ func BenchmarkPublish(b *testing.B) {
 		report(b, start)
 	})
 	b.Run("one-stream-subscribed", func(b *testing.B) {
-		h := newHub(b, sse.Config{Log: newMemLog()})
+		h := newHub(b, sse.Config{Log: memoryLog(b)})
 		sub, err := h.Subscribe(context.Background(), "s", 0, sse.Filter{})
 		if err != nil {
 			b.Fatal(err)
@@ -164,7 +164,7 @@ func BenchmarkPublish(b *testing.B) {
 		<-done
 	})
 	b.Run("task-and-context-parallel", func(b *testing.B) {
-		h := newHub(b, sse.Config{Log: newMemLog()})
+		h := newHub(b, sse.Config{Log: memoryLog(b)})
 		var next atomic.Int64
 		b.ReportAllocs()
 		start := time.Now()
@@ -187,7 +187,7 @@ func BenchmarkPublish(b *testing.B) {
 // memory each costs (heap and goroutine stack) after a garbage collection.
 func BenchmarkIdleSubscriptions(b *testing.B) {
 	const n = 10000
-	h := newHub(b, sse.Config{Log: newMemLog()})
+	h := newHub(b, sse.Config{Log: memoryLog(b)})
 	var heap, stack float64
 	for range b.N {
 		var before, after runtime.MemStats

@@ -64,7 +64,7 @@ func streamServer(t *testing.T, h *sse.Hub, version string) *httptest.Server {
 }
 
 func TestOfficialA2AClientReadsTheStream(t *testing.T) {
-	h := newHub(t, sse.Config{Log: newMemLog()})
+	h := newHub(t, sse.Config{Log: memoryLog(t)})
 	ctx := t.Context()
 	evs := taskEvents("t1", loop.TaskCompleted)
 	// Half before the client connects (replay), half after (live).
@@ -119,7 +119,7 @@ func TestOfficialA2AClientReadsTheStream(t *testing.T) {
 }
 
 func TestOfficialA2A03ClientReadsTheStream(t *testing.T) {
-	h := newHub(t, sse.Config{Log: newMemLog()})
+	h := newHub(t, sse.Config{Log: memoryLog(t)})
 	ctx := t.Context()
 	for _, e := range taskEvents("t2", loop.TaskWaitingInput) {
 		if _, err := h.Publish(ctx, sse.TaskStream("t2"), e); err != nil {

@@ -1,0 +1,84 @@
+package sse_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/store"
+)
+
+// spyLog is a real event log that also counts what the Hub asks of it.
+type spyLog struct {
+	loop.EventLog
+	mu      sync.Mutex
+	expires map[string]time.Duration
+	reads   int
+}
+
+var _ loop.EventLog = (*spyLog)(nil)
+
+func spy(l loop.EventLog) *spyLog {
+	return &spyLog{EventLog: l, expires: map[string]time.Duration{}}
+}
+
+func (s *spyLog) Read(ctx context.Context, stream string, after uint64, limit int) ([]loop.LogRecord, error) {
+	s.mu.Lock()
+	s.reads++
+	s.mu.Unlock()
+	return s.EventLog.Read(ctx, stream, after, limit)
+}
+
+func (s *spyLog) Expire(ctx context.Context, stream string, ttl time.Duration) error {
+	s.mu.Lock()
+	s.expires[stream] = ttl
+	s.mu.Unlock()
+	return s.EventLog.Expire(ctx, stream, ttl)
+}
+
+func (s *spyLog) readCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
+func (s *spyLog) expiry(stream string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.expires[stream]
+	return d, ok
+}
+
+// memoryLog is the event log of a store.Memory.
+func memoryLog(t testing.TB) *spyLog {
+	t.Helper()
+	m := store.NewMemory(store.MemoryOptions{})
+	t.Cleanup(func() { _ = m.Close() })
+	return spy(m.Events())
+}
+
+// openBadger opens (or reopens) a Badger store in dir.
+func openBadger(t testing.TB, dir string) *store.Badger {
+	t.Helper()
+	b, err := store.Open(store.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("open badger: %v", err)
+	}
+	return b
+}
+
+// badgerLog is the event log of a Badger store on disk.
+func badgerLog(t testing.TB) *spyLog {
+	t.Helper()
+	b := openBadger(t, t.TempDir())
+	t.Cleanup(func() { _ = b.Close() })
+	return spy(b.Events())
+}
+
+// eachLog runs f against every event log implementation.
+func eachLog(t *testing.T, f func(t *testing.T, newLog func(testing.TB) *spyLog)) {
+	t.Run("memory", func(t *testing.T) { f(t, memoryLog) })
+	t.Run("badger", func(t *testing.T) { f(t, badgerLog) })
+}
