@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -522,9 +523,13 @@ type egressBody struct {
 	cancel  context.CancelFunc
 	once    sync.Once
 	tooBig  bool
+	closed  atomic.Bool
 }
 
 func (b *egressBody) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, newEgressError(fmt.Sprintf("egress: response body of %q read after it was closed", b.host), nil, ErrEgressBadRequest)
+	}
 	if b.tooBig {
 		return 0, b.tooLarge()
 	}
@@ -534,14 +539,19 @@ func (b *egressBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.n += int64(n)
 	if b.n > b.max {
+		// Stop the download here; Close stays the caller's to call.
 		b.tooBig = true
 		n -= int(b.n - b.max)
 		b.n = b.max
+		_ = b.rc.Close()
+		b.release()
 		return n, b.tooLarge()
 	}
 	switch {
 	case err == io.EOF:
 		b.release()
+	case err != nil && b.closed.Load():
+		err = newEgressError(fmt.Sprintf("egress: response body of %q was closed during the read", b.host), nil, ErrEgressBadRequest)
 	case err != nil:
 		err = b.readError(err)
 	}
@@ -566,6 +576,7 @@ func (b *egressBody) readError(err error) error {
 func (b *egressBody) release() { b.once.Do(b.cancel) }
 
 func (b *egressBody) Close() error {
+	b.closed.Store(true)
 	err := b.rc.Close()
 	b.release()
 	return err

@@ -794,6 +794,25 @@ func TestEgressConnectionReused(t *testing.T) {
 	}
 }
 
+func TestEgressReadAfterClose(t *testing.T) {
+	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "some body") })
+	e, _ := newTestEgress(t, EgressConfig{})
+	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, loopbackGrant("allowed.test"))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if err := resp.Body.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := resp.Body.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	n, err := resp.Body.Read(make([]byte, 8))
+	if n != 0 || !strings.Contains(fmt.Sprint(err), "read after it was closed") {
+		t.Fatalf("Read after Close = %d, %v", n, err)
+	}
+}
+
 func TestEgressBadInput(t *testing.T) {
 	e, _ := newTestEgress(t, EgressConfig{})
 	ok := []string{"allowed.test"}
