@@ -26,6 +26,7 @@ fixtures-check: plugins ## rebuild the non-Go plugins and fail if they differ fr
 
 test: plugins-go ## run every test with the race detector
 	$(GO) test -race -count=1 $(PKGS)
+	@for mod in examples/plugins/*/go.mod; do (cd "$$(dirname "$$mod")" && $(GO) test -race -count=1 ./...) || exit 1; done
 
 test-long: plugins-go ## the long tests (large artifacts, crash rounds)
 	$(GO) test -count=1 -run 'Long' -tags long -timeout 60m $(PKGS)
