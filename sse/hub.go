@@ -24,6 +24,9 @@ var (
 	// ErrStalled is returned by Serve when one write or flush blocked longer
 	// than the write timeout.
 	ErrStalled = errors.New("sse: subscriber stalled")
+	// ErrAhead is returned by Subscribe for a start id beyond the last event
+	// of the stream (a Last-Event-ID of a stream that expired, or made up).
+	ErrAhead = errors.New("sse: event id beyond the end of the stream")
 )
 
 // TaskStream names the event stream of one task: every event of the task,

@@ -735,6 +735,17 @@ func TestBadInput(t *testing.T) {
 	if _, err := h.Subscribe(ctx, "", 0, sse.Filter{}); err == nil {
 		t.Fatal("Subscribe to an empty stream name must fail")
 	}
+	if _, err := h.Publish(ctx, "s", delta("t", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Subscribe(ctx, "s", 2, sse.Filter{}); !errors.Is(err, sse.ErrAhead) {
+		t.Fatalf("Subscribe after an id the stream never had: %v, want ErrAhead", err)
+	}
+	if sub, err := h.Subscribe(ctx, "s", 1, sse.Filter{}); err != nil {
+		t.Fatalf("Subscribe after the last id: %v", err)
+	} else {
+		_ = sub.Close()
+	}
 	if err := sse.Serve(ctx, nil, nil, nil, nil, sse.ServeOptions{}); err == nil {
 		t.Fatal("Serve with nothing must fail")
 	}

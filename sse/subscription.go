@@ -78,6 +78,13 @@ func (h *Hub) Subscribe(ctx context.Context, streamName string, after uint64, fi
 		h.release(st)
 		return nil, fmt.Errorf("subscribe: %w", err)
 	}
+	st.mu.RLock()
+	last := st.last
+	st.mu.RUnlock()
+	if after > last {
+		h.release(st)
+		return nil, fmt.Errorf("subscribe to %q after %d: %w (its last event is %d)", streamName, after, ErrAhead, last)
+	}
 	s := &Subscription{
 		hub:    h,
 		st:     st,
