@@ -794,6 +794,55 @@ func TestEgressConnectionReused(t *testing.T) {
 	}
 }
 
+// TestEgressConcurrent drives one broker from many goroutines at once, with
+// allowed, refused and private requests mixed, under -race.
+func TestEgressConcurrent(t *testing.T) {
+	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) })
+	e, _ := newTestEgress(t, EgressConfig{})
+	const workers, each = 8, 25
+	errs := make(chan error, workers*each)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				path := fmt.Sprintf("/w%d/%d", w, i)
+				switch i % 3 {
+				case 0: // allowed, loopback granted
+					resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", path)}, loopbackGrant("allowed.test"))
+					if err != nil {
+						errs <- err
+						continue
+					}
+					b, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || string(b) != path {
+						errs <- fmt.Errorf("%s: got %q, %v", path, b, err)
+					}
+				case 1: // not in the list
+					if _, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("forbidden.test", path)}, loopbackGrant("allowed.test")); !errors.Is(err, ErrEgressDenied) {
+						errs <- fmt.Errorf("%s to forbidden.test: %v", path, err)
+					}
+				case 2: // loopback not granted
+					if _, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", path)}, EgressGrant{AllowedHosts: []string{"allowed.test"}}); !errors.Is(err, ErrEgressPrivateAddress) {
+						errs <- fmt.Errorf("%s without private grant: %v", path, err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	want := int64(workers * ((each + 2) / 3))
+	if n := srv.reqs.Load(); n != want {
+		t.Errorf("server served %d requests, want %d", n, want)
+	}
+}
+
 func TestEgressReadAfterClose(t *testing.T) {
 	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "some body") })
 	e, _ := newTestEgress(t, EgressConfig{})
