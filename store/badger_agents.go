@@ -13,21 +13,30 @@ import (
 
 // SaveAgent implements loop.AgentStore.
 func (b *Badger) SaveAgent(ctx context.Context, m loop.AgentMetadata) error {
-	if err := b.limits.checkID("context id", m.ContextID); err != nil {
-		return fmt.Errorf("save agent: %w", err)
-	}
-	v, err := json.Marshal(&m)
+	apply, err := b.saveAgentApply(&m)
 	if err != nil {
-		return fmt.Errorf("save agent %q: encode: %w", m.ContextID, err)
+		return err
 	}
-	k := agentKey(m.ContextID)
-	err = b.write(ctx, &writeOp{apply: func(*badger.Txn) ([]mutation, error) {
-		return []mutation{set(k, v)}, nil
-	}})
+	err = b.write(ctx, &writeOp{apply: apply})
 	if err != nil {
 		return fmt.Errorf("save agent %q: %w", m.ContextID, err)
 	}
 	return nil
+}
+
+// saveAgentApply returns the write that saves m.
+func (b *Badger) saveAgentApply(m *loop.AgentMetadata) (func(*badger.Txn) ([]mutation, error), error) {
+	if err := b.limits.checkID("context id", m.ContextID); err != nil {
+		return nil, fmt.Errorf("save agent: %w", err)
+	}
+	v, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("save agent %q: encode: %w", m.ContextID, err)
+	}
+	k := agentKey(m.ContextID)
+	return func(*badger.Txn) ([]mutation, error) {
+		return []mutation{set(k, v)}, nil
+	}, nil
 }
 
 // LoadAgent implements loop.AgentStore.

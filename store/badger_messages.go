@@ -34,12 +34,25 @@ func (b *Badger) Append(ctx context.Context, contextID string, msgs ...loop.Mess
 	if len(msgs) == 0 {
 		return nil
 	}
-	vals, err := encodeMessages("append messages", msgs)
+	apply, err := appendApply(contextID, msgs)
 	if err != nil {
 		return err
 	}
+	err = b.write(ctx, &writeOp{apply: apply})
+	if err != nil {
+		return fmt.Errorf("append messages to %q: %w", contextID, err)
+	}
+	return nil
+}
+
+// appendApply returns the write that appends msgs to a history.
+func appendApply(contextID string, msgs []loop.Message) (func(*badger.Txn) ([]mutation, error), error) {
+	vals, err := encodeMessages("append messages", msgs)
+	if err != nil {
+		return nil, err
+	}
 	prefix, hk := msgPrefix(contextID), msgHeadKey(contextID)
-	err = b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+	return func(txn *badger.Txn) ([]mutation, error) {
 		h, ok, err := readHead(txn, hk)
 		if err != nil {
 			return nil, err
@@ -53,11 +66,7 @@ func (b *Badger) Append(ctx context.Context, contextID string, msgs ...loop.Mess
 		}
 		h.b += uint64(len(vals))
 		return append(es, set(hk, h.encode())), nil
-	}})
-	if err != nil {
-		return fmt.Errorf("append messages to %q: %w", contextID, err)
-	}
-	return nil
+	}, nil
 }
 
 // Recent implements loop.MessageStore. It seeks straight to the first

@@ -102,16 +102,29 @@ func expirySeconds(t time.Time) uint64 {
 // SaveTask implements loop.TaskStore. The record and its index entries
 // expire together at ExpiresAt.
 func (b *Badger) SaveTask(ctx context.Context, t loop.TaskRecord) error {
+	apply, err := b.saveTaskApply(&t)
+	if err != nil {
+		return err
+	}
+	if err := b.write(ctx, &writeOp{apply: apply}); err != nil {
+		return fmt.Errorf("save task %q: %w", t.ID, err)
+	}
+	return nil
+}
+
+// saveTaskApply returns the write that saves t with its index entries.
+func (b *Badger) saveTaskApply(t0 *loop.TaskRecord) (func(*badger.Txn) ([]mutation, error), error) {
+	t := *t0
 	if err := checkTask(b.limits, &t); err != nil {
-		return fmt.Errorf("save task: %w", err)
+		return nil, fmt.Errorf("save task: %w", err)
 	}
 	rec, err := json.Marshal(&t)
 	if err != nil {
-		return fmt.Errorf("save task %q: encode: %w", t.ID, err)
+		return nil, fmt.Errorf("save task %q: encode: %w", t.ID, err)
 	}
 	sum, err := json.Marshal(summarize(&t))
 	if err != nil {
-		return fmt.Errorf("save task %q: encode summary: %w", t.ID, err)
+		return nil, fmt.Errorf("save task %q: encode summary: %w", t.ID, err)
 	}
 	exp := expirySeconds(t.ExpiresAt)
 	tk := taskKey(t.ID)
@@ -119,10 +132,10 @@ func (b *Badger) SaveTask(ctx context.Context, t loop.TaskRecord) error {
 	newKeys := ident.indexKeys(t.ID)
 	identVal, err := json.Marshal(&ident)
 	if err != nil {
-		return fmt.Errorf("save task %q: encode placement: %w", t.ID, err)
+		return nil, fmt.Errorf("save task %q: encode placement: %w", t.ID, err)
 	}
 	ik := identKey(t.ID)
-	err = b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+	return func(txn *badger.Txn) ([]mutation, error) {
 		old, _, err := oldIdent(txn, t.ID)
 		if err != nil {
 			return nil, err
@@ -140,11 +153,7 @@ func (b *Badger) SaveTask(ctx context.Context, t loop.TaskRecord) error {
 			ms = append(ms, mutation{key: k, value: sum, expiresAt: exp})
 		}
 		return ms, nil
-	}})
-	if err != nil {
-		return fmt.Errorf("save task %q: %w", t.ID, err)
-	}
-	return nil
+	}, nil
 }
 
 func containsKey(keys [][]byte, k []byte) bool {

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) Stores) {
 		{"Messages/Isolation", testMessageIsolation},
 		{"Messages/BadInput", testMessageBadInput},
 		{"Messages/ConcurrentAppend", testConcurrentAppend},
+		{"Messages/ConcurrentReplace", testConcurrentReplace},
 		{"Agents", testAgents},
 		{"Tasks/RoundTrip", testTaskRoundTrip},
 		{"Tasks/Overwrite", testTaskOverwrite},
@@ -330,6 +331,89 @@ func testConcurrentAppend(t *testing.T, s Stores) {
 		next[g]++
 	}
 	wantContents(t, s.Messages, "busy", 1, all[len(all)-1].Content)
+}
+
+// testConcurrentReplace runs appends, compactions (Replace) and reads of
+// one context at once: every read sees a whole history (a summary followed
+// by appended messages, in order), never an error or a half-done swap.
+func testConcurrentReplace(t *testing.T, s Stores) {
+	ctx := context.Background()
+	const writers, each, replaces = 4, 30, 10
+	mustAppend(t, s.Messages, "cr", msg(loop.RoleSystem, "summary-0"))
+	var wg sync.WaitGroup
+	errs := make(chan error, writers+2)
+	stop := make(chan struct{})
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if err := s.Messages.Append(ctx, "cr", msg(loop.RoleUser, fmt.Sprintf("%d/%d", g, i))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for r := 1; r <= replaces; r++ {
+			if err := s.Messages.Replace(ctx, "cr", []loop.Message{msg(loop.RoleSystem, fmt.Sprintf("summary-%d", r))}); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	var readers sync.WaitGroup
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ms, err := s.Messages.Recent(ctx, "cr", 0)
+			if err != nil {
+				errs <- fmt.Errorf("Recent during Replace: %w", err)
+				return
+			}
+			if len(ms) == 0 || !strings.HasPrefix(ms[0].Content, "summary-") {
+				errs <- fmt.Errorf("Recent during Replace saw a history not starting with a summary: %q", contents(ms))
+				return
+			}
+			last := map[int]int{}
+			for _, m := range ms[1:] {
+				var g, i int
+				if _, err := fmt.Sscanf(m.Content, "%d/%d", &g, &i); err != nil {
+					errs <- fmt.Errorf("unexpected message %q after the summary", m.Content)
+					return
+				}
+				if prev, ok := last[g]; ok && i <= prev {
+					errs <- fmt.Errorf("writer %d's messages out of order: %d after %d", g, i, prev)
+					return
+				}
+				last[g] = i
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ms, err := s.Messages.Recent(ctx, "cr", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].Content != fmt.Sprintf("summary-%d", replaces) {
+		t.Fatalf("history starts with %q, want the last summary", ms[0].Content)
+	}
+	wantCount(t, s.Messages, "cr", len(ms))
 }
 
 func testAgents(t *testing.T, s Stores) {
