@@ -1,0 +1,202 @@
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// WatchConfig configures a Watcher. A zero field means its default.
+type WatchConfig struct {
+	// Dir is the plugin folder: each plugin in a subfolder holding
+	// plugin.json and its .wasm.
+	Dir string
+	// Debounce is how long the folder must be quiet before a change is
+	// acted on (default 200ms): a .wasm being copied is not loaded half-way.
+	Debounce time.Duration
+	// Rescan is the period of a full rescan, in case a file-system event
+	// was missed (default 30s; negative: never).
+	Rescan time.Duration
+	Logger *slog.Logger // nil: the registry's
+}
+
+// Watcher keeps a Registry in step with a plugin folder: a new or changed
+// plugin is loaded (and replaces the old version only once it validated), a
+// removed one is unloaded.
+type Watcher struct {
+	r   *Registry
+	cfg WatchConfig
+	log *slog.Logger
+
+	mu    sync.Mutex
+	known map[string]string // manifest path -> fingerprint of manifest and wasm
+}
+
+// NewWatcher returns a watcher of cfg.Dir for r. Run starts it.
+func NewWatcher(r *Registry, cfg WatchConfig) (*Watcher, error) {
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("plugins: watcher: no folder")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("plugins: watcher: %w", err)
+	}
+	cfg.Dir = dir
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 200 * time.Millisecond
+	}
+	if cfg.Rescan == 0 {
+		cfg.Rescan = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = r.log
+	}
+	return &Watcher{r: r, cfg: cfg, log: log.With("watch", dir), known: map[string]string{}}, nil
+}
+
+// Run scans the folder, then watches it until ctx is done. It returns nil
+// when ctx is done, or an error when the folder cannot be watched at all.
+func (w *Watcher) Run(ctx context.Context) error {
+	if err := os.MkdirAll(w.cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("plugins: watcher: %w", err)
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("plugins: watcher: %w", err)
+	}
+	defer fw.Close()
+	if err := fw.Add(w.cfg.Dir); err != nil {
+		return fmt.Errorf("plugins: watcher: %w", err)
+	}
+	w.watchSubdirs(fw)
+	w.Scan(ctx)
+
+	var rescan <-chan time.Time
+	if w.cfg.Rescan > 0 {
+		t := time.NewTicker(w.cfg.Rescan)
+		defer t.Stop()
+		rescan = t.C
+	}
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Has(fsnotify.Create) {
+				if fi, err := os.Stat(ev.Name); err == nil && fi.IsDir() && filepath.Dir(ev.Name) == w.cfg.Dir {
+					_ = fw.Add(ev.Name)
+				}
+			}
+			debounce.Reset(w.cfg.Debounce)
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return nil
+			}
+			w.log.Warn("plugin folder watch error; rescanning", "err", err)
+			debounce.Reset(w.cfg.Debounce)
+		case <-debounce.C:
+			w.watchSubdirs(fw)
+			w.Scan(ctx)
+		case <-rescan:
+			w.watchSubdirs(fw)
+			w.Scan(ctx)
+		}
+	}
+}
+
+func (w *Watcher) watchSubdirs(fw *fsnotify.Watcher) {
+	entries, err := os.ReadDir(w.cfg.Dir)
+	if err != nil {
+		return
+	}
+	watched := map[string]bool{}
+	for _, p := range fw.WatchList() {
+		watched[p] = true
+	}
+	for _, e := range entries {
+		if p := filepath.Join(w.cfg.Dir, e.Name()); e.IsDir() && !watched[p] {
+			_ = fw.Add(p)
+		}
+	}
+}
+
+// Scan brings the registry in step with the folder once: loads what is new
+// or changed, unloads what is gone. Failures are reported by the registry
+// (log and event) and leave the previous version serving.
+func (w *Watcher) Scan(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	found := map[string]string{}
+	entries, err := os.ReadDir(w.cfg.Dir)
+	if err != nil {
+		w.log.Warn("read plugin folder", "err", err)
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		mf := filepath.Join(w.cfg.Dir, e.Name(), ManifestFile)
+		fp, err := fingerprint(mf)
+		if err != nil {
+			continue // no manifest (yet)
+		}
+		found[mf] = fp
+	}
+	var paths []string
+	for mf := range found {
+		paths = append(paths, mf)
+	}
+	sort.Strings(paths)
+	for _, mf := range paths {
+		if w.known[mf] == found[mf] {
+			continue
+		}
+		w.known[mf] = found[mf]
+		_, _ = w.r.Load(ctx, mf) // the registry logs and reports failures
+	}
+	for mf := range w.known {
+		if _, ok := found[mf]; !ok {
+			delete(w.known, mf)
+			if err := w.r.unloadSource(ctx, mf); err != nil {
+				w.log.Warn("unload removed plugin", "manifest", mf, "err", err)
+			}
+		}
+	}
+}
+
+// fingerprint digests a manifest and names the size and time of the files
+// beside it, so that a changed .wasm is seen even when the manifest is not.
+func fingerprint(manifest string) (string, error) {
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(b)
+	entries, _ := os.ReadDir(filepath.Dir(manifest))
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && !e.IsDir() && e.Name() != ManifestFile {
+			fmt.Fprintf(h, "%s %d %d\n", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)), nil
+}
+
+var _ io.Closer = (*Registry)(nil)

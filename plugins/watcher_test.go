@@ -1,0 +1,145 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+func waitEvent(t *testing.T, events <-chan Event, kind EventKind) Event {
+	t.Helper()
+	deadline := time.After(60 * time.Second) // a hang guard, not a timing assertion
+	for {
+		select {
+		case ev := <-events:
+			if ev.Kind == kind {
+				return ev
+			}
+			t.Logf("event %s %s %s %v", ev.Kind, ev.Name, ev.Version, ev.Err)
+		case <-deadline:
+			t.Fatalf("no %s event", kind)
+		}
+	}
+}
+
+func TestHotReload(t *testing.T) {
+	dir := t.TempDir()
+	events := make(chan Event, 16)
+	r := newRegistry(t, Config{OnEvent: func(ev Event) { events <- ev }})
+	w, err := NewWatcher(r, WatchConfig{Dir: dir, Debounce: 50 * time.Millisecond, Rescan: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = w.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	// a new plugin appears
+	install(t, dir, "echo", guestWasm(t, "echo"), nil)
+	if ev := waitEvent(t, events, EventLoaded); ev.Name != "echo" || ev.Version != "1.0.0" {
+		t.Fatalf("loaded %+v", ev)
+	}
+	if res := mustCall(t, r, "echo", `{"text":"a"}`); res.Content != "a" {
+		t.Fatalf("v1 echo = %+v", res)
+	}
+	// a running turn pins version 1
+	pinned, release := r.PinToolset()
+	v1, _ := r.Plugin("echo")
+
+	// the .wasm changes on disk: version 2 replaces version 1
+	install(t, dir, "echo", guestWasm(t, "echo2"), func(m map[string]any) { m["version"] = "2.0.0" })
+	if ev := waitEvent(t, events, EventLoaded); ev.Version != "2.0.0" || ev.Previous != "1.0.0" {
+		t.Fatalf("loaded %+v", ev)
+	}
+	if res := mustCall(t, r, "echo", `{"text":"b"}`); res.Content != "v2 b" {
+		t.Fatalf("after reload, echo = %+v", res)
+	}
+	if res := mustCall(t, pinned, "echo", `{"text":"c"}`); res.Content != "c" {
+		t.Fatalf("the pinned turn should keep version 1: %+v", res)
+	}
+	defs, _ := r.Tools(context.Background())
+	if len(defs) != 1 || defs[0].Name != "echo" {
+		t.Fatalf("tools after reload = %+v", defs)
+	}
+	release()
+	if !v1.closed {
+		t.Fatal("version 1 not closed after the last pin let go")
+	}
+
+	// a broken version: the old one keeps serving, the failure is reported
+	bad := filepath.Join(t.TempDir(), "bad.wasm")
+	b, _ := os.ReadFile(guestWasm(t, "echo2"))
+	if err := os.WriteFile(bad, b[:1000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	install(t, dir, "echo", bad, func(m map[string]any) { m["version"] = "3.0.0" })
+	if ev := waitEvent(t, events, EventFailed); ev.Name != "echo" || ev.Err == nil || !strings.Contains(ev.Err.Error(), "compile") {
+		t.Fatalf("failed %+v", ev)
+	}
+	if res := mustCall(t, r, "echo", `{"text":"d"}`); res.Content != "v2 d" {
+		t.Fatalf("after a broken reload, echo = %+v", res)
+	}
+	list := r.List()
+	if len(list) != 1 || list[0].Version != "2.0.0" || list[0].Health != "degraded" || !strings.Contains(list[0].LastError, "compile") {
+		t.Fatalf("list = %+v", list)
+	}
+
+	// removal drains, then unloads
+	pinned, release = r.PinToolset()
+	v2, _ := r.Plugin("echo")
+	if err := os.RemoveAll(filepath.Join(dir, "echo")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := waitEvent(t, events, EventUnloaded); ev.Name != "echo" {
+		t.Fatalf("unloaded %+v", ev)
+	}
+	if defs, _ := r.Tools(context.Background()); len(defs) != 0 {
+		t.Fatalf("tools after removal = %+v", defs)
+	}
+	if _, err := r.Call(context.Background(), call("echo", `{"text":"e"}`), &loop.ToolEnv{}); err == nil {
+		t.Fatal("a removed tool answered")
+	}
+	if res := mustCall(t, pinned, "echo", `{"text":"f"}`); res.Content != "v2 f" {
+		t.Fatalf("the pinned turn should still run version 2: %+v", res)
+	}
+	release()
+	if !v2.closed {
+		t.Fatal("version 2 not closed after removal and release")
+	}
+}
+
+func TestAdminLoadUnload(t *testing.T) {
+	dir := t.TempDir()
+	r := newRegistry(t, Config{})
+	pd := install(t, dir, "echo", guestWasm(t, "echo"), nil)
+	if _, err := r.Load(context.Background(), pd); err != nil {
+		t.Fatal(err)
+	}
+	// another plugin offering a tool of the same name is refused
+	other := install(t, dir, "other", guestWasm(t, "echo2"), nil)
+	if _, err := r.Load(context.Background(), other); err == nil || !strings.Contains(err.Error(), `tool "echo" is already offered by plugin "echo"`) {
+		t.Fatalf("conflict: %v", err)
+	}
+	if err := r.Unload(context.Background(), "echo"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unload(context.Background(), "nope"); err == nil {
+		t.Fatal("unloading an unknown plugin succeeded")
+	}
+	if _, err := r.Load(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(r.List())
+	if !strings.Contains(string(b), `"name":"other"`) {
+		t.Fatalf("list = %s", b)
+	}
+}
