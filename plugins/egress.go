@@ -629,7 +629,7 @@ func (e *Egress) dialer(allowPrivate bool) func(ctx context.Context, network, ad
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
-			return nil, fmt.Errorf("egress: dial %q: %w", addr, err)
+			return nil, fmt.Errorf("dial %q: %w", addr, err)
 		}
 		ips, err := e.resolve(ctx, host)
 		if err != nil {
@@ -667,7 +667,7 @@ func (e *Egress) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 	}
 	addrs, err := e.resolver.LookupIPAddr(ctx, host)
 	if err != nil {
-		return nil, fmt.Errorf("egress: resolve %q: %w", host, err)
+		return nil, fmt.Errorf("resolve %q: %w", host, err)
 	}
 	ips := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {
@@ -678,7 +678,7 @@ func (e *Egress) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 		ips = append(ips, ip.Unmap().WithZone(a.Zone))
 	}
 	if len(ips) == 0 {
-		return nil, fmt.Errorf("egress: resolve %q: no addresses", host)
+		return nil, fmt.Errorf("resolve %q: no addresses", host)
 	}
 	return ips, nil
 }

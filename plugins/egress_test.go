@@ -843,6 +843,15 @@ func TestEgressConcurrent(t *testing.T) {
 	}
 }
 
+func TestEgressUnreachable(t *testing.T) {
+	e, _ := newTestEgress(t, EgressConfig{})
+	_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: "http://nowhere.test/"}, loopbackGrant("nowhere.test"))
+	var dnsErr *net.DNSError
+	if !errors.As(err, &dnsErr) || err.Error() != `egress: GET "nowhere.test": resolve "nowhere.test": lookup nowhere.test: no such host` {
+		t.Fatalf("err = %v, want a DNS error naming the host", err)
+	}
+}
+
 func TestEgressReadAfterClose(t *testing.T) {
 	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "some body") })
 	e, _ := newTestEgress(t, EgressConfig{})
