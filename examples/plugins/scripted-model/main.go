@@ -38,7 +38,7 @@ var script = sync.OnceValues(func() (*Script, error) {
 	case file != "":
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("config scriptFile: %w", err)
+			return nil, fmt.Errorf("config scriptFile: %w (is its folder granted in capabilities.allowedPaths?)", err)
 		}
 		s, err := ParseScript(b)
 		if err != nil {
