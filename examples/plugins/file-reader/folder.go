@@ -65,7 +65,7 @@ func (f Folder) rel(p string) (string, error) {
 func (f Folder) open() (*os.Root, error) {
 	r, err := os.OpenRoot(f.Root)
 	if err != nil {
-		return nil, fmt.Errorf("open the granted folder: %w", err)
+		return nil, fmt.Errorf("open the folder %s: %w (is it granted in capabilities.allowedPaths?)", f.Root, err)
 	}
 	return r, nil
 }

@@ -31,7 +31,7 @@ func Append(dir, callID, entry string) error {
 	line := oneLine(callID) + "\t" + oneLine(entry) + "\n"
 	f, err := os.OpenFile(filepath.Join(dir, FileName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("ledger: %w", err)
+		return fmt.Errorf("ledger: %w (is %s granted read-write in capabilities.allowedPaths?)", err, dir)
 	}
 	if _, err := f.WriteString(line); err != nil {
 		f.Close()
