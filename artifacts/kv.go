@@ -152,7 +152,12 @@ func (t *memTxn) set(key, val []byte) error {
 	if !t.write {
 		return fmt.Errorf("set in a read-only transaction")
 	}
-	t.pending[string(key)] = append(make([]byte, 0, len(val)+1), val...)
+	if val == nil {
+		val = []byte{} // nil marks a deletion
+	}
+	// The value is the caller's to give away: every caller passes a slice
+	// it made for this write and never touches again.
+	t.pending[string(key)] = val
 	return nil
 }
 

@@ -333,41 +333,21 @@ func (d *DB) dropBlob(ctx context.Context, key string) {
 	}
 }
 
+// errSpill aborts the one-transaction path of appendPart when the part is
+// too large to keep inline.
+var errSpill = errors.New("part goes to a blob")
+
 // appendPart is the common path of AppendChunk and AppendRows: check the
-// record and build the part's bytes, store them (spilling to a blob when
-// large), update the record. The caller holds the artifact's lock.
+// record and build the part's bytes, store them, update the record. A part
+// that fits inline takes one transaction; a larger one is written to a
+// blob first and recorded by a second transaction. The caller holds the
+// artifact's lock, so the record cannot change in between.
 func (d *DB) appendPart(ctx context.Context, id string, kind Kind, last bool, build func(metaRecord) ([]byte, int, error)) (Info, error) {
 	var m metaRecord
 	var data []byte
 	var rows int
-	err := d.kv.view(func(tx kvTxn) error {
-		var err error
-		if m, err = d.load(tx, id); err != nil {
-			return err
-		}
-		if err := writable(m, kind); err != nil {
-			return err
-		}
-		data, rows, err = build(m)
-		return err
-	})
-	if err != nil {
-		return Info{}, err
-	}
-	var p part
-	if len(data) > 0 {
-		if p, err = d.putPart(ctx, id, data, rows); err != nil {
-			return Info{}, err
-		}
-	}
 	now := d.now().UTC()
-	err = d.kv.update(func(tx kvTxn) error {
-		if m, err = d.load(tx, id); err != nil {
-			return err
-		}
-		if err := writable(m, kind); err != nil {
-			return err
-		}
+	commit := func(tx kvTxn, p part) error {
 		if len(data) > 0 {
 			if err := tx.set(partKey(id, m.Parts), encodePart(p)); err != nil {
 				return err
@@ -382,6 +362,44 @@ func (d *DB) appendPart(ctx context.Context, id string, kind Kind, last bool, bu
 			m.Status, m.CompletedAt = StatusComplete, now
 		}
 		return d.save(tx, m)
+	}
+	err := d.kv.update(func(tx kvTxn) error {
+		var err error
+		if m, err = d.load(tx, id); err != nil {
+			return err
+		}
+		if err := writable(m, kind); err != nil {
+			return err
+		}
+		if data, rows, err = build(m); err != nil {
+			return err
+		}
+		if int64(len(data)) > d.maxPart {
+			return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(data), d.maxPart)
+		}
+		if int64(len(data)) > d.inlineMax {
+			return errSpill
+		}
+		return commit(tx, part{Inline: data, Size: int64(len(data)), Rows: rows})
+	})
+	if !errors.Is(err, errSpill) {
+		if err != nil {
+			return Info{}, err
+		}
+		return m.Info, nil
+	}
+	p, err := d.putPart(ctx, id, data, rows)
+	if err != nil {
+		return Info{}, err
+	}
+	err = d.kv.update(func(tx kvTxn) error {
+		if m, err = d.load(tx, id); err != nil {
+			return err
+		}
+		if err := writable(m, kind); err != nil {
+			return err
+		}
+		return commit(tx, p)
 	})
 	if err != nil {
 		d.dropBlob(ctx, p.Blob)

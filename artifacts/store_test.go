@@ -443,7 +443,10 @@ func TestBadgerReopen(t *testing.T) {
 	must[Info](t)(s.AppendChunk(ctxb, f.ID, []byte("short "), false))
 	must[Info](t)(s.AppendChunk(ctxb, f.ID, bytes.Repeat([]byte("long"), 50), false))
 	ds := must[Info](t)(s.Create(ctxb, Spec{Kind: KindDataset, TaskID: "t", ContextID: "c", Schema: salesSchema}))
-	must[Info](t)(func() (Info, error) { i, _, err := s.AppendRows(ctxb, ds.ID, []Row{{"region": "n"}}, false); return i, err }())
+	must[Info](t)(func() (Info, error) {
+		i, _, err := s.AppendRows(ctxb, ds.ID, []Row{{"region": "n"}}, false)
+		return i, err
+	}())
 	before := content(t, s, f.ID)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)

@@ -46,6 +46,9 @@ type Writer struct {
 	emit  func(loop.Event)
 	lock  func(id string) func()
 	now   func() time.Time
+
+	mu    sync.Mutex
+	owned map[string]bool // artifacts checked to belong to scope (that never changes)
 }
 
 // NewWriter returns a Writer for scope. emit nil discards events (the
@@ -76,19 +79,42 @@ func (w *Writer) header(kind loop.EventKind, info Info) loop.Header {
 // (or completion) introduces the artifact with its name and type.
 func (w *Writer) Create(ctx context.Context, spec Spec) (Info, error) {
 	spec.TaskID, spec.ContextID, spec.Owner = w.scope.TaskID, w.scope.ContextID, w.scope.Owner
-	return w.store.Create(ctx, spec)
-}
-
-// mine loads an artifact and checks that it belongs to the scope.
-func (w *Writer) mine(ctx context.Context, id string) (Info, error) {
-	info, err := w.store.Get(ctx, id)
+	info, err := w.store.Create(ctx, spec)
 	if err != nil {
 		return Info{}, err
 	}
-	if err := w.scope.Check(info); err != nil {
-		return Info{}, err
+	w.mu.Lock()
+	if w.owned == nil {
+		w.owned = map[string]bool{}
 	}
+	w.owned[info.ID] = true
+	w.mu.Unlock()
 	return info, nil
+}
+
+// mine checks that an artifact belongs to the scope. An artifact's task,
+// context and owner never change, so a positive answer is remembered.
+func (w *Writer) mine(ctx context.Context, id string) (struct{}, error) {
+	w.mu.Lock()
+	ok := w.owned[id]
+	w.mu.Unlock()
+	if ok {
+		return struct{}{}, nil
+	}
+	info, err := w.store.Get(ctx, id)
+	if err != nil {
+		return struct{}{}, err
+	}
+	if err := w.scope.Check(info); err != nil {
+		return struct{}{}, err
+	}
+	w.mu.Lock()
+	if w.owned == nil {
+		w.owned = map[string]bool{}
+	}
+	w.owned[id] = true
+	w.mu.Unlock()
+	return struct{}{}, nil
 }
 
 // AppendChunk appends a chunk to a file artifact and sends its file-write.
