@@ -977,3 +977,19 @@ func FuzzEgressHostPattern(f *testing.F) {
 		}
 	})
 }
+
+// The broker refuses before any connection: a host outside the grant, and
+// the cloud metadata address even when the grant lists it.
+func ExampleEgress_Do() {
+	e := NewEgress(EgressConfig{})
+	defer e.Close()
+	grant := EgressGrant{AllowedHosts: []string{"api.example.com", "169.254.169.254"}}
+
+	_, err := e.Do(context.Background(), &pdk.HTTPRequest{URL: "https://evil.test/steal"}, grant)
+	fmt.Println(err)
+	_, err = e.Do(context.Background(), &pdk.HTTPRequest{URL: "http://169.254.169.254/latest/meta-data/"}, grant)
+	fmt.Println(err)
+	// Output:
+	// egress: host "evil.test" is not in the plugin's allowed hosts
+	// egress: address 169.254.169.254 of "169.254.169.254" is private (link-local) and the plugin is not granted private addresses
+}
