@@ -26,7 +26,7 @@ func BenchmarkEgress(b *testing.B) {
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
 
 	b.Run("broker", func(b *testing.B) {
-		e := NewEgress(EgressConfig{Resolver: newMapResolver(map[string][]string{"bench.test": {"127.0.0.1"}})})
+		e := NewEgress(EgressConfig{Resolver: newEgressTestResolver(map[string][]string{"bench.test": {"127.0.0.1"}})})
 		defer e.Close()
 		req := &pdk.HTTPRequest{URL: "http://bench.test:" + strconv.Itoa(port) + "/", Headers: map[string]string{"Accept": "text/plain"}}
 		grant := EgressGrant{AllowedHosts: []string{"bench.test"}, AllowPrivate: true}

@@ -24,19 +24,19 @@ import (
 	"github.com/looopy-go/looopy/pdk"
 )
 
-// mapResolver resolves test host names from a table; anything else does
+// egressTestResolver resolves test host names from a table; anything else does
 // not exist.
-type mapResolver struct {
+type egressTestResolver struct {
 	mu    sync.Mutex
 	hosts map[string][]string
 	calls map[string]int
 }
 
-func newMapResolver(hosts map[string][]string) *mapResolver {
-	return &mapResolver{hosts: hosts, calls: map[string]int{}}
+func newEgressTestResolver(hosts map[string][]string) *egressTestResolver {
+	return &egressTestResolver{hosts: hosts, calls: map[string]int{}}
 }
 
-func (r *mapResolver) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
+func (r *egressTestResolver) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls[host]++
@@ -51,24 +51,24 @@ func (r *mapResolver) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr
 	return out, nil
 }
 
-func (r *mapResolver) lookups(host string) int {
+func (r *egressTestResolver) lookups(host string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.calls[host]
 }
 
-// testServer is a loopback HTTP server that counts the connections it
+// egressTestServer is a loopback HTTP server that counts the connections it
 // accepted and the requests it served.
-type testServer struct {
+type egressTestServer struct {
 	*httptest.Server
 	conns atomic.Int64
 	reqs  atomic.Int64
 	done  chan struct{} // closed at the end of the test: handlers that wait give up
 }
 
-func newTestServer(t *testing.T, tls bool, h http.HandlerFunc) *testServer {
+func newEgressTestServer(t *testing.T, tls bool, h http.HandlerFunc) *egressTestServer {
 	t.Helper()
-	s := &testServer{done: make(chan struct{})}
+	s := &egressTestServer{done: make(chan struct{})}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.reqs.Add(1)
 		h(w, r)
@@ -89,7 +89,7 @@ func newTestServer(t *testing.T, tls bool, h http.HandlerFunc) *testServer {
 }
 
 // url is the server's URL under a test host name.
-func (s *testServer) url(host, path string) string {
+func (s *egressTestServer) url(host, path string) string {
 	scheme := "http"
 	if s.TLS != nil {
 		scheme = "https"
@@ -98,9 +98,9 @@ func (s *testServer) url(host, path string) string {
 	return fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, fmt.Sprint(port)), path)
 }
 
-func (s *testServer) port() int { return s.Listener.Addr().(*net.TCPAddr).Port }
+func (s *egressTestServer) port() int { return s.Listener.Addr().(*net.TCPAddr).Port }
 
-var testHosts = map[string][]string{
+var egressTestHosts = map[string][]string{
 	"allowed.test":       {"127.0.0.1"},
 	"api.allowed.test":   {"127.0.0.1"},
 	"other.test":         {"127.0.0.1"},
@@ -118,9 +118,9 @@ var testHosts = map[string][]string{
 	"mixed.test":         {"10.0.0.1", "127.0.0.1"},
 }
 
-func newTestEgress(t *testing.T, cfg EgressConfig) (*Egress, *mapResolver) {
+func newTestEgress(t *testing.T, cfg EgressConfig) (*Egress, *egressTestResolver) {
 	t.Helper()
-	r := newMapResolver(testHosts)
+	r := newEgressTestResolver(egressTestHosts)
 	if cfg.Resolver == nil {
 		cfg.Resolver = r
 	}
@@ -129,11 +129,11 @@ func newTestEgress(t *testing.T, cfg EgressConfig) (*Egress, *mapResolver) {
 	return e, r
 }
 
-func loopbackGrant(hosts ...string) EgressGrant {
+func egressLoopbackGrant(hosts ...string) EgressGrant {
 	return EgressGrant{AllowedHosts: hosts, AllowPrivate: true}
 }
 
-func readAllClose(t *testing.T, resp *EgressResponse) string {
+func egressReadAll(t *testing.T, resp *EgressResponse) string {
 	t.Helper()
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -146,7 +146,7 @@ func readAllClose(t *testing.T, resp *EgressResponse) string {
 func TestEgressAllowedHostStreams(t *testing.T) {
 	release := make(chan struct{})
 	var gotMethod, gotBody, gotHeader string
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		gotMethod, gotBody, gotHeader = r.Method, string(b), r.Header.Get("X-Plugin")
 		w.Header().Set("X-Answer", "42")
@@ -166,7 +166,7 @@ func TestEgressAllowedHostStreams(t *testing.T) {
 		URL:     srv.url("allowed.test", "/stream?q=1"),
 		Headers: map[string]string{"X-Plugin": "calc", "Content-Type": "text/plain"},
 		Body:    "hello",
-	}, loopbackGrant("allowed.test"))
+	}, egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
@@ -194,7 +194,7 @@ func TestEgressAllowedHostStreams(t *testing.T) {
 }
 
 func TestEgressHostMatching(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	port := fmt.Sprint(srv.port())
 	e, _ := newTestEgress(t, EgressConfig{})
 	for _, tc := range []struct {
@@ -212,11 +212,11 @@ func TestEgressHostMatching(t *testing.T) {
 		{"one of several", "other.test", []string{"nothing.test", "other.test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url(tc.host, "/")}, loopbackGrant(tc.allowed...))
+			resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url(tc.host, "/")}, egressLoopbackGrant(tc.allowed...))
 			if err != nil {
 				t.Fatalf("Do: %v", err)
 			}
-			if got := readAllClose(t, resp); got != "ok" {
+			if got := egressReadAll(t, resp); got != "ok" {
 				t.Fatalf("body = %q", got)
 			}
 		})
@@ -224,7 +224,7 @@ func TestEgressHostMatching(t *testing.T) {
 }
 
 func TestEgressHostNotAllowed(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "reached") })
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "reached") })
 	e, r := newTestEgress(t, EgressConfig{})
 	for _, tc := range []struct {
 		name, host string
@@ -240,7 +240,7 @@ func TestEgressHostNotAllowed(t *testing.T) {
 		{"IP literal not listed", "127.0.0.1", []string{"allowed.test", "*"}, `an IP address is reached only when listed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url(tc.host, "/")}, loopbackGrant(tc.allowed...))
+			_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url(tc.host, "/")}, egressLoopbackGrant(tc.allowed...))
 			if !errors.Is(err, ErrEgressDenied) {
 				t.Fatalf("err = %v, want ErrEgressDenied", err)
 			}
@@ -258,8 +258,8 @@ func TestEgressHostNotAllowed(t *testing.T) {
 }
 
 func TestEgressRedirectToForbiddenHost(t *testing.T) {
-	forbidden := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") })
-	allowed := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	forbidden := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") })
+	allowed := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
 	})
 	e, _ := newTestEgress(t, EgressConfig{})
@@ -273,7 +273,7 @@ func TestEgressRedirectToForbiddenHost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := allowed.reqs.Load()
 			_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: allowed.url("allowed.test", "/?to="+url.QueryEscape(tc.to))},
-				loopbackGrant("allowed.test"))
+				egressLoopbackGrant("allowed.test"))
 			if !errors.Is(err, ErrEgressDenied) {
 				t.Fatalf("err = %v, want ErrEgressDenied", err)
 			}
@@ -291,11 +291,11 @@ func TestEgressRedirectToForbiddenHost(t *testing.T) {
 }
 
 func TestEgressRedirectLoopCapped(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/again", http.StatusTemporaryRedirect)
 	})
 	e, _ := newTestEgress(t, EgressConfig{MaxRedirects: 3})
-	_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("loop.test", "/")}, loopbackGrant("loop.test"))
+	_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("loop.test", "/")}, egressLoopbackGrant("loop.test"))
 	if !errors.Is(err, ErrEgressTooManyRedirects) {
 		t.Fatalf("err = %v, want ErrEgressTooManyRedirects", err)
 	}
@@ -308,11 +308,11 @@ func TestEgressRedirectLoopCapped(t *testing.T) {
 }
 
 func TestEgressRedirectNotFollowedWhenDisabled(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/elsewhere", http.StatusFound)
 	})
 	e, _ := newTestEgress(t, EgressConfig{MaxRedirects: -1})
-	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, loopbackGrant("allowed.test"))
+	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
@@ -332,11 +332,11 @@ func TestEgressRedirectFollowed(t *testing.T) {
 		hops = append(hops, seen{r.Method, string(b), r.Header.Get("Authorization"), r.Header.Get("Traceparent")})
 		mu.Unlock()
 	}
-	other := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	other := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		record(r)
 		io.WriteString(w, "landed")
 	})
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		record(r)
 		switch r.URL.Path {
 		case "/307":
@@ -346,17 +346,17 @@ func TestEgressRedirectFollowed(t *testing.T) {
 		}
 	})
 	e, _ := newTestEgress(t, EgressConfig{})
-	ctx := trace.ContextWithSpanContext(t.Context(), testSpanContext(t))
+	ctx := trace.ContextWithSpanContext(t.Context(), egressSpanContext(t))
 	resp, err := e.Do(ctx, &pdk.HTTPRequest{
 		Method:  "POST",
 		URL:     srv.url("allowed.test", "/307"),
 		Headers: map[string]string{"Authorization": "Bearer token"},
 		Body:    "payload",
-	}, loopbackGrant("allowed.test", "other.test"))
+	}, egressLoopbackGrant("allowed.test", "other.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	if got := readAllClose(t, resp); got != "landed" {
+	if got := egressReadAll(t, resp); got != "landed" {
 		t.Fatalf("body = %q", got)
 	}
 	if resp.URL != other.url("other.test", "/end") {
@@ -376,8 +376,8 @@ func TestEgressRedirectFollowed(t *testing.T) {
 }
 
 func TestEgressTLSAndDowngradeRefused(t *testing.T) {
-	plain := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "plain") })
-	secure := newTestServer(t, true, func(w http.ResponseWriter, r *http.Request) {
+	plain := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "plain") })
+	secure := newEgressTestServer(t, true, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/down" {
 			http.Redirect(w, r, plain.url("allowed.test", "/"), http.StatusFound)
 			return
@@ -387,13 +387,13 @@ func TestEgressTLSAndDowngradeRefused(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(secure.Certificate())
 	e, _ := newTestEgress(t, EgressConfig{RootCAs: roots})
-	grant := loopbackGrant("secure.example.com", "allowed.test")
+	grant := egressLoopbackGrant("secure.example.com", "allowed.test")
 
 	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: secure.url("secure.example.com", "/")}, grant)
 	if err != nil {
 		t.Fatalf("Do over TLS: %v", err)
 	}
-	if got := readAllClose(t, resp); got != "secure" {
+	if got := egressReadAll(t, resp); got != "secure" {
 		t.Fatalf("body = %q", got)
 	}
 
@@ -407,7 +407,7 @@ func TestEgressTLSAndDowngradeRefused(t *testing.T) {
 }
 
 func TestEgressPrivateAddressRefused(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "internal") })
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "internal") })
 	port := srv.port()
 	e, r := newTestEgress(t, EgressConfig{})
 	for _, tc := range []struct {
@@ -456,11 +456,11 @@ func TestEgressPrivateAddressRefused(t *testing.T) {
 
 	// The same request is served once the grant allows private addresses:
 	// the refusal above was the policy, not the network.
-	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, loopbackGrant("allowed.test"))
+	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do with AllowPrivate: %v", err)
 	}
-	if got := readAllClose(t, resp); got != "internal" {
+	if got := egressReadAll(t, resp); got != "internal" {
 		t.Fatalf("body = %q", got)
 	}
 	// And a connection pooled for that grant is not lent to one without it.
@@ -530,7 +530,7 @@ func TestEgressAddressKind(t *testing.T) {
 }
 
 func TestEgressSlowBodyTimeout(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/nohead" {
 			<-r.Context().Done()
 			return
@@ -540,7 +540,7 @@ func TestEgressSlowBodyTimeout(t *testing.T) {
 		<-r.Context().Done()
 	})
 	e, _ := newTestEgress(t, EgressConfig{})
-	grant := loopbackGrant("allowed.test")
+	grant := egressLoopbackGrant("allowed.test")
 	grant.Timeout = 300 * time.Millisecond
 
 	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/body")}, grant)
@@ -567,7 +567,7 @@ func TestEgressSlowBodyTimeout(t *testing.T) {
 
 func TestEgressResponseTooLarge(t *testing.T) {
 	const limit = 10_000
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		chunk := bytes.Repeat([]byte("x"), 1000)
 		switch r.URL.Path {
 		case "/declared":
@@ -585,7 +585,7 @@ func TestEgressResponseTooLarge(t *testing.T) {
 		}
 	})
 	e, _ := newTestEgress(t, EgressConfig{})
-	grant := loopbackGrant("allowed.test")
+	grant := egressLoopbackGrant("allowed.test")
 	grant.MaxResponseBytes = limit
 
 	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/chunked")}, grant)
@@ -610,7 +610,7 @@ func TestEgressResponseTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Do exact: %v", err)
 	}
-	if got := readAllClose(t, resp); len(got) != limit {
+	if got := egressReadAll(t, resp); len(got) != limit {
 		t.Fatalf("exactly the limit: read %d bytes", len(got))
 	}
 }
@@ -620,13 +620,13 @@ func TestEgressDecompressedSizeCapped(t *testing.T) {
 	zw := gzip.NewWriter(&zipped)
 	zw.Write(make([]byte, 1<<20)) // 1 MiB of zeros, about 1 KiB compressed
 	zw.Close()
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Encoding", "gzip")
 		w.Header().Set("Content-Length", fmt.Sprint(zipped.Len()))
 		w.Write(zipped.Bytes())
 	})
 	e, _ := newTestEgress(t, EgressConfig{})
-	grant := loopbackGrant("allowed.test")
+	grant := egressLoopbackGrant("allowed.test")
 	grant.MaxResponseBytes = 64 << 10
 	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, grant)
 	if err != nil {
@@ -639,7 +639,7 @@ func TestEgressDecompressedSizeCapped(t *testing.T) {
 	}
 }
 
-func testSpanContext(t *testing.T) trace.SpanContext {
+func egressSpanContext(t *testing.T) trace.SpanContext {
 	t.Helper()
 	tid, err := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	if err != nil {
@@ -651,11 +651,11 @@ func testSpanContext(t *testing.T) trace.SpanContext {
 	}
 	return trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled,
-		TraceState: mustTraceState(t, "vendor=abc"),
+		TraceState: egressTraceState(t, "vendor=abc"),
 	})
 }
 
-func mustTraceState(t *testing.T, s string) trace.TraceState {
+func egressTraceState(t *testing.T, s string) trace.TraceState {
 	ts, err := trace.ParseTraceState(s)
 	if err != nil {
 		t.Fatal(err)
@@ -666,7 +666,7 @@ func mustTraceState(t *testing.T, s string) trace.TraceState {
 func TestEgressTraceparentPropagated(t *testing.T) {
 	var mu sync.Mutex
 	var parent, state []string
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		parent = append(parent, r.Header.Get("Traceparent"))
 		state = append(state, r.Header.Get("Tracestate"))
@@ -675,18 +675,18 @@ func TestEgressTraceparentPropagated(t *testing.T) {
 	e, _ := newTestEgress(t, EgressConfig{})
 	forged := map[string]string{"traceparent": "00-11111111111111111111111111111111-2222222222222222-01", "tracestate": "forged=1"}
 
-	ctx := trace.ContextWithSpanContext(t.Context(), testSpanContext(t))
-	resp, err := e.Do(ctx, &pdk.HTTPRequest{URL: srv.url("allowed.test", "/"), Headers: forged}, loopbackGrant("allowed.test"))
+	ctx := trace.ContextWithSpanContext(t.Context(), egressSpanContext(t))
+	resp, err := e.Do(ctx, &pdk.HTTPRequest{URL: srv.url("allowed.test", "/"), Headers: forged}, egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	readAllClose(t, resp)
+	egressReadAll(t, resp)
 	// Without a trace in ctx the plugin cannot forge one either.
-	resp, err = e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/"), Headers: forged}, loopbackGrant("allowed.test"))
+	resp, err = e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/"), Headers: forged}, egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	readAllClose(t, resp)
+	egressReadAll(t, resp)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -702,7 +702,7 @@ func TestEgressTraceparentPropagated(t *testing.T) {
 func TestEgressHeadersSanitized(t *testing.T) {
 	var got http.Header
 	var host string
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		got, host = r.Header.Clone(), r.Host
 	})
 	e, _ := newTestEgress(t, EgressConfig{UserAgent: "looopy-test/1"})
@@ -716,11 +716,11 @@ func TestEgressHeadersSanitized(t *testing.T) {
 		"Te":                  "trailers",
 		"Transfer-Encoding":   "chunked",
 		"X-Kept":              "yes",
-	}}, loopbackGrant("allowed.test"))
+	}}, egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	readAllClose(t, resp)
+	egressReadAll(t, resp)
 	if want := fmt.Sprintf("allowed.test:%d", srv.port()); host != want {
 		t.Errorf("Host = %q, want %q", host, want)
 	}
@@ -735,18 +735,18 @@ func TestEgressHeadersSanitized(t *testing.T) {
 
 	// A plugin's own User-Agent wins over the default.
 	resp, err = e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/"), Headers: map[string]string{"user-agent": "calc/2"}},
-		loopbackGrant("allowed.test"))
+		egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
-	readAllClose(t, resp)
+	egressReadAll(t, resp)
 	if got.Get("User-Agent") != "calc/2" {
 		t.Errorf("User-Agent = %q", got.Get("User-Agent"))
 	}
 }
 
 func TestEgressCancelEndsRead(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "start")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
@@ -754,7 +754,7 @@ func TestEgressCancelEndsRead(t *testing.T) {
 	e, _ := newTestEgress(t, EgressConfig{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	resp, err := e.Do(ctx, &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, loopbackGrant("allowed.test"))
+	resp, err := e.Do(ctx, &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
@@ -780,14 +780,14 @@ func TestEgressCancelEndsRead(t *testing.T) {
 }
 
 func TestEgressConnectionReused(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") })
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") })
 	e, _ := newTestEgress(t, EgressConfig{})
 	for i := 0; i < 3; i++ {
-		resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, loopbackGrant("allowed.test"))
+		resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, egressLoopbackGrant("allowed.test"))
 		if err != nil {
 			t.Fatalf("Do %d: %v", i, err)
 		}
-		readAllClose(t, resp)
+		egressReadAll(t, resp)
 	}
 	if n := srv.conns.Load(); n != 1 {
 		t.Fatalf("server accepted %d connections for 3 sequential requests, want 1 (pooled)", n)
@@ -797,7 +797,7 @@ func TestEgressConnectionReused(t *testing.T) {
 // TestEgressConcurrent drives one broker from many goroutines at once, with
 // allowed, refused and private requests mixed, under -race.
 func TestEgressConcurrent(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) })
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) })
 	e, _ := newTestEgress(t, EgressConfig{})
 	const workers, each = 8, 25
 	errs := make(chan error, workers*each)
@@ -810,7 +810,7 @@ func TestEgressConcurrent(t *testing.T) {
 				path := fmt.Sprintf("/w%d/%d", w, i)
 				switch i % 3 {
 				case 0: // allowed, loopback granted
-					resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", path)}, loopbackGrant("allowed.test"))
+					resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", path)}, egressLoopbackGrant("allowed.test"))
 					if err != nil {
 						errs <- err
 						continue
@@ -821,7 +821,7 @@ func TestEgressConcurrent(t *testing.T) {
 						errs <- fmt.Errorf("%s: got %q, %v", path, b, err)
 					}
 				case 1: // not in the list
-					if _, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("forbidden.test", path)}, loopbackGrant("allowed.test")); !errors.Is(err, ErrEgressDenied) {
+					if _, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("forbidden.test", path)}, egressLoopbackGrant("allowed.test")); !errors.Is(err, ErrEgressDenied) {
 						errs <- fmt.Errorf("%s to forbidden.test: %v", path, err)
 					}
 				case 2: // loopback not granted
@@ -845,7 +845,7 @@ func TestEgressConcurrent(t *testing.T) {
 
 func TestEgressUnreachable(t *testing.T) {
 	e, _ := newTestEgress(t, EgressConfig{})
-	_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: "http://nowhere.test/"}, loopbackGrant("nowhere.test"))
+	_, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: "http://nowhere.test/"}, egressLoopbackGrant("nowhere.test"))
 	var dnsErr *net.DNSError
 	if !errors.As(err, &dnsErr) || err.Error() != `egress: GET "nowhere.test": resolve "nowhere.test": lookup nowhere.test: no such host` {
 		t.Fatalf("err = %v, want a DNS error naming the host", err)
@@ -853,9 +853,9 @@ func TestEgressUnreachable(t *testing.T) {
 }
 
 func TestEgressReadAfterClose(t *testing.T) {
-	srv := newTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "some body") })
+	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "some body") })
 	e, _ := newTestEgress(t, EgressConfig{})
-	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, loopbackGrant("allowed.test"))
+	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, egressLoopbackGrant("allowed.test"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
