@@ -101,6 +101,11 @@ type Info struct {
 	Metadata    map[string]any `json:"metadata,omitempty"`
 }
 
+// ReadableBy reports whether principal may read the artifact: anyone when
+// it has no owner, else its owner only. The host adds its own rules (the
+// context's owner, admin scopes) on top.
+func (i Info) ReadableBy(principal string) bool { return i.Owner == "" || i.Owner == principal }
+
 // ContentType is the MIME type of what Open streams: the file's MIME type,
 // application/json for data, application/x-ndjson for a dataset.
 func (i Info) ContentType() string {

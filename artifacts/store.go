@@ -142,7 +142,17 @@ func Open(db *badger.DB, blobs BlobStore, cfg Config) (*DB, error) {
 			blobs = b
 		}
 	}
-	return newDB(badgerKV{db}, blobs, cfg), nil
+	d := newDB(badgerKV{db}, blobs, cfg)
+	// An inline part rides in one transaction with its record. Badger
+	// counts a value under its ValueThreshold at full size against the
+	// transaction limit, so keep such parts well inside it.
+	if opts := db.Opts(); d.inlineMax < opts.ValueThreshold {
+		if limit := db.MaxBatchSize() / 2; d.inlineMax > limit {
+			d.log.Info("artifact inline part size lowered to fit Badger transactions", "from", d.inlineMax, "to", limit)
+			d.inlineMax = limit
+		}
+	}
+	return d, nil
 }
 
 // NewMemory returns a store held in memory, for tests and embedding. blobs
