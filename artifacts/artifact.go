@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -141,17 +142,22 @@ func (e *foreignError) Error() string {
 }
 func (e *foreignError) Is(target error) bool { return target == ErrForeign }
 
-// NewID returns a new artifact id: "art-", 12 hex digits of milliseconds
-// since the epoch and 12 random hex digits, so ids sort by creation time.
+// NewID returns a new artifact id: "art-" and 24 hex digits (milliseconds
+// since the epoch, a per-process counter, random bits), so ids made by one
+// process sort by creation time.
 func NewID() string {
 	var b [12]byte
 	ms := uint64(time.Now().UnixMilli())
 	for i := range 6 {
 		b[i] = byte(ms >> (40 - 8*i))
 	}
-	_, _ = rand.Read(b[6:])
+	n := idCounter.Add(1)
+	b[6], b[7] = byte(n>>8), byte(n)
+	_, _ = rand.Read(b[8:])
 	return "art-" + hex.EncodeToString(b[:])
 }
+
+var idCounter atomic.Uint32
 
 // ValidID reports whether id can name an artifact.
 func ValidID(id string) bool {

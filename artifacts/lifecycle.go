@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -64,6 +65,7 @@ func (d *DB) list(ctx context.Context, prefix []byte) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	slices.SortStableFunc(infos, func(a, b Info) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return infos, nil
 }
 
