@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/pdk"
@@ -63,6 +65,8 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 	return res, nil
 }
 
+var enPrinter = message.NewPrinter(language.English)
+
 // validationMessage flattens a schema validation error to one line per
 // problem, without the schema's internal URL.
 func validationMessage(err error) string {
@@ -75,7 +79,7 @@ func validationMessage(err error) string {
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
 			at := "/" + strings.Join(e.InstanceLocation, "/")
-			lines = append(lines, fmt.Sprintf("at %s: %s", at, e.ErrorKind.LocalizedString(nil)))
+			lines = append(lines, fmt.Sprintf("at %s: %s", at, e.ErrorKind.LocalizedString(enPrinter)))
 			return
 		}
 		for _, c := range e.Causes {
