@@ -186,7 +186,7 @@ func ParseFormat(s string) (Format, error) {
 // own MIME type, data as application/json, a dataset as JSON lines
 // (application/x-ndjson) or, with FormatCSV, as text/csv. CSV and JSON
 // lines apply to datasets only. The stream never holds more than one part.
-func Export(ctx context.Context, s Store, id string, f Format) (io.ReadCloser, string, Info, error) {
+func Export(ctx context.Context, s Reader, id string, f Format) (io.ReadCloser, string, Info, error) {
 	rc, info, err := s.Open(ctx, id)
 	if err != nil {
 		return nil, "", Info{}, err

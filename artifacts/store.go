@@ -26,11 +26,9 @@ import (
 // Cancelling ctx aborts the call; a write either happened whole or not at
 // all. Reads stream: no method holds a whole artifact in memory.
 type Store interface {
+	Reader
 	// Create makes a new, building artifact and returns its Info.
 	Create(ctx context.Context, spec Spec) (Info, error)
-	// Get returns an artifact's Info; ErrNotFound if it does not exist or
-	// has expired.
-	Get(ctx context.Context, id string) (Info, error)
 
 	// AppendChunk adds a chunk at the end of a file artifact; last
 	// completes it. A text artifact's chunks must be valid UTF-8. An empty
@@ -50,10 +48,6 @@ type Store interface {
 	// Fail ends a building artifact: status failed, with the reason.
 	Fail(ctx context.Context, id string, reason string) (Info, error)
 
-	// Open streams the content: a file's bytes, a data artifact's JSON, a
-	// dataset's JSON lines (see AppendRowJSON). The reader sees the parts
-	// that existed when Open returned. Cancelling ctx makes later reads fail.
-	Open(ctx context.Context, id string) (io.ReadCloser, Info, error)
 	// OpenPart streams one part: a chunk, a batch's JSON lines, the data.
 	OpenPart(ctx context.Context, id string, index int) (io.ReadCloser, error)
 
@@ -72,6 +66,18 @@ type Store interface {
 	ExpireTask(ctx context.Context, taskID string, ttl time.Duration) error
 	// Sweep deletes the artifacts whose time has passed and returns how many.
 	Sweep(ctx context.Context) (int, error)
+}
+
+// Reader is what serving an artifact needs (see Export).
+type Reader interface {
+	// Get returns an artifact's Info; ErrNotFound if it does not exist or
+	// has expired.
+	Get(ctx context.Context, id string) (Info, error)
+	// Open streams the content: a file's bytes, a data artifact's JSON, a
+	// dataset's JSON lines (see AppendRowJSON). The reader sees the parts
+	// that existed when Open returned. Cancelling ctx makes later reads
+	// fail; the caller must Close the reader.
+	Open(ctx context.Context, id string) (io.ReadCloser, Info, error)
 }
 
 // Config configures a DB. Zero fields mean their default.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -62,8 +63,9 @@ func (t *Tools) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
 	return append([]loop.ToolDefinition(nil), t.defs...), nil
 }
 
-// Writer returns the writer a tool call uses: the scope of env, events
-// through env.Emit. The plugin runtime can use it for artifact_write.
+// WriterFor returns the writer of a tool call: the scope of env (context,
+// task, principal), events through env.Emit. The plugin runtime's
+// artifact_write host function can use it with the ToolEnv of the call.
 func WriterFor(s Store, env *loop.ToolEnv) *Writer {
 	scope := Scope{ContextID: env.ContextID, TaskID: env.TaskID}
 	if env.Auth != nil {
@@ -205,6 +207,12 @@ func (t *Tools) call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 		return reply(info, fmt.Sprintf("Replaced part %d of artifact %s", a.PartIndex, info.ID)), nil
 	case "complete_artifact":
 		info, err := w.Complete(ctx, a.ArtifactID)
+		if errors.Is(err, ErrCompleted) {
+			// Completing twice asks for what is already so: say so, as Looopy does.
+			if info, err = t.store.Get(ctx, a.ArtifactID); err == nil {
+				return reply(info, fmt.Sprintf("Artifact %s was already complete", info.ID)), nil
+			}
+		}
 		if err != nil {
 			return toolReply{}, err
 		}

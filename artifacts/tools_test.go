@@ -365,6 +365,12 @@ func TestToolErrors(t *testing.T) {
 	if l := list(mallory, "context"); strings.Contains(l, file) {
 		t.Fatalf("another principal sees alice's artifacts: %s", l)
 	}
+	if res := run(env, "complete_artifact", map[string]any{"artifactId": done}); res.IsError || !strings.Contains(res.Content, "already complete") {
+		t.Fatalf("completing twice: %s", res.Content)
+	}
+	if res := run(env, "complete_artifact", map[string]any{"artifactId": foreign}); !res.IsError || !strings.Contains(res.Content, "another task") {
+		t.Fatalf("completing another task's artifact: %s", res.Content)
+	}
 	defs := must[[]loop.ToolDefinition](t)(tools.Tools(ctxb))
 	var names []string
 	for _, d := range defs {

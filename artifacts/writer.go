@@ -230,7 +230,7 @@ func (w *Writer) MergeData(ctx context.Context, id string, patch map[string]any,
 }
 
 // ReadData returns a data artifact's current object.
-func ReadData(ctx context.Context, s Store, id string) (map[string]any, error) {
+func ReadData(ctx context.Context, s Reader, id string) (map[string]any, error) {
 	rc, info, err := s.Open(ctx, id)
 	if err != nil {
 		return nil, err
