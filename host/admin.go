@@ -20,13 +20,17 @@ type PluginAdmin interface {
 
 // PluginStatus is one plugin as the admin API shows it.
 type PluginStatus struct {
-	Name    string   `json:"name"`
-	Version string   `json:"version,omitempty"`
-	Kind    string   `json:"kind,omitempty"`
-	SHA256  string   `json:"sha256,omitempty"`
-	Tools   []string `json:"tools,omitempty"`
-	Healthy bool     `json:"healthy"`
-	Error   string   `json:"error,omitempty"`
+	Name     string   `json:"name"`
+	Version  string   `json:"version,omitempty"`
+	Kind     string   `json:"kind,omitempty"`
+	SHA256   string   `json:"sha256,omitempty"`
+	Tools    []string `json:"tools,omitempty"`
+	Healthy  bool     `json:"healthy"`
+	State    string   `json:"state,omitempty"`  // serving, failed
+	Health   string   `json:"health,omitempty"` // ok, degraded, failed
+	Error    string   `json:"error,omitempty"`
+	Calls    int64    `json:"calls"`
+	Failures int64    `json:"failures"`
 }
 
 // errNoPlugins: the admin API was asked about plugins with no runtime.

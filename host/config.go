@@ -27,11 +27,12 @@ type Config struct {
 	// http://<Addr>).
 	PublicURL string `json:"publicUrl,omitempty"`
 
-	Agent  AgentConfig  `json:"agent"`
-	Model  ModelConfig  `json:"model"`
-	Auth   AuthConfig   `json:"auth"`
-	Admin  AdminConfig  `json:"admin"`
-	Limits LimitsConfig `json:"limits"`
+	Agent   AgentConfig   `json:"agent"`
+	Plugins PluginsConfig `json:"plugins"`
+	Model   ModelConfig   `json:"model"`
+	Auth    AuthConfig    `json:"auth"`
+	Admin   AdminConfig   `json:"admin"`
+	Limits  LimitsConfig  `json:"limits"`
 
 	// LogFormat is "json", "text" or "" (text in a terminal, JSON otherwise).
 	LogFormat string `json:"logFormat,omitempty"`

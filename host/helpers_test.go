@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,52 +17,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 
 	"github.com/looopy-go/looopy/host"
-	"github.com/looopy-go/looopy/loop"
 )
-
-// echoModel plays the scripted model's demo rules the tests use: "slow N"
-// streams N ticks, one every 50ms (cancel it halfway); anything else is
-// echoed with every earlier user message, streamed word by word.
-type echoModel struct{}
-
-func (echoModel) Generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
-	var users []string
-	for _, m := range req.Messages {
-		if m.Role == loop.RoleUser {
-			users = append(users, m.Content)
-		}
-	}
-	last := users[len(users)-1]
-	var n int
-	var chunks []string
-	if _, err := fmt.Sscanf(last, "slow %d", &n); err == nil {
-		for i := 1; i <= n; i++ {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-			chunks = append(chunks, fmt.Sprintf(" tick%d", i))
-			if onDelta != nil {
-				onDelta(loop.Delta{Content: chunks[len(chunks)-1]})
-			}
-		}
-	} else {
-		text := "You said: " + last
-		if len(users) > 1 {
-			text += ". Before that: " + strings.Join(users[:len(users)-1], " | ")
-		}
-		for i, w := range strings.SplitAfter(text, " ") {
-			_ = i
-			chunks = append(chunks, w)
-			if onDelta != nil {
-				onDelta(loop.Delta{Content: w})
-			}
-		}
-	}
-	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: strings.Join(chunks, "")},
-		FinishReason: loop.FinishStop}, nil
-}
 
 // testHost is a host running on a loopback port with Badger in a temp dir.
 type testHost struct {
@@ -69,10 +25,20 @@ type testHost struct {
 	dir string
 }
 
+// wasmCache is shared by the tests' hosts, so each compiles a plugin once.
+var wasmCache = filepath.Join(os.TempDir(), "looopy-host-test-wasm-cache")
+
+// baseConfig serves the example plugins with the scripted model (its demo
+// script) from a fresh Badger in dir.
 func baseConfig(dir string) host.Config {
 	return host.Config{
-		Addr:    "127.0.0.1:0",
-		DataDir: dir,
+		Addr:      "127.0.0.1:0",
+		DataDir:   dir,
+		PluginDir: "../examples/plugins",
+		Plugins: host.PluginsConfig{
+			Only:     []string{"scripted-model", "calculator"},
+			CacheDir: wasmCache,
+		},
 		Limits: host.LimitsConfig{
 			Heartbeat:     host.Duration(100 * time.Millisecond),
 			ShutdownGrace: host.Duration(2 * time.Second),
@@ -85,7 +51,6 @@ func startHost(t testing.TB, cfg host.Config) *testHost {
 	m := host.NewMain()
 	m.Config = cfg
 	m.Stdout = io.Discard
-	m.Model = echoModel{}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatalf("run host: %v", err)
 	}

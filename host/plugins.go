@@ -3,15 +3,149 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/plugins"
 )
 
-// loadPlugins builds the model, the toolsets and the admin view of the
-// plugin folder.
+// PluginsConfig is what the operator lets plugins have at most (see
+// plugins.Policy). Zero grants nothing beyond each plugin's own folder.
+type PluginsConfig struct {
+	// AllowedHosts are the host patterns plugins may be granted ("*": any).
+	AllowedHosts []string `json:"allowedHosts,omitempty"`
+	// AllowPrivateNetwork lets plugins that ask reach private addresses.
+	AllowPrivateNetwork bool `json:"allowPrivateNetwork,omitempty"`
+	// PathRoots are folders under which plugins may be granted paths. The
+	// plugin folder is always one.
+	PathRoots []string `json:"pathRoots,omitempty"`
+	// Secrets are the environment variables plugins may read as secrets.
+	Secrets []string `json:"secrets,omitempty"`
+	// Only, when set, loads just these plugins (folder names) of the folder.
+	Only []string `json:"only,omitempty"`
+	// CacheDir is wazero's compilation cache (default <data>/wasm-cache).
+	CacheDir string `json:"cacheDir,omitempty"`
+}
+
+// loadPlugins loads every plugin of the plugin folder into a registry and
+// returns the configured model, the toolsets and the admin view.
 func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.Toolset, PluginAdmin, error) {
-	if m.Model != nil {
-		return m.Model, nil, nil, nil
+	dc := cfg.withDefaults()
+	dir := cfg.PluginDir
+	if dir == "" {
+		if st, err := os.Stat(DefaultPluginDir); err == nil && st.IsDir() {
+			dir = DefaultPluginDir
+		}
 	}
-	return nil, nil, nil, errors.New("no model: the plugin runtime is not wired yet")
+	if dir == "" {
+		if m.Model != nil {
+			return m.Model, nil, nil, nil
+		}
+		return nil, nil, nil, fmt.Errorf("no plugin folder (-plugins) and %s does not exist here: no model to serve", DefaultPluginDir)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("plugin folder %s: %w", dir, err)
+	}
+	var egress *plugins.Egress
+	if len(cfg.Plugins.AllowedHosts) > 0 {
+		egress = plugins.NewEgress(plugins.EgressConfig{Logger: m.log.With("component", "egress"), UserAgent: "looopy"})
+		m.closers = append(m.closers, egress.Close)
+	}
+	log := m.log.With("component", "plugins")
+	cacheDir := cfg.Plugins.CacheDir
+	if cacheDir == "" {
+		cacheDir = filepath.Join(dc.DataDir, "wasm-cache")
+	}
+	reg, err := plugins.New(plugins.Config{
+		CacheDir: cacheDir,
+		Policy: plugins.Policy{
+			AllowedHosts:        cfg.Plugins.AllowedHosts,
+			AllowPrivateNetwork: cfg.Plugins.AllowPrivateNetwork,
+			PathRoots:           append([]string{abs}, cfg.Plugins.PathRoots...),
+			Secrets:             cfg.Plugins.Secrets,
+		},
+		Egress: egress,
+		KV:     m.store,
+		OnEvent: func(e plugins.Event) {
+			if e.Err != nil {
+				log.Warn("plugin", "event", string(e.Kind), "name", e.Name, "source", e.Source, "error", e.Err.Error())
+				return
+			}
+			log.Info("plugin", "event", string(e.Kind), "name", e.Name, "version", e.Version, "took", e.Duration.String())
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("plugin registry: %w", err)
+	}
+	m.closers = append(m.closers, reg.Close)
+	entries, err := os.ReadDir(abs)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("plugin folder: %w", err)
+	}
+	start := time.Now()
+	loaded := 0
+	for _, e := range entries {
+		manifest := filepath.Join(abs, e.Name(), plugins.ManifestFile)
+		if !e.IsDir() || (len(cfg.Plugins.Only) > 0 && !slices.Contains(cfg.Plugins.Only, e.Name())) {
+			continue
+		}
+		if _, err := os.Stat(manifest); err != nil {
+			continue
+		}
+		if _, err := reg.Load(ctx, filepath.Join(abs, e.Name())); err != nil {
+			continue // reported through OnEvent; the other plugins serve
+		}
+		loaded++
+	}
+	log.Info("plugins loaded", "folder", abs, "count", loaded, "took", time.Since(start).String())
+	admin := &pluginAdmin{reg: reg, dir: abs}
+	if m.Model != nil {
+		return m.Model, []loop.Toolset{reg}, admin, nil
+	}
+	model, err := reg.Model(dc.Model.Plugin)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("model plugin %q: %w", dc.Model.Plugin, err)
+	}
+	return model, []loop.Toolset{reg}, admin, nil
+}
+
+// pluginAdmin serves the admin API from the registry.
+type pluginAdmin struct {
+	reg *plugins.Registry
+	dir string
+}
+
+var _ PluginAdmin = (*pluginAdmin)(nil)
+
+func (p *pluginAdmin) Plugins(ctx context.Context) ([]PluginStatus, error) {
+	var out []PluginStatus
+	for _, in := range p.reg.List() {
+		out = append(out, PluginStatus{Name: in.Name, Version: in.Version, Kind: in.Kind, SHA256: in.SHA256,
+			Tools: in.Tools, Healthy: in.Health == "ok", State: in.State, Health: in.Health, Error: in.LastError,
+			Calls: in.Calls, Failures: in.Failures})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (p *pluginAdmin) Load(ctx context.Context, name string) error {
+	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
+		return fmt.Errorf("%w: plugin name %q: a folder name of the plugin folder", loop.ErrInvalid, name)
+	}
+	_, err := p.reg.Load(ctx, filepath.Join(p.dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return &loop.NotFoundError{What: "plugin", ID: name}
+	}
+	return err
+}
+
+func (p *pluginAdmin) Unload(ctx context.Context, name string) error {
+	return p.reg.Unload(ctx, name)
 }
