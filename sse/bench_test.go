@@ -128,6 +128,64 @@ func BenchmarkPublish(b *testing.B) {
 	report := func(b *testing.B, start time.Time) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 	}
+	b.Run("badger/one-stream", func(b *testing.B) {
+		h := newHub(b, sse.Config{Log: badgerLog(b)})
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			if _, err := h.Publish(context.Background(), "s", ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b, start)
+	})
+	b.Run("badger/task-and-context", func(b *testing.B) {
+		h := newHub(b, sse.Config{Log: badgerLog(b)})
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			if _, err := h.PublishTask(context.Background(), ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b, start)
+	})
+	sink := func(b *testing.B, log loop.EventLog) {
+		h := newHub(b, sse.Config{Log: log})
+		sink := h.Sink(func(_ loop.Event, err error) { b.Error(err) })
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			sink.Emit(ev)
+		}
+		for _, s := range []string{sse.TaskStream(ev.TaskID), sse.ContextStream(ev.ContextID)} {
+			if err := h.Flush(context.Background(), s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b, start)
+	}
+	b.Run("badger/sink", func(b *testing.B) { sink(b, badgerLog(b)) })
+	b.Run("sink", func(b *testing.B) { sink(b, memoryLog(b)) })
+	b.Run("badger/task-and-context-parallel", func(b *testing.B) {
+		h := newHub(b, sse.Config{Log: badgerLog(b)})
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(16)
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			e := *ev
+			e.TaskID = fmt.Sprintf("task-%d", next.Add(1))
+			e.ContextID = e.TaskID
+			for pb.Next() {
+				if _, err := h.PublishTask(context.Background(), &e); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		report(b, start)
+	})
 	b.Run("one-stream", func(b *testing.B) {
 		h := newHub(b, sse.Config{Log: memoryLog(b)})
 		b.ReportAllocs()

@@ -26,7 +26,10 @@
 // # Publishing and subscribing
 //
 // Publish appends to the log first and only then wakes the stream's
-// subscribers. Subscribers are never handed events: each is woken through a
+// subscribers. Each stream has at most one writer goroutine, which appends
+// everything queued for the stream in one call to the log, so publishers
+// arriving during a synced append share the next one; Hub.Sink, the
+// EventSink of a turn, only queues, so a turn never waits for the disk. Subscribers are never handed events: each is woken through a
 // channel of size one and reads from its own cursor, from the stream's
 // in-memory tail (the recent events of a stream that has subscribers) or,
 // when it is further behind, from the log. So replay and the live tail are
@@ -58,7 +61,7 @@
 // # Wiring (the host)
 //
 //	hub, _ := sse.New(sse.Config{Log: db.Events(), Retention: 24 * time.Hour})
-//	sink := hub.Sink(ctx, onErr)            // loop.EventSink for a turn
+//	sink := hub.Sink(onErr)                  // loop.EventSink for a turn
 //	after, err := sse.ParseLastEventID(c.Get("Last-Event-ID"))
 //	sub, err := hub.Subscribe(ctx, sse.TaskStream(id), after, sse.Filter{})
 //	defer sub.Close()

@@ -50,6 +50,9 @@ type Config struct {
 	// ReadBatch is how many records a catching-up subscriber reads from the
 	// log at once. Default 128.
 	ReadBatch int
+	// MaxPending is how many events of one stream may wait to be appended
+	// before publishers block. Default 4096.
+	MaxPending int
 	// Retention is how long the log of a finished stream is kept before it
 	// expires. Default 24h; negative keeps it forever.
 	Retention time.Duration
@@ -69,8 +72,10 @@ type Hub struct {
 	tailSize  int
 	batch     int
 	retention time.Duration
+	maxQueue  int
 	logger    *slog.Logger
 	done      chan struct{}
+	writers   sync.WaitGroup // one per stream with events waiting
 
 	mu        sync.Mutex
 	closed    bool
@@ -85,7 +90,13 @@ type stream struct {
 	name string
 	refs int // guarded by Hub.mu
 
-	pub sync.Mutex // serializes appends (and the first load of last)
+	pub sync.Mutex // held by the writer while appending, and by the first load of last
+
+	qmu     sync.Mutex
+	qcond   sync.Cond // L is &qmu: the queue shrank, or the writer stopped
+	queue   []pending // events waiting to be appended, in order
+	spare   []pending
+	writing bool // a writer goroutine owns the queue
 
 	mu       sync.RWMutex
 	loaded   bool   // last and from are known
@@ -103,14 +114,15 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Log == nil {
 		return nil, errors.New("new sse hub: Config.Log is required")
 	}
-	if cfg.TailSize < 0 || cfg.ReadBatch < 0 {
-		return nil, fmt.Errorf("new sse hub: negative TailSize (%d) or ReadBatch (%d)", cfg.TailSize, cfg.ReadBatch)
+	if cfg.TailSize < 0 || cfg.ReadBatch < 0 || cfg.MaxPending < 0 {
+		return nil, fmt.Errorf("new sse hub: negative TailSize (%d), ReadBatch (%d) or MaxPending (%d)", cfg.TailSize, cfg.ReadBatch, cfg.MaxPending)
 	}
 	h := &Hub{
 		log:       cfg.Log,
 		tailSize:  cfg.TailSize,
 		batch:     cfg.ReadBatch,
 		retention: cfg.Retention,
+		maxQueue:  cfg.MaxPending,
 		logger:    cfg.Logger,
 		done:      make(chan struct{}),
 		streams:   make(map[string]*stream),
@@ -122,6 +134,9 @@ func New(cfg Config) (*Hub, error) {
 	if h.batch == 0 {
 		h.batch = 128
 	}
+	if h.maxQueue == 0 {
+		h.maxQueue = 4096
+	}
 	if h.retention == 0 {
 		h.retention = 24 * time.Hour
 	}
@@ -131,33 +146,40 @@ func New(cfg Config) (*Hub, error) {
 	return h, nil
 }
 
-// Close ends every subscription (their Next returns ErrClosed) and refuses
-// further publishing. It does not close the log, which the caller owns.
+// Close ends every subscription (their Next returns ErrClosed), refuses
+// further publishing, and waits until the events already accepted are in
+// the log. It does not close the log, which the caller owns.
 func (h *Hub) Close() error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if !h.closed {
 		h.closed = true
 		close(h.done)
 	}
+	h.mu.Unlock()
+	h.writers.Wait()
 	return nil
 }
 
 // Publish appends e to stream and then wakes the stream's subscribers. It
 // returns the event's id: its sequence number in the log. The event is
-// durable when Publish returns.
+// durable when Publish returns. Concurrent publishes to one stream are
+// appended together (one write to the log). If ctx ends first, Publish
+// returns ctx's error and the event may still be published.
 func (h *Hub) Publish(ctx context.Context, streamName string, e loop.Event) (uint64, error) {
 	it, err := itemOf(e)
 	if err != nil {
 		return 0, fmt.Errorf("publish to %q: %w", streamName, err)
 	}
-	return h.append(ctx, streamName, it)
+	res := make(chan pubResult, 1)
+	if err := h.enqueue(streamName, pending{it: it, res: res}); err != nil {
+		return 0, err
+	}
+	return wait(ctx, res)
 }
 
-// PublishTask publishes e to the stream of its task and then to the stream
-// of its context (when the event names them), and returns the id in the
-// task stream (0 when the event has no task). The task stream is written
-// first: it is the one A2A clients rely on.
+// PublishTask publishes e to the stream of its task and to the stream of
+// its context (those the event names), appended side by side, and returns
+// the id in the task stream (0 when the event has no task).
 func (h *Hub) PublishTask(ctx context.Context, e loop.Event) (uint64, error) {
 	it, err := itemOf(e)
 	if err != nil {
@@ -167,30 +189,80 @@ func (h *Hub) PublishTask(ctx context.Context, e loop.Event) (uint64, error) {
 	if hd.TaskID == "" && hd.ContextID == "" {
 		return 0, fmt.Errorf("publish %s event: it names neither a task nor a context", hd.Kind)
 	}
-	var id uint64
+	var taskRes, ctxRes chan pubResult
 	if hd.TaskID != "" {
-		if id, err = h.append(ctx, TaskStream(hd.TaskID), it); err != nil {
+		taskRes = make(chan pubResult, 1)
+		if err := h.enqueue(TaskStream(hd.TaskID), pending{it: it, res: taskRes}); err != nil {
 			return 0, err
 		}
 	}
 	if hd.ContextID != "" {
-		if _, err = h.append(ctx, ContextStream(hd.ContextID), it); err != nil {
+		ctxRes = make(chan pubResult, 1)
+		if err := h.enqueue(ContextStream(hd.ContextID), pending{it: it, res: ctxRes}); err != nil {
+			return 0, err
+		}
+	}
+	var id uint64
+	if taskRes != nil {
+		if id, err = wait(ctx, taskRes); err != nil {
+			return 0, err
+		}
+	}
+	if ctxRes != nil {
+		if _, err = wait(ctx, ctxRes); err != nil {
 			return id, err
 		}
 	}
 	return id, nil
 }
 
-// Sink returns an EventSink for a turn that publishes every event with
-// PublishTask. Publishing ignores the cancellation of ctx (a cancelled turn
-// still records how it ended); errors go to onErr when it is not nil.
-func (h *Hub) Sink(ctx context.Context, onErr func(loop.Event, error)) loop.EventSink {
-	ctx = context.WithoutCancel(ctx)
+// Sink returns the EventSink of a turn: it queues every event for its task
+// and context streams and returns without waiting for the log, so a turn
+// is not slowed by synced writes (it blocks only when Config.MaxPending
+// events of a stream are waiting). The events are in the log before any
+// subscriber sees them, in the order they were emitted. Errors go to onErr
+// when it is not nil, from the goroutine that appends. Call Finish (or
+// Flush) before relying on the events being in the log.
+func (h *Hub) Sink(onErr func(loop.Event, error)) loop.EventSink {
 	return loop.SinkFunc(func(e loop.Event) {
-		if _, err := h.PublishTask(ctx, e); err != nil && onErr != nil {
-			onErr(e, err)
+		report := func(err error) {
+			if onErr != nil {
+				onErr(e, err)
+			} else {
+				h.logger.Warn("event not published", "error", err)
+			}
+		}
+		it, err := itemOf(e)
+		if err != nil {
+			report(fmt.Errorf("publish event: %w", err))
+			return
+		}
+		hd := e.Head()
+		if hd.TaskID == "" && hd.ContextID == "" {
+			report(fmt.Errorf("publish %s event: it names neither a task nor a context", hd.Kind))
+			return
+		}
+		if hd.TaskID != "" {
+			if err := h.enqueue(TaskStream(hd.TaskID), pending{it: it, onErr: report}); err != nil {
+				report(err)
+			}
+		}
+		if hd.ContextID != "" {
+			if err := h.enqueue(ContextStream(hd.ContextID), pending{it: it, onErr: report}); err != nil {
+				report(err)
+			}
 		}
 	})
+}
+
+// Flush waits until every event queued for stream is in the log.
+func (h *Hub) Flush(ctx context.Context, streamName string) error {
+	st, err := h.acquire(streamName)
+	if err != nil {
+		return fmt.Errorf("flush %q: %w", streamName, err)
+	}
+	defer h.release(st)
+	return st.idle(ctx)
 }
 
 func itemOf(e loop.Event) (Item, error) {
@@ -208,55 +280,6 @@ func itemOf(e loop.Event) (Item, error) {
 	return Item{Kind: hd.Kind, TaskID: hd.TaskID, Data: data}, nil
 }
 
-func (h *Hub) append(ctx context.Context, name string, it Item) (uint64, error) {
-	if name == "" {
-		return 0, errors.New("publish: empty stream name")
-	}
-	st, err := h.acquire(name)
-	if err != nil {
-		return 0, fmt.Errorf("publish to %q: %w", name, err)
-	}
-	defer h.release(st)
-
-	st.pub.Lock()
-	defer st.pub.Unlock()
-	st.mu.RLock()
-	fin := st.finished
-	st.mu.RUnlock()
-	if fin {
-		return 0, fmt.Errorf("publish to %q: %w", name, ErrFinished)
-	}
-	seq, err := h.log.Append(ctx, name, it.Data)
-	if err != nil {
-		return 0, fmt.Errorf("publish to %q: append: %w", name, err)
-	}
-	it.ID = seq
-
-	st.mu.Lock()
-	if !st.loaded {
-		// Every earlier append of this stream has completed (they all hold
-		// st.pub), so nothing lies between seq-1 and seq that is not in
-		// the log: the tail covers (seq-1, seq].
-		st.loaded = true
-		st.from = seq - 1
-	}
-	if len(st.subs) > 0 {
-		it.memo = new(memo)
-		st.push(it, h.tailSize)
-	} else {
-		// Nobody reads the tail: keep it empty (no memory for streams
-		// without subscribers); it covers nothing up to seq.
-		if st.n > 0 {
-			clear(st.tail)
-		}
-		st.head, st.n, st.from = 0, 0, seq
-	}
-	st.last = seq
-	st.notifyAll()
-	st.mu.Unlock()
-	return seq, nil
-}
-
 // Last returns the id of the last event of stream (0 when it is empty).
 func (h *Hub) Last(ctx context.Context, streamName string) (uint64, error) {
 	seq, err := h.log.Last(ctx, streamName)
@@ -272,17 +295,26 @@ func (h *Hub) Last(ctx context.Context, streamName string) (uint64, error) {
 // kept in memory; after a restart, subscribers of a finished stream end on
 // their encoder's last frame (the final task status) or their context.
 func (h *Hub) Finish(ctx context.Context, streamName string) error {
+	st, err := h.acquire(streamName)
+	if err != nil {
+		return fmt.Errorf("finish %q: %w", streamName, err)
+	}
+	defer h.release(st)
+	// What was published before Finish goes into the log first.
+	st.qmu.Lock()
+	for st.writing {
+		st.qcond.Wait()
+	}
 	now := time.Now()
 	h.mu.Lock()
 	h.finished[streamName] = now
-	if st := h.streams[streamName]; st != nil {
-		st.mu.Lock()
-		st.finished = true
-		st.notifyAll()
-		st.mu.Unlock()
-	}
 	h.pruneFinishedLocked(now)
 	h.mu.Unlock()
+	st.mu.Lock()
+	st.finished = true
+	st.notifyAll()
+	st.mu.Unlock()
+	st.qmu.Unlock()
 	if h.retention >= 0 {
 		if err := h.log.Expire(ctx, streamName, h.retention); err != nil {
 			return fmt.Errorf("finish %q: expire log: %w", streamName, err)
@@ -322,6 +354,7 @@ func (h *Hub) acquire(name string) (*stream, error) {
 	st := h.streams[name]
 	if st == nil {
 		st = &stream{name: name}
+		st.qcond.L = &st.qmu
 		if at, ok := h.finished[name]; ok && time.Since(at) <= h.markTTL() {
 			st.finished = true
 		}

@@ -16,6 +16,25 @@ type spyLog struct {
 	mu      sync.Mutex
 	expires map[string]time.Duration
 	reads   int
+	appends int
+	gate    chan struct{} // when set, Append waits for it to close
+}
+
+func (s *spyLog) Append(ctx context.Context, stream string, data ...[]byte) (uint64, error) {
+	s.mu.Lock()
+	s.appends++
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return s.EventLog.Append(ctx, stream, data...)
+}
+
+func (s *spyLog) appendCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.appends
 }
 
 var _ loop.EventLog = (*spyLog)(nil)
