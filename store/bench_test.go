@@ -66,13 +66,17 @@ func prefill(b *testing.B, s loop.MessageStore, ctxID string, n int) {
 
 var historySizes = []int{10, 1000, 100000}
 
+// runs makes every run's context ids fresh: with -count, sub-benchmarks run
+// again against the same store.
+var runs atomic.Int64
+
 // BenchmarkAppend appends one message to a history of 10, 1,000 and
 // 100,000 messages: the cost must not grow with the history.
 func BenchmarkAppend(b *testing.B) {
 	forEachStore(b, func(b *testing.B, s benchStores) {
 		for _, n := range historySizes {
 			b.Run(fmt.Sprintf("history=%d", n), func(b *testing.B) {
-				id := fmt.Sprintf("append-%d", n)
+				id := fmt.Sprintf("append-%d-%d", n, runs.Add(1))
 				prefill(b, s, id, n)
 				m := benchMessage(n)
 				ctx := context.Background()
@@ -94,7 +98,7 @@ func BenchmarkRecent50(b *testing.B) {
 	forEachStore(b, func(b *testing.B, s benchStores) {
 		for _, n := range historySizes {
 			b.Run(fmt.Sprintf("history=%d", n), func(b *testing.B) {
-				id := fmt.Sprintf("recent-%d", n)
+				id := fmt.Sprintf("recent-%d-%d", n, runs.Add(1))
 				prefill(b, s, id, n)
 				ctx := context.Background()
 				want := min(n, 50)
@@ -117,12 +121,13 @@ func BenchmarkRecent50(b *testing.B) {
 func BenchmarkAppendParallel(b *testing.B) {
 	forEachStore(b, func(b *testing.B, s benchStores) {
 		var next atomic.Int64
+		runs.Add(1)
 		m := benchMessage(1)
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.SetParallelism(32) // 64 goroutines on 2 CPUs
 		b.RunParallel(func(pb *testing.PB) {
-			id := fmt.Sprintf("ctx-%d", next.Add(1))
+			id := fmt.Sprintf("ctx-%d-%d", runs.Load(), next.Add(1))
 			for pb.Next() {
 				if err := s.Append(context.Background(), id, m); err != nil {
 					b.Fatal(err)
