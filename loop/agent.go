@@ -61,8 +61,9 @@ type Agent struct {
 
 	mu      sync.Mutex
 	meta    AgentMetadata
-	history []Message // the stored history, cached since Start
+	history []Message // the stored history (or its tail, see partial), cached since Start
 	unsaved int       // messages at the end of history not yet saved
+	partial bool      // history holds only the most recent messages
 }
 
 // NewAgent returns an agent in state created; Start makes it ready.
@@ -123,7 +124,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("start agent %q: load metadata: %w", a.cfg.ContextID, err)
 	}
-	hist, err := a.cfg.Messages.Recent(ctx, a.cfg.ContextID, 0)
+	hist, err := a.cfg.Messages.Recent(ctx, a.cfg.ContextID, a.cacheLimit())
 	if err != nil {
 		return fmt.Errorf("start agent %q: load history: %w", a.cfg.ContextID, err)
 	}
@@ -136,7 +137,27 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("start agent %q: save metadata: %w", a.cfg.ContextID, err)
 	}
 	a.meta, a.history, a.unsaved = meta, hist, 0
+	a.partial = a.cacheLimit() > 0
 	return nil
+}
+
+// cacheLimit is how many messages the agent keeps in memory: the turn's
+// window when it has one and compaction does not need the whole history;
+// 0 keeps everything.
+func (a *Agent) cacheLimit() int {
+	if a.cfg.HistoryLimit > 0 && a.cfg.MaxMessages == 0 {
+		return a.cfg.HistoryLimit
+	}
+	return 0
+}
+
+// trimCache drops saved messages the agent no longer needs in memory.
+func (a *Agent) trimCache() {
+	n := a.cacheLimit()
+	if n == 0 || a.unsaved > 0 || len(a.history) <= 2*n {
+		return
+	}
+	a.history = append([]Message(nil), trimHistory(a.history, n)...)
 }
 
 // History returns the last limit messages of the conversation (all when
@@ -148,6 +169,9 @@ func (a *Agent) History(ctx context.Context, limit int) ([]Message, error) {
 		return a.cfg.Messages.Recent(ctx, a.cfg.ContextID, limit)
 	}
 	h := a.history
+	if a.partial && (limit <= 0 || limit > len(h)) && a.unsaved == 0 {
+		return a.cfg.Messages.Recent(ctx, a.cfg.ContextID, limit)
+	}
 	if limit > 0 && len(h) > limit {
 		h = h[len(h)-limit:]
 	}
@@ -305,13 +329,6 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 	a.meta.Usage = a.meta.Usage.Add(o.Usage)
 	a.meta.Status = AgentReady
 
-	var errs []error
-	if !a.cfg.DisableAutoSave {
-		if err := a.saveLocked(ctx); err != nil {
-			a.meta.Status, a.meta.Error = AgentFailed, err.Error()
-			errs = append(errs, err)
-		}
-	}
 	if a.cfg.Tasks != nil {
 		rec.Status, rec.Reason, rec.Content = o.Status, o.Reason, o.Content
 		rec.Usage, rec.Iterations, rec.PendingCalls = o.Usage, o.Iterations, o.PendingCalls
@@ -325,20 +342,48 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		if a.cfg.TaskTTL > 0 && o.Status.Terminal() {
 			rec.ExpiresAt = rec.UpdatedAt.Add(a.cfg.TaskTTL)
 		}
-		if err := a.cfg.Tasks.SaveTask(ctx, *rec); err != nil {
-			errs = append(errs, fmt.Errorf("save task %q: %w", rec.ID, err))
+	}
+	cps := a.cfg.Loop.checkpoints
+	if tc, ok := a.oneStore(); ok && !a.cfg.DisableAutoSave {
+		// One atomic, synced write for the whole turn.
+		c := TurnCommit{ContextID: a.cfg.ContextID, Messages: a.history[len(a.history)-a.unsaved:], Agent: a.meta}
+		if a.cfg.Tasks != nil {
+			c.Task = rec
+		}
+		if cps != nil && any(cps) == any(tc) {
+			c.DeleteCheckpoint = rec.ID
+			cps = nil
+		}
+		if err := tc.CommitTurn(ctx, c); err != nil {
+			a.meta.Status, a.meta.Error = AgentFailed, err.Error()
+			return fmt.Errorf("save turn: %w", err)
+		}
+		a.unsaved = 0
+	} else {
+		var errs []error
+		if !a.cfg.DisableAutoSave {
+			if err := a.saveLocked(ctx); err != nil {
+				a.meta.Status, a.meta.Error = AgentFailed, err.Error()
+				errs = append(errs, err)
+			}
+		}
+		if a.cfg.Tasks != nil {
+			if err := a.cfg.Tasks.SaveTask(ctx, *rec); err != nil {
+				errs = append(errs, fmt.Errorf("save task %q: %w", rec.ID, err))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if cps := a.cfg.Loop.checkpoints; cps != nil {
+	if cps != nil {
 		// The turn is recorded whole: its checkpoint has served.
 		if err := cps.DeleteCheckpoint(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) {
 			a.log.LogAttrs(ctx, slog.LevelWarn, "delete checkpoint", slog.String("task_id", rec.ID),
 				slog.String("error", err.Error()))
 		}
 	}
+	a.trimCache()
 	if a.cfg.MaxMessages > 0 && len(a.history) > a.cfg.MaxMessages && a.unsaved == 0 {
 		if err := a.compactLocked(ctx); err != nil {
 			// Compaction is housekeeping: the turn's data is saved already.
@@ -347,6 +392,16 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		}
 	}
 	return nil
+}
+
+// oneStore returns the store that keeps messages, metadata and tasks when it
+// is one store able to commit a whole turn at once.
+func (a *Agent) oneStore() (TurnCommitter, bool) {
+	tc, ok := a.cfg.Messages.(TurnCommitter)
+	if !ok || any(a.cfg.Agents) != any(tc) || (a.cfg.Tasks != nil && any(a.cfg.Tasks) != any(tc)) {
+		return nil, false
+	}
+	return tc, true
 }
 
 // saveLocked appends the unsaved messages and saves the metadata.
@@ -446,7 +501,7 @@ func (a *Agent) Clear(ctx context.Context) error {
 	if err := a.cfg.Messages.Delete(ctx, a.cfg.ContextID); err != nil {
 		return fmt.Errorf("clear agent %q: %w", a.cfg.ContextID, err)
 	}
-	a.history, a.unsaved = nil, 0
+	a.history, a.unsaved, a.partial = nil, 0, false
 	a.meta.TurnCount, a.meta.Usage = 0, Usage{}
 	a.meta.LastActivity = time.Now().UTC()
 	return a.cfg.Agents.SaveAgent(ctx, a.meta)

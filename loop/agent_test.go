@@ -369,3 +369,29 @@ func TestAgentCompactsHistory(t *testing.T) {
 		}
 	})
 }
+
+func TestAgentHistoryWindowBoundsMemoryNotStore(t *testing.T) {
+	backends(t, func(t *testing.T, open func() stores) {
+		ctx := context.Background()
+		s := open()
+		m := echoModel()
+		a := newAgent(t, s, newLoop(t, loop.Config{Model: m}), func(c *loop.AgentConfig) { c.HistoryLimit = 4 })
+		for i := range 12 {
+			say(t, a, fmt.Sprint("t", i), fmt.Sprint("m", i))
+		}
+		// The model saw only the window (4 messages of history + the input).
+		if got := len(m.seen[len(m.seen)-1]); got != 5 {
+			t.Fatalf("last call saw %d messages, want 5", got)
+		}
+		// The store and History keep everything.
+		if n, _ := s.Count(ctx, "ctx-a"); n != 24 {
+			t.Fatalf("store holds %d messages", n)
+		}
+		if h, _ := a.History(ctx, 0); len(h) != 24 || h[0].Content != "m0" {
+			t.Fatalf("History(0) = %d messages", len(h))
+		}
+		if h, _ := a.History(ctx, 3); len(h) != 3 || h[2].Content != "you said: m9 | m10 | m11" {
+			t.Fatalf("History(3) = %+v", h)
+		}
+	})
+}

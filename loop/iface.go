@@ -191,3 +191,20 @@ type EventLog interface {
 	// Expire makes the whole stream disappear after ttl (0: now).
 	Expire(ctx context.Context, stream string, ttl time.Duration) error
 }
+
+// TurnCommit is everything a finished turn saves.
+type TurnCommit struct {
+	ContextID string
+	Messages  []Message     // appended to the history
+	Agent     AgentMetadata // saved
+	Task      *TaskRecord   // saved when not nil
+	// DeleteCheckpoint names a task whose checkpoint has served; "" for none.
+	DeleteCheckpoint string
+}
+
+// TurnCommitter is implemented by stores that can save a whole turn at once:
+// atomically (a crash leaves all of it or none) and with one sync. The Agent
+// uses it when its message store implements it.
+type TurnCommitter interface {
+	CommitTurn(ctx context.Context, c TurnCommit) error
+}
