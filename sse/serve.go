@@ -142,6 +142,9 @@ func Serve(ctx context.Context, w io.Writer, flush func() error, sub *Subscripti
 				if err := out.write(frame); err != nil {
 					return err
 				}
+				if cap(frame) > 64<<10 {
+					frame = nil // do not keep a big event's buffer
+				}
 				pending++
 				wrote = true
 			}
@@ -201,8 +204,9 @@ func (g *guardedWriter) arm() {
 }
 
 func (g *guardedWriter) disarm(err error, op string) error {
-	if g.watchdog != nil {
-		g.watchdog.Stop()
+	// Stop reports false when the watchdog already fired during this op.
+	if g.watchdog != nil && !g.watchdog.Stop() {
+		g.stalled.Store(true)
 	}
 	if g.stalled.Load() {
 		return fmt.Errorf("serve events: %s blocked longer than %v: %w", op, g.limit, ErrStalled)
