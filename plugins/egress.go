@@ -662,7 +662,7 @@ func (e *Egress) dialer(allowPrivate bool) func(ctx context.Context, network, ad
 }
 
 func (e *Egress) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	if ip, err := netip.ParseAddr(host); err == nil {
+	if ip, err := parseIP(host); err == nil {
 		return []netip.Addr{ip.Unmap()}, nil
 	}
 	addrs, err := e.resolver.LookupIPAddr(ctx, host)
@@ -849,7 +849,7 @@ func parseHostPattern(s string) (hostPattern, error) {
 		p.ip = p.ip.Unmap()
 		return p, nil
 	}
-	if ip, err := netip.ParseAddr(host); err == nil {
+	if ip, err := parseIP(host); err == nil {
 		if ip.Zone() != "" {
 			return bad("IPv6 zones are not allowed")
 		}
@@ -881,7 +881,7 @@ func checkHostName(name string) string {
 	if len(name) > 253 {
 		return "host name longer than 253 characters"
 	}
-	for _, label := range strings.Split(name, ".") {
+	for label := range strings.SplitSeq(name, ".") {
 		if label == "" {
 			return "empty label"
 		}
@@ -967,6 +967,17 @@ func (a allowedHosts) check(u *url.URL) *egressError {
 	return newEgressError(fmt.Sprintf("egress: host %q is not in the plugin's allowed hosts", name), nil, ErrEgressDenied)
 }
 
+var errNotIP = errors.New("not an IP address")
+
+// parseIP is netip.ParseAddr without the cost of its error for the common
+// case, a host name.
+func parseIP(s string) (netip.Addr, error) {
+	if !strings.ContainsRune(s, ':') && strings.Trim(s, "0123456789.") != "" {
+		return netip.Addr{}, errNotIP
+	}
+	return netip.ParseAddr(s)
+}
+
 // normalizeHost returns u's host in lower case without a trailing dot, its
 // IP when it is a literal, and its effective port.
 func normalizeHost(u *url.URL) (string, netip.Addr, string) {
@@ -979,7 +990,7 @@ func normalizeHost(u *url.URL) (string, netip.Addr, string) {
 		}
 	}
 	var ip netip.Addr
-	if a, err := netip.ParseAddr(host); err == nil {
+	if a, err := parseIP(host); err == nil {
 		ip = a.Unmap().WithZone("")
 	}
 	return host, ip, port
