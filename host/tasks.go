@@ -232,7 +232,7 @@ func (m *taskManager) start(ctx context.Context, auth *loop.AuthContext, req *a2
 		task.History[len(task.History)-1].ContextID = contextID
 	}
 
-	pub := m.hub.Sink(runCtx, func(e loop.Event, err error) {
+	pub := m.hub.Sink(func(e loop.Event, err error) {
 		m.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
 			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
 	})
@@ -274,6 +274,14 @@ func (m *taskManager) start(ctx context.Context, auth *loop.AuthContext, req *a2
 // the context's stream for the retention time after its last turn.
 func (m *taskManager) turnEnded(taskID, contextID string, st loop.TaskStatus) {
 	ctx := context.Background()
+	// The turn's events are queued; they are in the log before the turn
+	// counts as ended (a blocking SendMessage returns, a client reads them).
+	for _, stream := range []string{sse.TaskStream(taskID), sse.ContextStream(contextID)} {
+		if err := m.hub.Flush(ctx, stream); err != nil {
+			m.log.LogAttrs(ctx, slog.LevelError, "events not flushed to the log",
+				slog.String("stream", stream), slog.String("error", err.Error()))
+		}
+	}
 	if st.Terminal() {
 		if err := m.hub.Finish(ctx, sse.TaskStream(taskID)); err != nil {
 			m.log.LogAttrs(ctx, slog.LevelWarn, "task stream not finished",
