@@ -449,3 +449,38 @@ func TestA2AEncoderFrames(t *testing.T) {
 		t.Fatalf("looopy frame %+v", lf)
 	}
 }
+
+func TestEncoderWrapAndRequestIDs(t *testing.T) {
+	task := &a2a.Task{ID: "t1", ContextID: "c1", Status: a2a.TaskStatus{State: a2a.TaskStateWorking}}
+	data, err := sse.A2AEncoder{RequestID: "abc"}.Wrap(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct {
+		ID     string             `json:"id"`
+		Result a2a.StreamResponse `json:"result"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil || resp.ID != "abc" {
+		t.Fatalf("wrapped snapshot %s: %v", data, err)
+	}
+	if got, ok := resp.Result.Event.(*a2a.Task); !ok || got.Status.State != a2a.TaskStateWorking {
+		t.Fatalf("wrapped snapshot %s", data)
+	}
+	data03, err := sse.A2A03Encoder{RequestID: 5}.Wrap(&a2a03.Task{ID: "t1", ContextID: "c1", Status: a2a03.TaskStatus{State: a2a03.TaskStateWorking}})
+	if err != nil || !strings.HasPrefix(string(data03), `{"jsonrpc":"2.0","id":5,"result":{"kind":"task"`) {
+		t.Fatalf("0.3 wrapped snapshot %s: %v", data03, err)
+	}
+	for _, id := range []any{nil, 7, "x", json.RawMessage(`"raw"`), 3.5} {
+		d, err := sse.A2AEncoder{RequestID: id}.Wrap(task)
+		if err != nil {
+			t.Fatalf("id %v: %v", id, err)
+		}
+		var env map[string]any
+		if err := json.Unmarshal(d, &env); err != nil {
+			t.Fatalf("id %v: invalid JSON %s", id, d)
+		}
+	}
+	if _, err := (sse.A2AEncoder{RequestID: json.RawMessage(`{bad`)}).Wrap(task); err == nil {
+		t.Fatal("an invalid raw id must be an error")
+	}
+}

@@ -3,8 +3,10 @@ package sse
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 
+	a2a03 "github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/looopy-go/looopy/loop"
@@ -42,6 +44,18 @@ func (e A2AEncoder) Encode(it Item) (Frame, bool, error) {
 	return rpcFrame(e.RequestID, m)
 }
 
+// Wrap returns the data of a frame carrying ev, for events the log does not
+// hold (the Task snapshot that opens a SubscribeToTask stream). Write it
+// with AppendFrame and id 0, so it does not move the client's Last-Event-ID.
+func (e A2AEncoder) Wrap(ev a2a.Event) ([]byte, error) {
+	res, err := json.Marshal(a2a.StreamResponse{Event: ev})
+	if err != nil {
+		return nil, fmt.Errorf("encode A2A %T: %w", ev, err)
+	}
+	f, _, err := rpcFrame(e.RequestID, &mapped{result: res})
+	return f.Data, err
+}
+
 func map1(data []byte) (*mapped, error) {
 	ev, err := loop.DecodeEvent(data)
 	if err != nil {
@@ -72,6 +86,16 @@ func (e A2A03Encoder) Encode(it Item) (Frame, bool, error) {
 		return Frame{}, false, err
 	}
 	return rpcFrame(e.RequestID, m)
+}
+
+// Wrap returns the data of a frame carrying ev (see A2AEncoder.Wrap).
+func (e A2A03Encoder) Wrap(ev a2a03.Event) ([]byte, error) {
+	res, err := json.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("encode A2A 0.3 %T: %w", ev, err)
+	}
+	f, _, err := rpcFrame(e.RequestID, &mapped{result: res})
+	return f.Data, err
 }
 
 func map03(data []byte) (*mapped, error) {
@@ -127,9 +151,20 @@ func rpcFrame(id any, m *mapped) (Frame, bool, error) {
 	if m.result == nil {
 		return Frame{}, false, nil
 	}
-	idJSON, err := json.Marshal(id)
-	if err != nil {
-		return Frame{}, false, fmt.Errorf("encode JSON-RPC id %v: %w", id, err)
+	var idJSON []byte
+	switch v := id.(type) {
+	case json.RawMessage:
+		if !json.Valid(v) {
+			return Frame{}, false, fmt.Errorf("encode JSON-RPC id %q: not JSON", v)
+		}
+		idJSON = v
+	case int:
+		idJSON = strconv.AppendInt(nil, int64(v), 10)
+	default:
+		var err error
+		if idJSON, err = json.Marshal(id); err != nil {
+			return Frame{}, false, fmt.Errorf("encode JSON-RPC id %v: %w", id, err)
+		}
 	}
 	const head, mid = `{"jsonrpc":"2.0","id":`, `,"result":`
 	data := make([]byte, 0, len(head)+len(idJSON)+len(mid)+len(m.result)+1)
