@@ -9,6 +9,7 @@ import (
 )
 
 func TestSendMessageCompletes(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	c := client10(t, h.URL(), "")
 	task := send(t, c, context.Background(), &a2a.SendMessageRequest{Message: userMsg("hello there")})
@@ -27,6 +28,7 @@ func TestSendMessageCompletes(t *testing.T) {
 }
 
 func TestStreamDeliversDeltasBeforeTheEnd(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	c := client10(t, h.URL(), "")
 	var events []a2a.Event
@@ -66,6 +68,7 @@ func TestStreamDeliversDeltasBeforeTheEnd(t *testing.T) {
 }
 
 func TestMultiTurnSameContext(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	c := client10(t, h.URL(), "")
 	ctx := context.Background()
@@ -82,6 +85,7 @@ func TestMultiTurnSameContext(t *testing.T) {
 }
 
 func TestGetTaskHistoryLength(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	c := client10(t, h.URL(), "")
 	ctx := context.Background()
@@ -109,6 +113,7 @@ func TestGetTaskHistoryLength(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 func TestListTasks(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	c := client10(t, h.URL(), "")
 	ctx := context.Background()

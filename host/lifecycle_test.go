@@ -15,6 +15,7 @@ import (
 )
 
 func TestCancelEndsStreamAsCanceled(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	c := client10(t, h.URL(), "")
 	ctx := context.Background()
@@ -60,6 +61,7 @@ func TestCancelEndsStreamAsCanceled(t *testing.T) {
 }
 
 func TestDisconnectDoesNotStopTurnAndResubscribeCatchesUp(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	c := client10(t, h.URL(), "")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -119,6 +121,7 @@ func TestDisconnectDoesNotStopTurnAndResubscribeCatchesUp(t *testing.T) {
 }
 
 func TestRPCErrors(t *testing.T) {
+	t.Parallel()
 	cfg := baseConfig(t.TempDir())
 	cfg.Limits.MaxBodyBytes = 4096
 	h := startHost(t, cfg)
@@ -202,6 +205,7 @@ func checkErrorData(t *testing.T, path string, r rpcReply) {
 }
 
 func TestAuthIsolatesPrincipals(t *testing.T) {
+	t.Parallel()
 	cfg := baseConfig(t.TempDir())
 	cfg.Auth.Enabled = true
 	cfg.Auth.Keys = []host.APIKey{{Key: "alice-key", Principal: "alice"}, {Key: "bob-key", Principal: "bob"}}
@@ -247,6 +251,7 @@ func TestAuthIsolatesPrincipals(t *testing.T) {
 }
 
 func TestReconnectWithLastEventIDAfterRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := startHost(t, baseConfig(dir))
 	ctx := context.Background()
@@ -291,6 +296,7 @@ func TestReconnectWithLastEventIDAfterRestart(t *testing.T) {
 }
 
 func TestEventsStreamFilters(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	c := client10(t, h.URL(), "")
 	bg := context.Background()
