@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -53,6 +54,7 @@ type Badger struct {
 	maxSize  int64
 	maxCount int64
 	events   *BadgerEvents
+	commits  atomic.Int64 // transactions committed by the commit goroutine
 
 	mu     sync.RWMutex // held for reading while submitting, for writing by Close
 	closed bool
@@ -358,6 +360,7 @@ func (c *committer) commit() {
 		return
 	}
 	err := c.txn.Commit()
+	c.b.commits.Add(1)
 	if err != nil {
 		err = fmt.Errorf("commit: %w", err)
 	}
