@@ -1,6 +1,7 @@
 package sse
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -151,29 +152,89 @@ func rpcFrame(id any, m *mapped) (Frame, bool, error) {
 	if m.result == nil {
 		return Frame{}, false, nil
 	}
-	var idJSON []byte
+	data, err := appendRPC(nil, id, m.result)
+	if err != nil {
+		return Frame{}, false, err
+	}
+	return Frame{Data: data, Last: m.last}, true, nil
+}
+
+// appendRPC appends {"jsonrpc":"2.0","id":<id>,"result":<result>} to dst,
+// on one line.
+func appendRPC(dst []byte, id any, result []byte) ([]byte, error) {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	switch v := id.(type) {
+	case nil:
+		dst = append(dst, "null"...)
+	case int:
+		dst = strconv.AppendInt(dst, int64(v), 10)
+	case int64:
+		dst = strconv.AppendInt(dst, v, 10)
+	case string:
+		if plainASCII(v) {
+			dst = append(append(append(dst, '"'), v...), '"')
+			break
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return dst, fmt.Errorf("encode JSON-RPC id: %w", err)
+		}
+		dst = append(dst, b...)
 	case json.RawMessage:
 		if !json.Valid(v) {
-			return Frame{}, false, fmt.Errorf("encode JSON-RPC id %q: not JSON", v)
+			return dst, fmt.Errorf("encode JSON-RPC id %q: not JSON", v)
 		}
-		idJSON = v
-	case int:
-		idJSON = strconv.AppendInt(nil, int64(v), 10)
+		if bytes.ContainsAny(v, "\r\n") {
+			var buf bytes.Buffer
+			_ = json.Compact(&buf, v) // valid, so it compacts
+			v = buf.Bytes()
+		}
+		dst = append(dst, v...)
 	default:
-		var err error
-		if idJSON, err = json.Marshal(id); err != nil {
-			return Frame{}, false, fmt.Errorf("encode JSON-RPC id %v: %w", id, err)
+		b, err := json.Marshal(id)
+		if err != nil {
+			return dst, fmt.Errorf("encode JSON-RPC id %v: %w", id, err)
+		}
+		dst = append(dst, b...)
+	}
+	dst = append(dst, `,"result":`...)
+	dst = append(dst, result...)
+	return append(dst, '}'), nil
+}
+
+// plainASCII reports whether s needs no escaping in a JSON string.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
 		}
 	}
-	const head, mid = `{"jsonrpc":"2.0","id":`, `,"result":`
-	data := make([]byte, 0, len(head)+len(idJSON)+len(mid)+len(m.result)+1)
-	data = append(data, head...)
-	data = append(data, idJSON...)
-	data = append(data, mid...)
-	data = append(data, m.result...)
-	data = append(data, '}')
-	return Frame{Data: data, Last: m.last}, true, nil
+	return true
+}
+
+// dataAppender is implemented by the encoders whose frame data Serve can
+// build in its own buffer, without an allocation per frame. The data must
+// be one line.
+type dataAppender interface {
+	appendData(dst []byte, it Item) (out []byte, ok, last bool, err error)
+}
+
+func (e A2AEncoder) appendData(dst []byte, it Item) ([]byte, bool, bool, error) {
+	m, err := memoized(it, func(m *memo) *atomic.Pointer[mapped] { return &m.v1 }, map1)
+	if err != nil || m.result == nil {
+		return dst, false, false, err
+	}
+	dst, err = appendRPC(dst, e.RequestID, m.result)
+	return dst, err == nil, m.last, err
+}
+
+func (e A2A03Encoder) appendData(dst []byte, it Item) ([]byte, bool, bool, error) {
+	m, err := memoized(it, func(m *memo) *atomic.Pointer[mapped] { return &m.v03 }, map03)
+	if err != nil || m.result == nil {
+		return dst, false, false, err
+	}
+	dst, err = appendRPC(dst, e.RequestID, m.result)
+	return dst, err == nil, m.last, err
 }
 
 // Interface guards.
@@ -181,4 +242,7 @@ var (
 	_ Encoder = LooopyEncoder{}
 	_ Encoder = A2AEncoder{}
 	_ Encoder = A2A03Encoder{}
+
+	_ dataAppender = A2AEncoder{}
+	_ dataAppender = A2A03Encoder{}
 )

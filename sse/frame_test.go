@@ -1,10 +1,14 @@
 package sse_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
 )
 
@@ -75,4 +79,65 @@ func FuzzParseLastEventID(f *testing.F) {
 			t.Fatalf("ParseLastEventID(%q) = %d, strconv says %d, %v", s, id, want, perr)
 		}
 	})
+}
+
+func TestServeA2AFramesAreOneLineWhateverTheRequestID(t *testing.T) {
+	h := newHub(t, sse.Config{Log: memoryLog(t)})
+	ctx := t.Context()
+	stream := sse.TaskStream("t1")
+	for _, e := range taskEvents("t1", loop.TaskCompleted) {
+		if _, err := h.Publish(ctx, stream, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []any{json.RawMessage("{\n\"a\": 1}"), json.RawMessage(" 12 "), "plain", "qu\"ote\n<&>", 3, int64(4), nil, 2.5}
+	for _, id := range ids {
+		sub, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		err = sse.Serve(ctx, &buf, nil, sub, sse.A2AEncoder{RequestID: id}, sse.ServeOptions{Heartbeat: -1})
+		_ = sub.Close()
+		if err != nil {
+			t.Fatalf("id %#v: %v", id, err)
+		}
+		fs := eventFrames(parseFrames(t, buf.Bytes()))
+		if len(fs) != 6 {
+			t.Fatalf("id %#v: %d frames, want 6", id, len(fs))
+		}
+		want, _ := json.Marshal(id)
+		if raw, ok := id.(json.RawMessage); ok {
+			var c bytes.Buffer
+			_ = json.Compact(&c, raw)
+			want = c.Bytes()
+		}
+		for _, f := range fs {
+			if strings.Contains(f.data, "\n") {
+				t.Fatalf("id %#v: frame data spans lines: %q", id, f.data)
+			}
+			var env struct {
+				JSONRPC string          `json:"jsonrpc"`
+				ID      json.RawMessage `json:"id"`
+				Result  json.RawMessage `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(f.data), &env); err != nil || env.JSONRPC != "2.0" || len(env.Result) == 0 {
+				t.Fatalf("id %#v: frame %q: %v", id, f.data, err)
+			}
+			var got, exp any
+			_ = json.Unmarshal(env.ID, &got)
+			_ = json.Unmarshal(want, &exp)
+			if fmt.Sprint(got) != fmt.Sprint(exp) {
+				t.Fatalf("id %#v came back as %s", id, env.ID)
+			}
+		}
+	}
+	sub, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sse.Serve(ctx, &bytes.Buffer{}, nil, sub, sse.A2AEncoder{RequestID: json.RawMessage("{oops")}, sse.ServeOptions{Heartbeat: -1}); err == nil || !strings.Contains(err.Error(), "not JSON") {
+		t.Fatalf("an invalid raw id: %v", err)
+	}
 }

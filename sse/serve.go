@@ -116,6 +116,7 @@ func Serve(ctx context.Context, w io.Writer, flush func() error, sub *Subscripti
 		}
 	}
 
+	da, _ := enc.(dataAppender)
 	pending := 0   // frames written since the last flush
 	wrote := false // something was written since the last heartbeat tick
 	for {
@@ -133,12 +134,20 @@ func Serve(ctx context.Context, w io.Writer, flush func() error, sub *Subscripti
 			if it.Kind.Internal() {
 				continue
 			}
-			f, send, err := enc.Encode(it)
+			var f Frame
+			var send bool
+			var err error
+			if da != nil {
+				frame = appendHead(frame[:0], it.ID, "")
+				frame, send, f.Last, err = da.appendData(frame, it)
+				frame = append(frame, "\n\n"...)
+			} else if f, send, err = enc.Encode(it); send && err == nil {
+				frame = AppendFrame(frame[:0], it.ID, f.Event, f.Data)
+			}
 			if err != nil {
 				return fmt.Errorf("serve events: encode event %d of %q: %w", it.ID, sub.Stream(), err)
 			}
 			if send {
-				frame = AppendFrame(frame[:0], it.ID, f.Event, f.Data)
 				if err := out.write(frame); err != nil {
 					return err
 				}
@@ -240,6 +249,25 @@ func (g *guardedWriter) flushIf(pending int) error {
 // event: line when event is not empty (line breaks in it are dropped), and
 // data split into one data: line per line of it.
 func AppendFrame(dst []byte, id uint64, event string, data []byte) []byte {
+	dst = appendHead(dst, id, event)
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			break
+		}
+		dst = append(dst, data[:i]...)
+		dst = append(dst, "\ndata: "...)
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
+	dst = append(dst, data...)
+	return append(dst, "\n\n"...)
+}
+
+// appendHead appends the id: and event: lines and the start of a data line.
+func appendHead(dst []byte, id uint64, event string) []byte {
 	if id > 0 {
 		dst = append(dst, "id: "...)
 		dst = strconv.AppendUint(dst, id, 10)
@@ -253,22 +281,7 @@ func AppendFrame(dst []byte, id uint64, event string, data []byte) []byte {
 		dst = append(dst, event...)
 		dst = append(dst, '\n')
 	}
-	for {
-		i := bytes.IndexAny(data, "\r\n")
-		if i < 0 {
-			break
-		}
-		dst = append(dst, "data: "...)
-		dst = append(dst, data[:i]...)
-		dst = append(dst, '\n')
-		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
-			i++
-		}
-		data = data[i+1:]
-	}
-	dst = append(dst, "data: "...)
-	dst = append(dst, data...)
-	return append(dst, "\n\n"...)
+	return append(dst, "data: "...)
 }
 
 // ParseLastEventID parses the Last-Event-ID header of a reconnecting client:
