@@ -116,6 +116,10 @@ func TestParseStreamFailures(t *testing.T) {
 	if !errors.As(err, &pe) || !strings.Contains(pe.Message, "longer than") {
 		t.Errorf("long line: %v", err)
 	}
+	_, err = ParseStream(io.MultiReader(strings.NewReader("data: {\"choices\":[]}\n\n"), cancelled{}), nil)
+	if !errors.As(err, &pe) || pe.Transient || pe.Code != pdk.CodeCanceled {
+		t.Errorf("read ended by a cancel: %#v, want a permanent canceled error", err)
+	}
 	_, err = ParseStream(strings.NewReader(""), nil)
 	if !errors.As(err, &pe) || !pe.Transient {
 		t.Errorf("empty stream: %v", err)
@@ -164,6 +168,12 @@ func TestParseResponse(t *testing.T) {
 	if _, err := ParseResponse([]byte(`{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`), nil); !errors.As(err, &pe) || !pe.Transient {
 		t.Errorf("error body: %v", err)
 	}
+}
+
+type cancelled struct{}
+
+func (cancelled) Read([]byte) (int, error) {
+	return 0, errors.New("http body: egress: read response body: context canceled")
 }
 
 type failing struct{}

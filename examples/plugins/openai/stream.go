@@ -218,10 +218,10 @@ func ParseStream(r io.Reader, delta func(pdk.Delta) error) (*pdk.ModelResponse, 
 			return nil, &pdk.Error{Code: "bad_response", Message: fmt.Sprintf("a stream line is longer than %d bytes", maxLine)}
 		}
 		var pe *pdk.Error
-		if errors.As(err, &pe) {
+		if errors.As(err, &pe) && pe.Code != "" {
 			return nil, err
 		}
-		return nil, &pdk.Error{Code: "stream_broken", Message: "reading the stream: " + err.Error(), Transient: true}
+		return nil, readError(err)
 	}
 	if !done {
 		if err := dispatch(); err != nil { // a last event without its blank line
