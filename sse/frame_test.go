@@ -141,3 +141,22 @@ func TestServeA2AFramesAreOneLineWhateverTheRequestID(t *testing.T) {
 		t.Fatalf("an invalid raw id: %v", err)
 	}
 }
+
+func TestParseFilter(t *testing.T) {
+	f, err := sse.ParseFilter([]string{"a, b", "", "c"}, []string{"content-delta,task-status", " tool-start "})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(f.TaskIDs) != "[a b c]" || fmt.Sprint(f.Kinds) != "[content-delta task-status tool-start]" || f.Internal {
+		t.Fatalf("filter %+v", f)
+	}
+	if f, err := sse.ParseFilter(nil, nil); err != nil || len(f.TaskIDs)+len(f.Kinds) != 0 {
+		t.Fatalf("empty filter %+v %v", f, err)
+	}
+	if _, err := sse.ParseFilter(nil, []string{"nope"}); err == nil || !strings.Contains(err.Error(), `unknown event kind "nope"`) {
+		t.Fatalf("unknown kind: %v", err)
+	}
+	if _, err := sse.ParseFilter(nil, []string{"internal:llm-call"}); err == nil || !strings.Contains(err.Error(), "internal") {
+		t.Fatalf("internal kind: %v", err)
+	}
+}

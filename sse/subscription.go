@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/looopy-go/looopy/loop"
@@ -244,4 +245,36 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 		s.buf = append(s.buf, it)
 	}
 	return true, nil
+}
+
+// ParseFilter builds the filter of an external subscriber from request
+// parameters (e.g. ?task=a,b&kind=content-delta&kind=task-status): each
+// value may hold several comma-separated names. An unknown kind is an
+// error, and so is an internal one: those never leave the host.
+func ParseFilter(tasks, kinds []string) (Filter, error) {
+	var f Filter
+	for _, v := range tasks {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				f.TaskIDs = append(f.TaskIDs, t)
+			}
+		}
+	}
+	for _, v := range kinds {
+		for k := range strings.SplitSeq(v, ",") {
+			k = strings.TrimSpace(k)
+			if k == "" {
+				continue
+			}
+			kind, ok := knownKinds[k]
+			if !ok {
+				return Filter{}, fmt.Errorf("parse filter: unknown event kind %q", k)
+			}
+			if kind.Internal() {
+				return Filter{}, fmt.Errorf("parse filter: event kind %q is internal and never leaves the host", k)
+			}
+			f.Kinds = append(f.Kinds, kind)
+		}
+	}
+	return f, nil
 }
