@@ -79,6 +79,7 @@ func newEgressTestServer(t *testing.T, tls bool, h http.HandlerFunc) *egressTest
 		}
 	}
 	if tls {
+		s.EnableHTTP2 = true
 		s.StartTLS()
 	} else {
 		s.Start()
@@ -382,7 +383,7 @@ func TestEgressTLSAndDowngradeRefused(t *testing.T) {
 			http.Redirect(w, r, plain.url("allowed.test", "/"), http.StatusFound)
 			return
 		}
-		io.WriteString(w, "secure")
+		fmt.Fprintf(w, "secure over HTTP/%d", r.ProtoMajor)
 	})
 	roots := x509.NewCertPool()
 	roots.AddCert(secure.Certificate())
@@ -393,7 +394,7 @@ func TestEgressTLSAndDowngradeRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Do over TLS: %v", err)
 	}
-	if got := egressReadAll(t, resp); got != "secure" {
+	if got := egressReadAll(t, resp); got != "secure over HTTP/2" {
 		t.Fatalf("body = %q", got)
 	}
 
@@ -529,8 +530,29 @@ func TestEgressAddressKind(t *testing.T) {
 	}
 }
 
+// forEachEgressProtocol runs f against a fresh server and broker over
+// plain HTTP/1.1 and over TLS with HTTP/2.
+func forEachEgressProtocol(t *testing.T, h http.HandlerFunc, f func(t *testing.T, srv *egressTestServer, e *Egress, host string)) {
+	for _, tls := range []bool{false, true} {
+		name, host := "HTTP/1.1", "allowed.test"
+		if tls {
+			name, host = "HTTP/2", "secure.example.com"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := newEgressTestServer(t, tls, h)
+			var cfg EgressConfig
+			if tls {
+				cfg.RootCAs = x509.NewCertPool()
+				cfg.RootCAs.AddCert(srv.Certificate())
+			}
+			e, _ := newTestEgress(t, cfg)
+			f(t, srv, e, host)
+		})
+	}
+}
+
 func TestEgressSlowBodyTimeout(t *testing.T) {
-	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	forEachEgressProtocol(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/nohead" {
 			<-r.Context().Done()
 			return
@@ -538,31 +560,31 @@ func TestEgressSlowBodyTimeout(t *testing.T) {
 		io.WriteString(w, "a trickle that never ends")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
+	}, func(t *testing.T, srv *egressTestServer, e *Egress, host string) {
+		grant := egressLoopbackGrant(host)
+		grant.Timeout = 300 * time.Millisecond
+
+		resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url(host, "/body")}, grant)
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		defer resp.Body.Close()
+		got, err := io.ReadAll(resp.Body)
+		if string(got) != "a trickle that never ends" {
+			t.Errorf("read %q before the timeout", got)
+		}
+		if !errors.Is(err, ErrEgressTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want ErrEgressTimeout", err)
+		}
+		if want := fmt.Sprintf("response body of %q not finished within the timeout of 300ms", host+":"+fmt.Sprint(srv.port())); err.Error() != "egress: "+want {
+			t.Errorf("err = %q, want %q", err, want)
+		}
+
+		_, err = e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url(host, "/nohead")}, grant)
+		if !errors.Is(err, ErrEgressTimeout) || !strings.Contains(err.Error(), "no response within the timeout of 300ms") {
+			t.Fatalf("err = %v, want a timeout waiting for the head", err)
+		}
 	})
-	e, _ := newTestEgress(t, EgressConfig{})
-	grant := egressLoopbackGrant("allowed.test")
-	grant.Timeout = 300 * time.Millisecond
-
-	resp, err := e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/body")}, grant)
-	if err != nil {
-		t.Fatalf("Do: %v", err)
-	}
-	defer resp.Body.Close()
-	got, err := io.ReadAll(resp.Body)
-	if string(got) != "a trickle that never ends" {
-		t.Errorf("read %q before the timeout", got)
-	}
-	if !errors.Is(err, ErrEgressTimeout) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want ErrEgressTimeout", err)
-	}
-	if want := `response body of "allowed.test:`; !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "timeout of 300ms") {
-		t.Errorf("err = %q", err)
-	}
-
-	_, err = e.Do(t.Context(), &pdk.HTTPRequest{URL: srv.url("allowed.test", "/nohead")}, grant)
-	if !errors.Is(err, ErrEgressTimeout) || !strings.Contains(err.Error(), "no response within the timeout of 300ms") {
-		t.Fatalf("err = %v, want a timeout waiting for the head", err)
-	}
 }
 
 func TestEgressResponseTooLarge(t *testing.T) {
@@ -746,37 +768,37 @@ func TestEgressHeadersSanitized(t *testing.T) {
 }
 
 func TestEgressCancelEndsRead(t *testing.T) {
-	srv := newEgressTestServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	forEachEgressProtocol(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "start")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
-	})
-	e, _ := newTestEgress(t, EgressConfig{})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	resp, err := e.Do(ctx, &pdk.HTTPRequest{URL: srv.url("allowed.test", "/")}, egressLoopbackGrant("allowed.test"))
-	if err != nil {
-		t.Fatalf("Do: %v", err)
-	}
-	defer resp.Body.Close()
-	buf := make([]byte, 5)
-	if _, err := io.ReadFull(resp.Body, buf); err != nil {
-		t.Fatalf("first read: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := resp.Body.Read(make([]byte, 64))
-		done <- err
-	}()
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "allowed.test") {
-			t.Fatalf("read after cancel: %v, want context.Canceled naming the host", err)
+	}, func(t *testing.T, srv *egressTestServer, e *Egress, host string) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		resp, err := e.Do(ctx, &pdk.HTTPRequest{URL: srv.url(host, "/")}, egressLoopbackGrant(host))
+		if err != nil {
+			t.Fatalf("Do: %v", err)
 		}
-	case <-time.After(10 * time.Second): // a hang guard, not a measurement
-		t.Fatal("read did not return after ctx was cancelled")
-	}
+		defer resp.Body.Close()
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(resp.Body, buf); err != nil {
+			t.Fatalf("first read: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := resp.Body.Read(make([]byte, 64))
+			done <- err
+		}()
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), host) {
+				t.Fatalf("read after cancel: %v, want context.Canceled naming the host", err)
+			}
+		case <-time.After(10 * time.Second): // a hang guard, not a measurement
+			t.Fatal("read did not return after ctx was cancelled")
+		}
+	})
 }
 
 func TestEgressConnectionReused(t *testing.T) {
