@@ -174,8 +174,10 @@ func TestProgressLogMetaConfigSecrets(t *testing.T) {
 		mu.Unlock()
 	}}
 	r := kitchen(t, Config{
-		Policy:    Policy{Secrets: []string{"KITCHEN_TOKEN"}},
-		LookupEnv: func(k string) (string, bool) { return map[string]string{"KITCHEN_TOKEN": "s3cret", "HOME": "/root"}[k], k == "KITCHEN_TOKEN" },
+		Policy: Policy{Secrets: []string{"KITCHEN_TOKEN"}},
+		LookupEnv: func(k string) (string, bool) {
+			return map[string]string{"KITCHEN_TOKEN": "s3cret", "HOME": "/root"}[k], k == "KITCHEN_TOKEN"
+		},
 	}, func(m map[string]any) {
 		m["config"] = map[string]any{"greeting": "hi", "limit": 3}
 		m["secrets"] = map[string]string{"token": "KITCHEN_TOKEN"}

@@ -50,7 +50,12 @@ func guestWasm(t testing.TB, name string) string {
 	}
 	out := filepath.Join(buildDir, name+".wasm")
 	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./testdata/guests/"+name)
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if _, err := os.Stat(filepath.Join("testdata", "guests", name, "go.mod")); err == nil {
+		// a guest with its own module (Extism's PDK)
+		cmd = exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, ".")
+		cmd.Dir = filepath.Join("testdata", "guests", name)
+	}
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0", "GOWORK=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		buildErrs[name] = fmt.Errorf("%v\n%s", err, b)
 		t.Fatalf("build guest %s: %v\n%s", name, err, b)
