@@ -184,9 +184,13 @@ func (e *Egress) Close() error {
 // timeout fires, to tell it from the caller's own cancellation or deadline.
 var errExchangeTimeout = errors.New("egress exchange timeout")
 
-// Do sends req within grant. It follows redirects itself, re-checking every
-// hop. On success the caller owns resp.Body and must close it. Cancelling
-// ctx aborts the exchange, including a body read in progress.
+// Do sends req within grant. It follows redirects itself, re-checking the
+// scheme and the allowed hosts on every hop and refusing https to http. The
+// plugin's hop-by-hop, Host, Content-Length and trace headers are dropped;
+// the trace of ctx is sent instead. A response whose Content-Length already
+// exceeds the cap is refused here; one that turns out larger fails while
+// being read. On success the caller owns resp.Body and must close it.
+// Cancelling ctx aborts the exchange, including a body read in progress.
 func (e *Egress) Do(ctx context.Context, req *pdk.HTTPRequest, grant EgressGrant) (*EgressResponse, error) {
 	if req == nil {
 		return nil, newEgressError("egress: no request", nil, ErrEgressBadRequest)
