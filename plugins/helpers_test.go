@@ -120,6 +120,10 @@ func newRegistry(t testing.TB, cfg Config) *Registry {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
+	if cfg.CacheDir == "" {
+		// one compilation cache for the whole run: each guest compiles once
+		cfg.CacheDir = filepath.Join(buildDir, "cache")
+	}
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
