@@ -105,8 +105,11 @@ func emit(kind EmitKind, v any) error {
 	if err != nil {
 		return fmt.Errorf("emit: %w", err)
 	}
-	if hostEmit(int32(kind), bytesPtr(b), int32(len(b))) < 0 {
+	switch r := hostEmit(int32(kind), bytesPtr(b), int32(len(b))); {
+	case r == -1:
 		return ErrCanceled
+	case r < 0:
+		return hostError("emit", int64(r))
 	}
 	return nil
 }
