@@ -243,6 +243,17 @@ func TestBuildRequest(t *testing.T) {
 	}
 }
 
+func TestBuildRequestModelFromMetadata(t *testing.T) {
+	req := &pdk.ModelRequest{Messages: []pdk.Message{{Role: pdk.RoleUser, Content: "x"}}, Metadata: map[string]any{"model": "llama3.2"}}
+	b, err := BuildRequest(Config{Model: "gpt-4o-mini"}, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"model":"llama3.2"`) {
+		t.Errorf("request %s does not name the metadata's model", b)
+	}
+}
+
 func TestBuildRequestErrors(t *testing.T) {
 	cfg := Config{Model: "m"}
 	for _, tt := range []struct {

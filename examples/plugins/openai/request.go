@@ -94,7 +94,8 @@ type (
 // emptyParameters is the schema of a tool that declares none.
 var emptyParameters = json.RawMessage(`{"type":"object","properties":{}}`)
 
-// BuildRequest maps a model request to a streaming chat-completions body.
+// BuildRequest maps a model request to a streaming chat-completions body. The
+// model is the config's, unless the request's metadata names one ("model").
 func BuildRequest(cfg Config, req *pdk.ModelRequest) ([]byte, error) {
 	out := chatRequest{
 		Model:         cfg.Model,
@@ -102,6 +103,9 @@ func BuildRequest(cfg Config, req *pdk.ModelRequest) ([]byte, error) {
 		StreamOptions: &streamOptions{IncludeUsage: true},
 		Temperature:   cfg.Temperature,
 		MaxTokens:     cfg.MaxTokens,
+	}
+	if m, ok := req.Metadata["model"].(string); ok && m != "" {
+		out.Model = m // the host may pick the model per request
 	}
 	if req.Temperature != nil {
 		out.Temperature = req.Temperature
