@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -192,32 +193,50 @@ func toFloat(v any) (float64, bool) {
 // with the schema's columns in schema order, then "\n". This is the stored
 // form of a dataset and what Open streams, so a client that rebuilds a
 // dataset from dataset-write events and encodes each row with this function
-// gets the stored bytes exactly.
+// gets the stored bytes exactly. Values are encoded as encoding/json does.
 func AppendRowJSON(dst []byte, schema *loop.DatasetSchema, row Row) ([]byte, error) {
-	dst = append(dst, '{')
+	return newRowEncoder(schema).append(dst, row)
+}
+
+// rowEncoder encodes the rows of one schema, with the column names
+// encoded once.
+type rowEncoder struct {
+	names []string
+	keys  [][]byte // `"name":`
+}
+
+func newRowEncoder(schema *loop.DatasetSchema) *rowEncoder {
+	e := &rowEncoder{names: make([]string, len(schema.Columns)), keys: make([][]byte, len(schema.Columns))}
 	for i, c := range schema.Columns {
+		k, _ := json.Marshal(c.Name) // a string always marshals
+		e.names[i], e.keys[i] = c.Name, append(k, ':')
+	}
+	return e
+}
+
+func (e *rowEncoder) append(dst []byte, row Row) ([]byte, error) {
+	dst = append(dst, '{')
+	for i, name := range e.names {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		k, err := json.Marshal(c.Name)
-		if err != nil {
-			return nil, err
+		dst = append(dst, e.keys[i]...)
+		switch v := row[name].(type) {
+		case nil:
+			dst = append(dst, "null"...)
+		case bool:
+			dst = strconv.AppendBool(dst, v)
+		case int64:
+			dst = strconv.AppendInt(dst, v, 10)
+		default:
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, fmt.Errorf("column %q: %w", name, err)
+			}
+			dst = append(dst, b...)
 		}
-		dst = append(dst, k...)
-		dst = append(dst, ':')
-		v, err := marshalValue(row[c.Name])
-		if err != nil {
-			return nil, fmt.Errorf("column %q: %w", c.Name, err)
-		}
-		dst = append(dst, v...)
 	}
 	return append(dst, '}', '\n'), nil
-}
-
-func marshalValue(v any) ([]byte, error) {
-	// A number decoded from JSON (float64) that holds an integer marshals
-	// as the integer, the same as int64: both sides of the stream agree.
-	return json.Marshal(v)
 }
 
 // csvHeader returns the CSV header line of schema.

@@ -261,8 +261,9 @@ func (d *DB) AppendRows(ctx context.Context, id string, rows []Row, last bool) (
 			return nil, 0, err
 		}
 		var data []byte
+		enc := newRowEncoder(m.Schema)
 		for _, r := range norm {
-			if data, err = AppendRowJSON(data, m.Schema, r); err != nil {
+			if data, err = enc.append(data, r); err != nil {
 				return nil, 0, err
 			}
 		}
