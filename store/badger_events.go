@@ -66,7 +66,7 @@ func (e *BadgerEvents) Read(ctx context.Context, stream string, after uint64, li
 			last = after + uint64(limit)
 		}
 		n := last - after
-		out = make([]loop.LogRecord, 0, n)
+		out = make([]loop.LogRecord, 0, min(n, 1024)) // a damaged head must not size an allocation
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: int(min(n, 100))})
 		defer it.Close()
 		want := after + 1

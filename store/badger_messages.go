@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 
 	badger "github.com/dgraph-io/badger/v4"
 
@@ -87,7 +88,7 @@ func (b *Badger) Recent(ctx context.Context, contextID string, limit int) ([]loo
 			from = h.b - uint64(limit) + 1
 		}
 		n := h.b - from + 1
-		out = make([]loop.Message, 0, n)
+		out = make([]loop.Message, 0, min(n, 1024)) // a damaged head must not size an allocation
 		opts := badger.IteratorOptions{Prefix: prefix}
 		it := txn.NewIterator(opts)
 		defer it.Close()
@@ -134,8 +135,12 @@ func (b *Badger) Count(ctx context.Context, contextID string) (int, error) {
 	}
 	var n int
 	err := b.view(ctx, func(txn *badger.Txn) error {
-		h, ok, err := readHead(txn, msgHeadKey(contextID))
+		hk := msgHeadKey(contextID)
+		h, ok, err := readHead(txn, hk)
 		if ok && h.a <= h.b {
+			if h.b-h.a >= math.MaxInt32 {
+				return corrupt(hk, fmt.Errorf("history range %d..%d is not plausible", h.a, h.b))
+			}
 			n = int(h.b - h.a + 1)
 		}
 		return err
