@@ -384,3 +384,45 @@ func TestToolErrors(t *testing.T) {
 		t.Fatalf("tools %v", names)
 	}
 }
+
+func TestCreateArtifactTypes(t *testing.T) {
+	s := NewMemory(nil, Config{})
+	tools := NewTools(s)
+	env := &loop.ToolEnv{ContextID: "c", TaskID: "t"}
+	cases := []struct {
+		args    string
+		kind    Kind
+		mime    string
+		wantErr string
+	}{
+		{`{"name":"a.md","mimeType":"text/markdown"}`, KindFile, "text/markdown", ""},
+		{`{"name":"n"}`, KindFile, "text/plain; charset=utf-8", ""},
+		{`{"name":"cfg","type":"data"}`, KindData, "application/json", ""},
+		{`{"name":"t","type":"dataset","columns":[{"name":"a","type":"date"}]}`, KindDataset, "application/x-ndjson", ""},
+		{`{"name":"t","type":"dataset"}`, "", "", "at least one column"},
+		{`{"name":"t","type":"file","columns":[{"name":"a","type":"date"}]}`, "", "", "dataset only"},
+		{`{"name":"t","mimeType":"image/png"}`, "", "", "invalid arguments"},
+		{`{"name":""}`, "", "", "invalid arguments"},
+	}
+	for _, c := range cases {
+		res, err := tools.Call(ctxb, loop.ToolCall{Name: "create_artifact", Arguments: json.RawMessage(c.args)}, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.wantErr != "" {
+			if !res.IsError || !strings.Contains(res.Content, c.wantErr) {
+				t.Fatalf("%s: %s, want an error saying %q", c.args, res.Content, c.wantErr)
+			}
+			continue
+		}
+		if res.IsError {
+			t.Fatalf("%s: %s", c.args, res.Content)
+		}
+		var r struct{ ArtifactID string }
+		_ = json.Unmarshal([]byte(res.Content), &r)
+		info := must[Info](t)(s.Get(ctxb, r.ArtifactID))
+		if info.Kind != c.kind || info.ContentType() != c.mime {
+			t.Fatalf("%s: kind %s type %s", c.args, info.Kind, info.ContentType())
+		}
+	}
+}
