@@ -59,7 +59,7 @@ func generate(ctx context.Context, req *pdk.ModelRequest, delta func(pdk.Delta) 
 	if err != nil {
 		return nil, &pdk.Error{Code: "bad_config", Message: err.Error()}
 	}
-	return s.Play(req, Runtime{Delta: delta, Sleep: sleep, Attempt: attempt})
+	return s.Play(req, Runtime{Delta: delta, Sleep: sleep, Attempt: attempt, Forget: forget})
 }
 
 // attempt counts the attempts of one request in the plugin's key-value space,
@@ -81,6 +81,9 @@ func attempt(key string) int {
 	}
 	return n
 }
+
+// forget drops the count of a request that got through.
+func forget(key string) { _ = pdk.KVDelete("attempt/" + key) }
 
 func sleep(d time.Duration) error {
 	for d > 0 {

@@ -24,6 +24,9 @@ type Runtime struct {
 	// identifies the request. Asked only when a step depends on the
 	// attempt. Nil: such a request is always attempt 1.
 	Attempt func(key string) int
+	// Forget is told when a request counted by Attempt got past its
+	// failing steps, so its count can go. Nil: nothing to forget.
+	Forget func(key string)
 }
 
 // echoText is the answer of the built-in default rule.
@@ -132,9 +135,11 @@ func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, er
 	conv := readConversation(req)
 	rule, groups := s.pick(conv.input)
 	segs := segments(rule.Steps)
+	counted := ""
 	if _, reported := req.Metadata["attempt"]; !reported && rt.Attempt != nil &&
 		conv.done < len(segs) && dependsOnAttempt(segs[conv.done]) {
-		conv.attempt = max(rt.Attempt(requestKey(req)), 1)
+		counted = requestKey(req)
+		conv.attempt = max(rt.Attempt(counted), 1)
 	}
 	v := &vars{
 		groups:      groups,
@@ -238,6 +243,9 @@ func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, er
 		}
 	}
 
+	if counted != "" && rt.Forget != nil {
+		rt.Forget(counted)
+	}
 	resp := &pdk.ModelResponse{
 		Message:      pdk.Message{Role: pdk.RoleAssistant, Content: content.String(), ToolCalls: calls},
 		FinishReason: pdk.FinishStop,

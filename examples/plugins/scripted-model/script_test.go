@@ -465,7 +465,10 @@ func TestAttemptFallbackWhenTheHostDoesNotSay(t *testing.T) {
 		{"match":"^plain$","steps":[{"text":"plain"}]}]}`)
 	counts := map[string]int{}
 	asked := 0
-	rt := Runtime{Attempt: func(key string) int { asked++; counts[key]++; return counts[key] }}
+	rt := Runtime{
+		Attempt: func(key string) int { asked++; counts[key]++; return counts[key] },
+		Forget:  func(key string) { delete(counts, key) },
+	}
 	req := &pdk.ModelRequest{Messages: []pdk.Message{user("flaky")}}
 	var pe *pdk.Error
 	if _, err := sc.Play(req, rt); !errors.As(err, &pe) || !pe.Transient {
@@ -474,6 +477,13 @@ func TestAttemptFallbackWhenTheHostDoesNotSay(t *testing.T) {
 	resp, err := sc.Play(req, rt)
 	if err != nil || resp.Message.Content != "ok on 2" {
 		t.Fatalf("second attempt: %v %v", resp, err)
+	}
+	if len(counts) != 0 {
+		t.Errorf("the count of a request that got through stays: %v", counts)
+	}
+	// The same request later fails once again, as it did the first time.
+	if _, err := sc.Play(req, rt); !errors.As(err, &pe) {
+		t.Errorf("the same request later: %v, want the transient error again", err)
 	}
 	// Another conversation has its own count.
 	other := &pdk.ModelRequest{Messages: []pdk.Message{user("hello"), user("flaky")}}

@@ -59,7 +59,8 @@ func TestWasmEchoMemoryAndErrors(t *testing.T) {
 }
 
 func TestWasmFlakyCountsAttemptsInKV(t *testing.T) {
-	r := registry(t, plugins.Config{KV: &memKV{m: map[string][]byte{}}}, "scripted-model")
+	kv := &memKV{m: map[string][]byte{}}
+	r := registry(t, plugins.Config{KV: kv}, "scripted-model")
 	m, _ := r.Model("scripted-model")
 	_, _, err := ask(t, m, loop.Message{Role: loop.RoleUser, Content: "flaky"})
 	var me *loop.ModelError
@@ -69,6 +70,12 @@ func TestWasmFlakyCountsAttemptsInKV(t *testing.T) {
 	resp, _, err := ask(t, m, loop.Message{Role: loop.RoleUser, Content: "flaky"})
 	if err != nil || resp.Message.Content != "Recovered on attempt 2." {
 		t.Errorf("second attempt: %+v %v", resp, err)
+	}
+	kv.mu.Lock()
+	left := len(kv.m)
+	kv.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d keys left in the plugin's key-value space", left)
 	}
 }
 
