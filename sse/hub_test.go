@@ -133,9 +133,14 @@ func hammer(t *testing.T, newLog func(testing.TB) *spyLog, tails []int, perPub i
 
 			var maxID atomic.Uint64
 			var pubWG, subWG sync.WaitGroup
+			sink := h.Sink(func(_ loop.Event, err error) { t.Errorf("sink: %v", err) })
 			for p := range pubs {
 				pubWG.Go(func() {
 					for i := range perPub {
+						if p%2 == 1 { // half the publishers do not wait for the log
+							sink.Emit(delta("hammer", p*perPub+i))
+							continue
+						}
 						id, err := h.Publish(ctx, stream, delta("hammer", p*perPub+i))
 						if err != nil {
 							t.Errorf("publish: %v", err)
@@ -786,4 +791,62 @@ func TestSubscriberReadsTheLogOnlyWhenBehind(t *testing.T) {
 	if log.readCount() == before {
 		t.Fatal("a subscriber behind the tail must read the log")
 	}
+}
+
+// TestStallWithoutAbort: with no way to break the write, the stall is
+// reported once the write returns.
+func TestStallWithoutAbort(t *testing.T) {
+	h := newHub(t, sse.Config{Log: memoryLog(t)})
+	ctx := t.Context()
+	if _, err := h.Publish(ctx, "s", delta("t", 0)); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := h.Subscribe(ctx, "s", 0, sse.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	w := &slowWriter{release: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		done <- sse.Serve(ctx, w, nil, sub, sse.LooopyEncoder{}, sse.ServeOptions{Heartbeat: -1, WriteTimeout: time.Millisecond})
+	}()
+	// Hold the write well past the limit: release it only after the writer
+	// has seen more than the timeout go by.
+	w.waitStarted()
+	time.Sleep(20 * time.Millisecond)
+	close(w.release)
+	if err := <-done; !errors.Is(err, sse.ErrStalled) {
+		t.Fatalf("Serve: %v, want ErrStalled", err)
+	}
+}
+
+// slowWriter's writes succeed, once released.
+type slowWriter struct {
+	once    sync.Once
+	started chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+}
+
+func (w *slowWriter) waitStarted() {
+	w.mu.Lock()
+	if w.started == nil {
+		w.started = make(chan struct{})
+	}
+	ch := w.started
+	w.mu.Unlock()
+	<-ch
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	if w.started == nil {
+		w.started = make(chan struct{})
+	}
+	ch := w.started
+	w.mu.Unlock()
+	w.once.Do(func() { close(ch) })
+	<-w.release
+	return len(p), nil
 }

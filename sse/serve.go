@@ -203,18 +203,22 @@ type guardedWriter struct {
 	flush    func() error
 	limit    time.Duration
 	watchdog *time.Timer
+	start    time.Time // of the current write or flush
 	stalled  atomic.Bool
 }
 
 func (g *guardedWriter) arm() {
 	if g.watchdog != nil {
+		g.start = time.Now()
 		g.watchdog.Reset(g.limit)
 	}
 }
 
 func (g *guardedWriter) disarm(err error, op string) error {
-	// Stop reports false when the watchdog already fired during this op.
-	if g.watchdog != nil && !g.watchdog.Stop() {
+	// Stop reports false when the watchdog already fired during this op;
+	// an op that outlasted the limit is a stall even if the watchdog has
+	// not run yet.
+	if g.watchdog != nil && (!g.watchdog.Stop() || time.Since(g.start) > g.limit) {
 		g.stalled.Store(true)
 	}
 	if g.stalled.Load() {
