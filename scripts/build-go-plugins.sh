@@ -19,7 +19,8 @@ for mod in examples/plugins/*/go.mod; do
   # Rebuild only when a source file (Go, or an embedded file) is newer than the output.
   if [ ! -f "$out" ] || [ -n "$(find "$dir" pdk -type f \( -name '*.go' -o -name '*.json' -o -name go.mod \) ! -name plugin.json -newer "$out" -print -quit)" ]; then
     echo "build $out"
-    (cd "$dir" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$name.wasm" .)
+    # Build beside, then rename: a watching host never reads a half-written file.
+    (cd "$dir" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$name.wasm.tmp" . && mv "$name.wasm.tmp" "$name.wasm")
   fi
   tmpl="$dir/plugin.template.json"
   [ -f "$tmpl" ] || continue
