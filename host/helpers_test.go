@@ -51,6 +51,9 @@ func startHost(t testing.TB, cfg host.Config) *testHost {
 	m := host.NewMain()
 	m.Config = cfg
 	m.Stdout = io.Discard
+	if os.Getenv("LOOOPY_TEST_LOG") != "" {
+		m.Stdout = os.Stderr
+	}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatalf("run host: %v", err)
 	}
