@@ -412,7 +412,7 @@ static int64_t finish(buf *b) {
 
 static int64_t fail(const char *code, const char *message) {
   buf b = {0};
-  buf_put(&b, "\1{\"code\":", 10);
+  buf_str(&b, "\1{\"code\":");
   buf_json_string(&b, code, strlen(code));
   buf_str(&b, ",\"message\":");
   buf_json_string(&b, message, strlen(message));

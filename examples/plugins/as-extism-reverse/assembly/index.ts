@@ -77,22 +77,24 @@ export function call_tool(): i32 {
 
 // reverseCodePoints keeps surrogate pairs together.
 function reverseCodePoints(s: string): string {
-  let out = "";
-  let i = s.length;
-  while (i > 0) {
-    const lo = s.charCodeAt(i - 1);
-    if (lo >= 0xdc00 && lo < 0xe000 && i > 1) {
-      const hi = s.charCodeAt(i - 2);
-      if (hi >= 0xd800 && hi < 0xdc00) {
-        out += s.substring(i - 2, i);
-        i -= 2;
+  const n = s.length;
+  const units = new Uint16Array(n);
+  let i = 0;
+  while (i < n) {
+    const hi = s.charCodeAt(i);
+    if (hi >= 0xd800 && hi < 0xdc00 && i + 1 < n) {
+      const lo = s.charCodeAt(i + 1);
+      if (lo >= 0xdc00 && lo < 0xe000) {
+        units[n - i - 2] = <u16>hi;
+        units[n - i - 1] = <u16>lo;
+        i += 2;
         continue;
       }
     }
-    out += s.substring(i - 1, i);
-    i--;
+    units[n - i - 1] = <u16>hi;
+    i++;
   }
-  return out;
+  return String.UTF16.decode(units.buffer);
 }
 
 function isSpace(c: i32): bool {

@@ -110,6 +110,9 @@ function toolCall(ptr: usize, len: usize): Result {
     args = new Value();
     args.kind = Kind.Object;
   }
+  if (name.str != "slugify" && name.str != "case") {
+    return fail("unknown_tool", "unknown tool " + quote(name.str));
+  }
   if (args.kind != Kind.Object) return toolResult("arguments must be a JSON object", true);
   const text = args.get("text");
   if (text === null) return toolResult('missing argument "text"', true);
@@ -132,7 +135,7 @@ function toolCall(ptr: usize, len: usize): Result {
     }
     return toolResult(slugify(text.str, sep, max), false);
   }
-  if (name.str == "case") {
+  {
     const style = args.get("style");
     if (style === null || style.kind != Kind.String) {
       return toolResult('argument "style" must be a string', true);
@@ -146,7 +149,6 @@ function toolCall(ptr: usize, len: usize): Result {
     }
     return toolResult(out, false);
   }
-  return fail("unknown_tool", "unknown tool " + quote(name.str));
 }
 
 // ---------------------------------------------------------------------------
@@ -193,31 +195,38 @@ function isLower(c: i32): bool {
 // and before the last capital of an acronym followed by lowercase
 // ("HTTPServer" -> "HTTP", "Server").
 function words(text: string): string[] {
-  let folded = "";
+  const parts: string[] = [];
   for (let i = 0; i < text.length; i++) {
-    const f = fold(text.charCodeAt(i));
-    folded += f.length > 0 ? f : " ";
+    let f = fold(text.charCodeAt(i));
+    // A capital that folds to two letters (Œ, Æ, Þ) is title case before
+    // lowercase ("Œuvre" -> "Oeuvre"), so it does not split the word.
+    if (f.length > 1 && isUpper(f.charCodeAt(1)) && i + 1 < text.length) {
+      const next = fold(text.charCodeAt(i + 1));
+      if (next.length > 0 && isLower(next.charCodeAt(0))) f = f.substring(0, 1) + f.substring(1).toLowerCase();
+    }
+    parts.push(f.length > 0 ? f : " ");
   }
+  const folded = parts.join("");
   const out: string[] = [];
-  let cur = "";
+  let start = -1; // start of the current word, -1 between words
   for (let i = 0; i < folded.length; i++) {
     const c = folded.charCodeAt(i);
     if (c == 0x20) {
-      if (cur.length > 0) out.push(cur);
-      cur = "";
+      if (start >= 0) out.push(folded.substring(start, i));
+      start = -1;
       continue;
     }
-    if (cur.length > 0 && isUpper(c)) {
-      const prev = cur.charCodeAt(cur.length - 1);
+    if (start >= 0 && isUpper(c)) {
+      const prev = folded.charCodeAt(i - 1);
       const next = i + 1 < folded.length ? folded.charCodeAt(i + 1) : 0;
       if (isLower(prev) || (isUpper(prev) && isLower(next))) {
-        out.push(cur);
-        cur = "";
+        out.push(folded.substring(start, i));
+        start = i;
       }
     }
-    cur += String.fromCharCode(c);
+    if (start < 0) start = i;
   }
-  if (cur.length > 0) out.push(cur);
+  if (start >= 0) out.push(folded.substring(start));
   return out;
 }
 
@@ -227,17 +236,19 @@ function capitalize(w: string): string {
 
 function slugify(text: string, sep: string, max: i32): string {
   const ws = words(text);
-  let out = "";
+  const out: string[] = [];
+  let n = 0; // length of the slug so far
   for (let i = 0; i < ws.length; i++) {
     const w = ws[i].toLowerCase();
-    const next = out.length == 0 ? w : out + sep + w;
-    if (max > 0 && next.length > max) {
-      if (out.length == 0) out = w.substring(0, max); // one long word: cut it
+    const next = out.length == 0 ? w.length : n + sep.length + w.length;
+    if (max > 0 && next > max) {
+      if (out.length == 0) out.push(w.substring(0, max)); // one long word: cut it
       break;
     }
-    out = next;
+    out.push(w);
+    n = next;
   }
-  return out;
+  return out.join(sep);
 }
 
 function changeCase(text: string, style: string): string | null {
@@ -247,13 +258,11 @@ function changeCase(text: string, style: string): string | null {
   else if (style == "kebab") sep = "-";
   else if (style == "title" || style == "lower" || style == "upper") sep = " ";
   else if (style != "camel" && style != "pascal") return null;
-  let out = "";
   for (let i = 0; i < ws.length; i++) {
-    let w = ws[i];
-    if (style == "constant" || style == "upper") w = w.toUpperCase();
-    else if (style == "pascal" || style == "title" || (style == "camel" && i > 0)) w = capitalize(w);
-    else w = w.toLowerCase();
-    out += i == 0 ? w : sep + w;
+    const w = ws[i];
+    if (style == "constant" || style == "upper") ws[i] = w.toUpperCase();
+    else if (style == "pascal" || style == "title" || (style == "camel" && i > 0)) ws[i] = capitalize(w);
+    else ws[i] = w.toLowerCase();
   }
-  return out;
+  return ws.join(sep);
 }
