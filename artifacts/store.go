@@ -20,6 +20,10 @@ import (
 //
 // Writes to one artifact are linearizable: each append takes the next part
 // index atomically, and a reader opened after a write returns sees it.
+// Concurrent appends to one artifact are each stored whole at their own
+// index, in the order they reach the artifact; appends made one after the
+// other by one goroutine keep their order. (Writer adds: the events of an
+// artifact come out in index order.)
 // Cancelling ctx aborts the call; a write either happened whole or not at
 // all. Reads stream: no method holds a whole artifact in memory.
 type Store interface {
