@@ -187,7 +187,9 @@ func (b *Badger) gcLoop(every time.Duration, ratio float64) {
 //
 // run, when set instead, is an operation too large for a shared
 // transaction (history replacement, stream expiry): it runs alone, after the
-// pending batch is committed, with its own transactions.
+// pending batch is committed, with its own transactions. It runs on the
+// commit goroutine, so it must not submit writes itself (that would wait
+// for itself).
 type writeOp struct {
 	apply func(txn *badger.Txn) ([]mutation, error)
 	run   func() error
