@@ -181,8 +181,8 @@ func (b *Badger) gcLoop(every time.Duration, ratio float64) {
 // A writeOp is one logical write, applied by the commit goroutine.
 //
 // apply reads what it needs through txn (which sees the writes of earlier
-// operations of the same batch) and returns the entries to write; it must
-// not write itself (the committer writes the mutations), and it may be called more than once (a batch that fills
+// operations of the same batch) and returns the mutations to make; it must
+// not write itself, and it may be called more than once (a batch that fills
 // up is committed and the operation applied again in the next one).
 //
 // run, when set instead, is an operation too large for a shared
