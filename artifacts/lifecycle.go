@@ -102,6 +102,9 @@ func (d *DB) delete(ctx context.Context, id string) error {
 			return nil
 		}
 		m.Deleting = true
+		if err := tx.set(delKey(id), nil); err != nil {
+			return err
+		}
 		return d.save(tx, m)
 	})
 	if errors.Is(err, ErrNotFound) {
@@ -158,7 +161,7 @@ func (d *DB) delete(ctx context.Context, id string) error {
 		}
 	}
 	return d.kv.update(func(tx kvTxn) error {
-		for _, k := range [][]byte{metaKey(id), ctxKey(m.ContextID, id), taskKey(m.TaskID, id)} {
+		for _, k := range [][]byte{metaKey(id), ctxKey(m.ContextID, id), taskKey(m.TaskID, id), delKey(id)} {
 			if err := tx.del(k); err != nil {
 				return err
 			}
@@ -224,11 +227,18 @@ func (d *DB) ExpireTask(ctx context.Context, taskID string, ttl time.Duration) e
 	return nil
 }
 
-// Sweep implements Store. The host's cleanup loop calls it.
+// Sweep implements Store. The host's cleanup loop calls it. It also
+// finishes deletions that a stopped process left halfway.
 func (d *DB) Sweep(ctx context.Context) (int, error) {
 	now := d.now().UnixNano()
 	var ids []string
 	err := d.kv.view(func(tx kvTxn) error {
+		if err := tx.keys(delPrefix, func(k []byte) error {
+			ids = append(ids, string(k[len(delPrefix):]))
+			return nil
+		}); err != nil {
+			return err
+		}
 		return tx.keys(expPrefix, func(k []byte) error {
 			rest := k[len(expPrefix):]
 			i := bytes.IndexByte(rest, '/')

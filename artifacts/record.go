@@ -15,6 +15,7 @@ import (
 //	artctx/<contextId>/<artifactId>       index by context (empty value)
 //	arttask/<taskId>/<artifactId>         index by task (empty value)
 //	artexp/<unix nanoseconds>/<artifactId> expiry index (empty value)
+//	artdel/<artifactId>                   deletion begun, not finished (empty value)
 //
 // Context and task ids are path-escaped, so a "/" in them cannot make one
 // prefix match another's keys.
@@ -30,7 +31,12 @@ func ctxKey(contextID, id string) []byte {
 }
 func taskKey(taskID, id string) []byte { return append(taskPrefix(taskID), id...) }
 
-var expPrefix = []byte("artexp/")
+var (
+	expPrefix = []byte("artexp/")
+	delPrefix = []byte("artdel/")
+)
+
+func delKey(id string) []byte { return append(append([]byte(nil), delPrefix...), id...) }
 
 func expKey(unixNano int64, id string) []byte {
 	return fmt.Appendf(nil, "artexp/%020d/%s", unixNano, id)

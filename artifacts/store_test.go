@@ -521,3 +521,53 @@ func TestCancelledContext(t *testing.T) {
 		t.Fatalf("append with cancelled ctx: %v", err)
 	}
 }
+
+// A deletion stopped halfway (the process died after marking the record)
+// is invisible at once and finished by the next Sweep, blobs included.
+func TestSweepFinishesInterruptedDelete(t *testing.T) {
+	for _, b := range backends(t, Config{InlineMax: 4}) {
+		t.Run(b.name, func(t *testing.T) {
+			s := b.store
+			f := must[Info](t)(s.Create(ctxb, Spec{Kind: KindFile, TaskID: "t", ContextID: "c"}))
+			must[Info](t)(s.AppendChunk(ctxb, f.ID, []byte("goes to a blob"), false))
+			must[Info](t)(s.AppendChunk(ctxb, f.ID, []byte("ok"), false))
+			// What delete's first transaction does, and nothing after it.
+			err := s.kv.update(func(tx kvTxn) error {
+				m, err := s.loadRaw(tx, f.ID)
+				if err != nil {
+					return err
+				}
+				m.Deleting = true
+				if err := tx.set(delKey(f.ID), nil); err != nil {
+					return err
+				}
+				return s.save(tx, m)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Get(ctxb, f.ID); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("half-deleted artifact visible: %v", err)
+			}
+			if l := must[[]Info](t)(s.ListByTask(ctxb, "t")); len(l) != 0 {
+				t.Fatalf("half-deleted artifact listed")
+			}
+			if n := must[int](t)(s.Sweep(ctxb)); n != 1 {
+				t.Fatalf("sweep finished %d deletions, want 1", n)
+			}
+			var left []string
+			_ = s.kv.view(func(tx kvTxn) error {
+				return tx.keys([]byte("art"), func(k []byte) error { left = append(left, string(k)); return nil })
+			})
+			if len(left) != 0 {
+				t.Fatalf("keys left after the sweep: %q", left)
+			}
+			if b.dir != "" && len(blobFiles(t, b.dir)) != 0 {
+				t.Fatal("blob left after the sweep")
+			}
+			if b.dir == "" && b.blobs.(*MemoryBlobs).Len() != 0 {
+				t.Fatal("blob left after the sweep")
+			}
+		})
+	}
+}
