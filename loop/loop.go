@@ -496,6 +496,16 @@ func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*Mo
 		}
 	}
 	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			// Tell the model which attempt this is (deterministic replays
+			// of a scripted model depend on it); absent means the first.
+			md := make(map[string]any, len(req.Metadata)+1)
+			for k, v := range req.Metadata {
+				md[k] = v
+			}
+			md["attempt"] = attempt
+			req.Metadata = md
+		}
 		mctx, span := l.startSpan(ctx, "llm.call", attribute.Int("looopy.attempt", attempt))
 		resp, err := safeGenerate(mctx, tr.model, req, onDelta)
 		if err == nil && resp == nil {

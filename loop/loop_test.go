@@ -372,7 +372,10 @@ func TestModelErrorsRetriedOrFatal(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &fakeModel{fn: func(n int, _ *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+			m := &fakeModel{fn: func(n int, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+				if a, _ := req.Metadata["attempt"].(int); (n == 1 && a != 0) || (n > 1 && a != n) {
+					t.Errorf("call %d says attempt %v", n, req.Metadata["attempt"])
+				}
 				if n <= tc.failures {
 					return nil, tc.err
 				}
