@@ -166,3 +166,40 @@ func TestListTasks(t *testing.T) {
 		t.Fatalf("status filter: %d canceled tasks, want 0", len(done.Tasks))
 	}
 }
+
+func TestConversationSurvivesRestartAndEviction(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := baseConfig(dir)
+	cfg.Limits.MaxAgents = 1 // every new context evicts the other
+	h := startHost(t, cfg)
+	ctx := context.Background()
+	c := client10(t, h.URL(), "")
+	first := send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("apples")})
+	other := send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("plums")})
+	m := userMsg("pears")
+	m.ContextID = first.ContextID
+	if got := artifactText(send(t, c, ctx, &a2a.SendMessageRequest{Message: m})); got != "You said: apples | pears" {
+		t.Fatalf("after eviction: %q", got)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	h2 := startHost(t, cfg)
+	c2 := client10(t, h2.URL(), "")
+	m = userMsg("figs")
+	m.ContextID = first.ContextID
+	if got := artifactText(send(t, c2, ctx, &a2a.SendMessageRequest{Message: m})); got != "You said: apples | pears | figs" {
+		t.Fatalf("after a restart: %q", got)
+	}
+	m = userMsg("kiwis")
+	m.ContextID = other.ContextID
+	if got := artifactText(send(t, c2, ctx, &a2a.SendMessageRequest{Message: m})); got != "You said: plums | kiwis" {
+		t.Fatalf("other context after a restart: %q", got)
+	}
+	got, err := c2.GetTask(ctx, &a2a.GetTaskRequest{ID: first.ID})
+	if err != nil || got.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("first task after a restart: %v %v", got, err)
+	}
+}

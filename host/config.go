@@ -99,6 +99,9 @@ type LimitsConfig struct {
 	TaskTTL Duration `json:"taskTTL,omitempty"`
 	// MaxPageSize bounds ListTasks pages (default 100).
 	MaxPageSize int `json:"maxPageSize,omitempty"`
+	// MaxAgents bounds the conversations kept in memory (default 10000);
+	// the others are started again from the store when a message comes.
+	MaxAgents int `json:"maxAgents,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
@@ -181,7 +184,7 @@ func (c Config) Validate() error {
 		}
 		seen[k.Key] = true
 	}
-	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 {
+	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 || c.Limits.MaxAgents < 0 {
 		return errors.New("config: limits must not be negative")
 	}
 	switch c.LogFormat {
@@ -234,6 +237,9 @@ func (c Config) withDefaults() Config {
 	}
 	if l.MaxPageSize == 0 {
 		l.MaxPageSize = 100
+	}
+	if l.MaxAgents == 0 {
+		l.MaxAgents = 10000
 	}
 	return c
 }

@@ -39,8 +39,9 @@ type taskManager struct {
 
 	mu       sync.Mutex
 	agents   map[string]*loop.Agent
-	running  map[string]*run // by task id
-	busy     map[string]*run // by context id
+	running  map[string]*run      // by task id
+	busy     map[string]*run      // by context id
+	expiry   map[string]time.Time // when each context stream's expiry was last set
 	closing  bool
 	wg       sync.WaitGroup
 	starting sync.Map // contextId -> *sync.Mutex: one Start per context at a time
@@ -50,6 +51,7 @@ type taskManager struct {
 type run struct {
 	taskID, contextID, owner string
 	after                    uint64 // the turn's events have ids above this in the task stream
+	created                  time.Time
 	cancel                   context.CancelFunc
 	done                     chan struct{}
 	outcome                  loop.Outcome
@@ -60,7 +62,8 @@ func newTaskManager(l *loop.Loop, st Stores, hub *sse.Hub, limits LimitsConfig, 
 	base, cancel := context.WithCancel(context.Background())
 	return &taskManager{loop: l, stores: st, hub: hub, log: log, limits: limits, agent: ac,
 		base: base, cancelAll: cancel,
-		agents: make(map[string]*loop.Agent), running: make(map[string]*run), busy: make(map[string]*run)}
+		agents: make(map[string]*loop.Agent), running: make(map[string]*run), busy: make(map[string]*run),
+		expiry: make(map[string]time.Time)}
 }
 
 // recover marks the tasks a previous process left running as failed: their
@@ -110,6 +113,7 @@ func (m *taskManager) getAgent(ctx context.Context, contextID, owner string) (*l
 				return nil, fmt.Errorf("agent of %q: %w", contextID, err)
 			}
 			m.mu.Lock()
+			m.evictLocked()
 			m.agents[contextID] = a
 			m.mu.Unlock()
 		}
@@ -118,6 +122,24 @@ func (m *taskManager) getAgent(ctx context.Context, contextID, owner string) (*l
 		return nil, contextNotFound(contextID)
 	}
 	return a, nil
+}
+
+// evictLocked keeps the agent cache under Limits.MaxAgents: it drops
+// agents without a running turn (their state is in the stores already;
+// the next message starts them again). m.mu is held.
+func (m *taskManager) evictLocked() {
+	limit := m.limits.MaxAgents
+	for id := range m.agents {
+		if len(m.agents) < limit {
+			return
+		}
+		if _, busy := m.busy[id]; busy {
+			continue
+		}
+		delete(m.agents, id)
+		delete(m.expiry, id)
+		m.starting.Delete(id)
+	}
 }
 
 func contextNotFound(id string) error {
@@ -134,6 +156,13 @@ func (m *taskManager) load(ctx context.Context, principal, taskID string) (loop.
 		return loop.TaskRecord{}, fmt.Errorf("%w: task id is required", a2a.ErrInvalidParams)
 	}
 	rec, err := m.stores.Tasks.LoadTask(ctx, taskID)
+	if errors.Is(err, loop.ErrNotFound) {
+		// A task whose turn is about to start has no record yet.
+		if r := m.runOf(taskID); r != nil && r.owner == principal {
+			return loop.TaskRecord{ID: taskID, ContextID: r.contextID, Owner: r.owner,
+				Status: loop.TaskSubmitted, CreatedAt: r.created, UpdatedAt: r.created}, nil
+		}
+	}
 	if errors.Is(err, loop.ErrNotFound) || (err == nil && rec.Owner != principal) {
 		return loop.TaskRecord{}, taskNotFound(taskID)
 	}
@@ -208,23 +237,16 @@ func (m *taskManager) start(ctx context.Context, auth *loop.AuthContext, req *a2
 	m.busy[contextID], m.running[taskID] = r, r
 	m.mu.Unlock()
 
-	fail := func(err error) (*started, error) {
-		m.mu.Lock()
-		delete(m.busy, contextID)
-		delete(m.running, taskID)
-		m.mu.Unlock()
-		cancel()
-		return nil, err
-	}
+	// The record is saved by the agent as the turn starts; until then the
+	// task is known from r (see load).
 	now := time.Now().UTC()
 	rec := loop.TaskRecord{ID: taskID, ContextID: contextID, Owner: principal, Status: loop.TaskSubmitted,
 		CreatedAt: now, UpdatedAt: now}
 	if prev != nil {
 		rec = *prev
 		rec.Status, rec.UpdatedAt = loop.TaskSubmitted, now
-	} else if err := m.stores.Tasks.SaveTask(ctx, rec); err != nil {
-		return fail(fmt.Errorf("save task %q: %w", taskID, err))
 	}
+	r.created = now
 	task := toA2ATask(rec, -1)
 	task.History = append(task.History, toA2AMessages(taskID, contextID, []loop.Message{msg})...)
 	if req.Message.ContextID == "" {
@@ -288,9 +310,20 @@ func (m *taskManager) turnEnded(taskID, contextID string, st loop.TaskStatus) {
 				slog.String("task_id", taskID), slog.String("error", err.Error()))
 		}
 	}
-	if err := m.stores.Events.Expire(ctx, sse.ContextStream(contextID), time.Duration(m.limits.TaskTTL)); err != nil {
-		m.log.LogAttrs(ctx, slog.LevelWarn, "context stream expiry not set",
-			slog.String("context_id", contextID), slog.String("error", err.Error()))
+	// Setting an expiry touches the whole stream, so it is renewed at most
+	// once per half retention period (records appended later share it).
+	ttl := time.Duration(m.limits.TaskTTL)
+	m.mu.Lock()
+	due := time.Since(m.expiry[contextID]) > ttl/2
+	if due {
+		m.expiry[contextID] = time.Now()
+	}
+	m.mu.Unlock()
+	if due {
+		if err := m.stores.Events.Expire(ctx, sse.ContextStream(contextID), ttl); err != nil {
+			m.log.LogAttrs(ctx, slog.LevelWarn, "context stream expiry not set",
+				slog.String("context_id", contextID), slog.String("error", err.Error()))
+		}
 	}
 }
 
