@@ -266,3 +266,29 @@ func (d *DB) Sweep(ctx context.Context) (int, error) {
 	}
 	return len(ids), nil
 }
+
+// SweepEvery calls Sweep every interval until ctx is done, and returns
+// ctx's error then. The host runs it in its cleanup goroutine; a failed
+// sweep is logged and retried at the next tick.
+func (d *DB) SweepEvery(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("sweep artifacts: %w", invalid("interval must be positive"))
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if n, err := d.Sweep(ctx); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				d.log.Warn("artifact sweep failed", "err", err)
+			} else if n > 0 {
+				d.log.Debug("expired artifacts removed", "count", n)
+			}
+		}
+	}
+}

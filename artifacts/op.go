@@ -207,7 +207,7 @@ func RowsFromCSV(schema *loop.DatasetSchema, r io.Reader) ([]Row, error) {
 	names := append([]string(nil), header...)
 	for _, n := range names {
 		if _, ok := types[n]; !ok {
-			return nil, &RowError{Row: -1, Column: n, Reason: "csv header names a column that is not in the schema"}
+			return nil, fmt.Errorf("%w: csv header names column %q, which is not in the schema", ErrSchemaMismatch, n)
 		}
 	}
 	var rows []Row

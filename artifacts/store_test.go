@@ -571,3 +571,34 @@ func TestSweepFinishesInterruptedDelete(t *testing.T) {
 		})
 	}
 }
+
+func TestSweepEvery(t *testing.T) {
+	s := NewMemory(nil, Config{})
+	f := must[Info](t)(s.Create(ctxb, Spec{Kind: KindFile, TaskID: "t", ContextID: "c"}))
+	if err := s.ExpireTask(ctxb, "t", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxb)
+	done := make(chan error, 1)
+	go func() { done <- s.SweepEvery(ctx, time.Millisecond) }()
+	// Wait until the sweeper has removed the record (no time bound asserted).
+	for {
+		var gone bool
+		_ = s.kv.view(func(tx kvTxn) error {
+			_, err := tx.get(metaKey(f.ID), nil)
+			gone = errors.Is(err, errNoKey)
+			return nil
+		})
+		if gone {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("SweepEvery returned %v", err)
+	}
+	if err := s.SweepEvery(ctxb, 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("zero interval: %v", err)
+	}
+}

@@ -190,6 +190,9 @@ func TestApplyOps(t *testing.T) {
 			if !errors.As(err, &re) || re.Row != 1 || re.Column != "n" {
 				t.Fatalf("csv refusal %v", err)
 			}
+			if _, err := w.ApplyJSON(ctxb, []byte(fmt.Sprintf(`{"op":"append","artifactId":%q,"csv":"m\n1\n"}`, ds2))); !errors.Is(err, ErrSchemaMismatch) || !strings.Contains(err.Error(), `column "m"`) {
+				t.Fatalf("csv header with an unknown column: %v", err)
+			}
 			other := NewWriter(b.store, Scope{ContextID: "c", TaskID: "t2"}, rec.emit)
 			if _, err := other.ApplyJSON(ctxb, []byte(fmt.Sprintf(`{"op":"append","artifactId":%q,"rows":[{"n":1}]}`, ds2))); !errors.Is(err, ErrForeign) {
 				t.Fatalf("write from another task: %v", err)
