@@ -213,12 +213,13 @@ type csvReader struct {
 	out    bytes.Buffer
 	w      *csv.Writer
 	rec    []string
+	row    map[string]json.RawMessage
 	header bool
 	err    error
 }
 
 func newCSVReader(src io.ReadCloser, schema *loop.DatasetSchema) *csvReader {
-	c := &csvReader{src: src, lines: bufio.NewReaderSize(src, 64<<10), schema: schema, rec: make([]string, len(schema.Columns))}
+	c := &csvReader{src: src, lines: bufio.NewReaderSize(src, 64<<10), schema: schema, rec: make([]string, len(schema.Columns)), row: map[string]json.RawMessage{}}
 	c.w = csv.NewWriter(&c.out)
 	return c
 }
@@ -252,7 +253,7 @@ func (c *csvReader) fill() {
 		line = long
 	}
 	if len(bytes.TrimSpace(line)) > 0 {
-		if cerr := csvRecord(c.schema, line, c.rec); cerr != nil {
+		if cerr := csvRecord(c.schema, line, c.rec, c.row); cerr != nil {
 			c.err = cerr
 			return
 		}

@@ -1,7 +1,6 @@
 package artifacts
 
 import (
-	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -250,12 +249,11 @@ func csvHeader(w *csv.Writer, schema *loop.DatasetSchema) error {
 
 // csvRecord turns one JSON line of a stored dataset into a CSV record:
 // strings and dates as they are, numbers and booleans in JSON notation,
-// null as an empty field, json columns as JSON text.
-func csvRecord(schema *loop.DatasetSchema, line []byte, rec []string) error {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	var m map[string]json.RawMessage
-	if err := dec.Decode(&m); err != nil {
+// null as an empty field, json columns as JSON text. m is reused between
+// calls.
+func csvRecord(schema *loop.DatasetSchema, line []byte, rec []string, m map[string]json.RawMessage) error {
+	clear(m)
+	if err := json.Unmarshal(line, &m); err != nil {
 		return fmt.Errorf("stored row: %w", err)
 	}
 	for i, c := range schema.Columns {
@@ -263,16 +261,12 @@ func csvRecord(schema *loop.DatasetSchema, line []byte, rec []string) error {
 		switch {
 		case len(raw) == 0 || string(raw) == "null":
 			rec[i] = ""
-		case raw[0] == '"':
+		case raw[0] == '"' && c.Type != TypeJSON:
 			var s string
 			if err := json.Unmarshal(raw, &s); err != nil {
 				return fmt.Errorf("stored row: column %q: %w", c.Name, err)
 			}
-			if c.Type == TypeJSON {
-				rec[i] = string(raw)
-			} else {
-				rec[i] = s
-			}
+			rec[i] = s
 		default:
 			rec[i] = string(raw)
 		}
