@@ -158,19 +158,20 @@ func TestCWordCount(t *testing.T) {
 		{"emoji 😀 and \"quotes\" \\ slash", counts{6, 1, 28, 31}},
 		{"\x01control\x1f", counts{1, 1, 9, 9}},
 		{strings.Repeat("word ", 10000), counts{10000, 1, 50000, 50000}},
+		{strings.Repeat("a line of text\n", 60000), counts{240000, 60000, 900000, 900000}}, // fits the manifest's 4 MiB
 	} {
 		args, _ := json.Marshal(map[string]string{"text": tc.text})
 		r := callTool(t, p, "word_count", string(args))
 		var got counts
 		if err := json.Unmarshal(r.Data, &got); err != nil || r.IsError {
-			t.Fatalf("word_count(%q): %+v: %v", tc.text, r, err)
+			t.Fatalf("word_count(%.40q): %+v: %v", tc.text, r, err)
 		}
 		if got != tc.want {
-			t.Errorf("word_count(%q) = %+v, want %+v", tc.text, got, tc.want)
+			t.Errorf("word_count(%.40q) = %+v, want %+v", tc.text, got, tc.want)
 		}
 		wantContent := fmt.Sprintf("words: %d, lines: %d, chars: %d, bytes: %d", tc.want.Words, tc.want.Lines, tc.want.Chars, tc.want.Bytes)
 		if r.Content != wantContent {
-			t.Errorf("word_count(%q) content %q, want %q", tc.text, r.Content, wantContent)
+			t.Errorf("word_count(%.40q) content %q, want %q", tc.text, r.Content, wantContent)
 		}
 	}
 	// \u escapes, surrogate pairs included, decode to one code point each.
@@ -198,6 +199,7 @@ func TestRustHash(t *testing.T) {
 	texts := []string{
 		"", "abc", "héllo wörld 😀", "\x00\x01 control \"quoted\" \\",
 		strings.Repeat("a", 55), strings.Repeat("b", 56), strings.Repeat("c", 64), strings.Repeat("xyz", 5000),
+		strings.Repeat("0123456789abcdef", 40000), // 640 KB: fits the manifest's 4 MiB
 	}
 	for _, text := range texts {
 		sum := sha256.Sum256([]byte(text))

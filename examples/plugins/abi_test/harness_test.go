@@ -335,16 +335,16 @@ func callTool(t *testing.T, p plugin, name, args string) pdk.ToolResult {
 	t.Helper()
 	status, out, err := p.invoke(context.Background(), pdk.OpToolCall, request(name, args))
 	if err != nil {
-		t.Fatalf("%s(%s): %v", name, args, err)
+		t.Fatalf("%s(%.200s): %v", name, args, err)
 	}
 	if status != pdk.StatusOK {
-		t.Fatalf("%s(%s): status %d: %s", name, args, status, out)
+		t.Fatalf("%s(%.200s): status %d: %.200s", name, args, status, out)
 	}
 	var r pdk.ToolResult
 	dec := json.NewDecoder(bytes.NewReader(out))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		t.Fatalf("%s(%s): result %s: %v", name, args, out, err)
+		t.Fatalf("%s(%.200s): result %.200s: %v", name, args, out, err)
 	}
 	return r
 }
