@@ -15,6 +15,7 @@ import (
 
 	"github.com/mattn/go-isatty"
 
+	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/store"
 )
@@ -30,12 +31,13 @@ type Main struct {
 	// (tests and embedders).
 	Model loop.Model
 
-	log     *slog.Logger
-	store   *store.Badger
-	server  *Server
-	ln      net.Listener
-	served  chan error
-	closers []func() error
+	log       *slog.Logger
+	store     *store.Badger
+	server    *Server
+	ln        net.Listener
+	artifacts *artifactBridge
+	served    chan error
+	closers   []func() error
 }
 
 // NewMain returns a Main with the default configuration.
@@ -156,16 +158,30 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.store = st
 	m.closers = append(m.closers, st.Close)
 
+	arts, err := m.openArtifacts(dc.DataDir)
+	if err != nil {
+		return err
+	}
+	m.artifacts = &artifactBridge{db: arts, tasks: st}
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		_ = arts.SweepEvery(sweepCtx, time.Minute)
+	}()
+	m.closers = append(m.closers, func() error { stopSweep(); <-sweepDone; return nil })
 	model, toolsets, admin, err := m.loadPlugins(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	toolsets = append(toolsets, artifacts.NewTools(arts))
 	srv, err := NewServer(cfg, Options{
-		Stores:   Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events()},
-		Model:    model,
-		Toolsets: toolsets,
-		Plugins:  admin,
-		Logger:   m.log,
+		Stores:    Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events()},
+		Model:     model,
+		Toolsets:  toolsets,
+		Plugins:   admin,
+		Artifacts: arts,
+		Logger:    m.log,
 	})
 	if err != nil {
 		return err

@@ -70,8 +70,9 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			PathRoots:           append([]string{abs}, cfg.Plugins.PathRoots...),
 			Secrets:             cfg.Plugins.Secrets,
 		},
-		Egress: egress,
-		KV:     m.store,
+		Egress:    egress,
+		KV:        m.store,
+		Artifacts: m.artifacts,
 		OnEvent: func(e plugins.Event) {
 			if e.Err != nil {
 				log.Warn("plugin", "event", string(e.Kind), "name", e.Name, "source", e.Source, "error", e.Err.Error())

@@ -15,6 +15,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 	"github.com/gofiber/fiber/v3"
 
+	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
 )
@@ -27,22 +28,25 @@ type Options struct {
 	Toolsets []loop.Toolset
 	// Plugins, when set, is served by the admin API.
 	Plugins PluginAdmin
-	Logger  *slog.Logger
+	// Artifacts, when set, is served at GET /artifacts/{id}.
+	Artifacts *artifacts.DB
+	Logger    *slog.Logger
 }
 
 // Server is the Looopy HTTP server: A2A 1.0 and 0.3, the Looopy event
 // stream, health and admin routes, over one task manager.
 type Server struct {
-	cfg      Config
-	app      *fiber.App
-	stores   Stores
-	hub      *sse.Hub
-	tasks    *taskManager
-	auth     *authenticator
-	toolsets []loop.Toolset
-	plugins  PluginAdmin
-	log      *slog.Logger
-	ready    atomic.Bool
+	cfg       Config
+	app       *fiber.App
+	stores    Stores
+	hub       *sse.Hub
+	tasks     *taskManager
+	auth      *authenticator
+	toolsets  []loop.Toolset
+	plugins   PluginAdmin
+	artifacts *artifacts.DB
+	log       *slog.Logger
+	ready     atomic.Bool
 }
 
 // NewServer builds a server. It does not listen: call Serve.
@@ -73,8 +77,9 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	s := &Server{cfg: cfg, stores: st, hub: hub, auth: auth,
-		toolsets: opts.Toolsets, plugins: opts.Plugins, log: log}
+		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log}
 	s.tasks = newTaskManager(lp, st, s.hub, cfg.Limits, cfg.Agent, log)
+	s.tasks.artifacts = opts.Artifacts
 	if err := s.tasks.recover(context.Background()); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -96,6 +101,7 @@ func (s *Server) routes() {
 	s.app.Post("/a2a/v0.3", s.handleRPC03)
 	s.app.Get("/.well-known/agent-card.json", s.handleCard)
 	s.app.Get("/events/:contextId", s.handleEvents)
+	s.app.Get("/artifacts/:id", s.handleArtifact)
 	s.app.Get("/healthz", func(c fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	s.app.Get("/readyz", s.handleReady)
 	s.adminRoutes(s.app.Group("/admin"))

@@ -11,6 +11,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
 
+	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
 )
@@ -30,9 +31,12 @@ type taskManager struct {
 	loop   *loop.Loop
 	stores Stores
 	hub    *sse.Hub
-	log    *slog.Logger
-	limits LimitsConfig
-	agent  AgentConfig
+	// artifacts, when set, has the artifacts of a finished task expire
+	// with it.
+	artifacts *artifacts.DB
+	log       *slog.Logger
+	limits    LimitsConfig
+	agent     AgentConfig
 
 	base      context.Context // parent of every turn; cancelled at the end of a shutdown
 	cancelAll context.CancelFunc
@@ -302,6 +306,12 @@ func (m *taskManager) turnEnded(taskID, contextID string, st loop.TaskStatus) {
 		if err := m.hub.Flush(ctx, stream); err != nil {
 			m.log.LogAttrs(ctx, slog.LevelError, "events not flushed to the log",
 				slog.String("stream", stream), slog.String("error", err.Error()))
+		}
+	}
+	if st.Terminal() && m.artifacts != nil && m.limits.TaskTTL > 0 {
+		if err := m.artifacts.ExpireTask(ctx, taskID, time.Duration(m.limits.TaskTTL)); err != nil {
+			m.log.LogAttrs(ctx, slog.LevelWarn, "artifact expiry not set",
+				slog.String("task_id", taskID), slog.String("error", err.Error()))
 		}
 	}
 	if st.Terminal() {

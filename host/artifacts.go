@@ -1,0 +1,128 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/looopy-go/looopy/artifacts"
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/pdk"
+	"github.com/looopy-go/looopy/plugins"
+)
+
+// openArtifacts opens the artifact store in its own Badger database under
+// the data directory (large parts go to artifact-blobs beside it).
+func (m *Main) openArtifacts(dataDir string) (*artifacts.DB, error) {
+	dir := filepath.Join(dataDir, "artifacts")
+	opts := badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil)
+	db, err := badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("open artifact database in %s: %w", dir, err)
+	}
+	m.closers = append(m.closers, db.Close)
+	adb, err := artifacts.Open(db, nil, artifacts.Config{Logger: m.log.With("component", "artifacts")})
+	if err != nil {
+		return nil, fmt.Errorf("open artifacts: %w", err)
+	}
+	m.closers = append(m.closers, adb.Close)
+	return adb, nil
+}
+
+// handleArtifact serves GET /artifacts/{id}: the artifact's content as a
+// download (?format=csv or jsonl for datasets). Another principal's
+// artifact is not found.
+func (s *Server) handleArtifact(c fiber.Ctx) error {
+	if s.artifacts == nil {
+		return &loop.NotFoundError{What: "artifact", ID: c.Params("id")}
+	}
+	auth, err := s.principal(c)
+	if err != nil {
+		return err
+	}
+	id := c.Params("id")
+	info, err := s.artifacts.Get(c.Context(), id)
+	if err != nil {
+		return err
+	}
+	if info.Owner != auth.Principal {
+		return &loop.NotFoundError{What: "artifact", ID: id}
+	}
+	f, err := artifacts.ParseFormat(c.Query("format"))
+	if err != nil {
+		return fmt.Errorf("%w: %v", loop.ErrInvalid, err)
+	}
+	rc, mime, _, err := artifacts.Export(c.Context(), s.artifacts, id, f)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, mime)
+	return c.SendStream(rc) // fasthttp closes rc when the body is sent
+}
+
+// artifactBridge lets plugins write artifacts (the artifact_write host
+// function) through the artifacts package's event-emitting Writer. A
+// write without an artifact id creates the artifact first.
+type artifactBridge struct {
+	db    *artifacts.DB
+	tasks loop.TaskStore
+}
+
+var _ plugins.ArtifactWriter = (*artifactBridge)(nil)
+
+func (b *artifactBridge) WriteArtifact(ctx context.Context, scope plugins.ArtifactScope, w *pdk.ArtifactWrite) (string, error) {
+	if w == nil {
+		return "", fmt.Errorf("artifact write: %w: empty", loop.ErrInvalid)
+	}
+	sc := artifacts.Scope{ContextID: scope.ContextID, TaskID: scope.TaskID}
+	if rec, err := b.tasks.LoadTask(ctx, scope.TaskID); err == nil {
+		sc.Owner = rec.Owner // the principal of the turn, so that it can download it
+	}
+	wr := artifacts.NewWriter(b.db, sc, scope.Emit)
+	id := w.ArtifactID
+	if id == "" {
+		op := artifacts.Op{Op: "create", Kind: artifacts.Kind(w.Type), Name: w.Name, Description: w.Description,
+			MimeType: w.MimeType, Binary: w.Base64 != ""}
+		if len(w.Columns) > 0 {
+			op.Schema = &loop.DatasetSchema{}
+			for _, col := range w.Columns {
+				op.Schema.Columns = append(op.Schema.Columns, loop.DatasetColumn{Name: col.Name, Type: col.Type, Description: col.Description})
+			}
+		}
+		res, err := wr.Apply(ctx, op)
+		if err != nil {
+			return "", err
+		}
+		id = res.ArtifactID
+	}
+	op := artifacts.Op{ArtifactID: id, Last: w.Complete}
+	switch {
+	case w.Text != "":
+		op.Op, op.Text = "append", &w.Text
+	case w.Base64 != "":
+		op.Op, op.Base64 = "append", &w.Base64
+	case w.Data != nil:
+		op.Op, op.Data = "write", w.Data
+	case len(w.Rows) > 0:
+		op.Op = "append"
+		for _, r := range w.Rows {
+			op.Rows = append(op.Rows, artifacts.Row(r))
+		}
+	case w.Complete:
+		op = artifacts.Op{Op: "complete", ArtifactID: id}
+	default:
+		return id, nil // created, nothing more to write
+	}
+	if _, err := wr.Apply(ctx, op); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// artifactErrors: the artifacts package's not-found matches loop.ErrNotFound
+// and is in the error table through it.
+var _ = errors.Is(artifacts.ErrNotFound, loop.ErrNotFound)
