@@ -195,18 +195,31 @@ function isLower(c: i32): bool {
 // and before the last capital of an acronym followed by lowercase
 // ("HTTPServer" -> "HTTP", "Server").
 function words(text: string): string[] {
-  const parts: string[] = [];
+  // Fold into a buffer of UTF-16 units: ASCII letters and digits as they
+  // are, Latin letters to ASCII, anything else to a space. Folding never
+  // makes a unit more than two.
+  const buf = new Uint16Array(text.length * 2);
+  let n = 0;
   for (let i = 0; i < text.length; i++) {
-    let f = fold(text.charCodeAt(i));
+    const c = text.charCodeAt(i);
+    if ((c >= 0x30 && c <= 0x39) || isUpper(c) || isLower(c)) {
+      buf[n++] = <u16>c;
+      continue;
+    }
+    let f = c < 0xc0 ? "" : fold(c);
+    if (f.length == 0) {
+      buf[n++] = 0x20;
+      continue;
+    }
     // A capital that folds to two letters (Œ, Æ, Þ) is title case before
     // lowercase ("Œuvre" -> "Oeuvre"), so it does not split the word.
     if (f.length > 1 && isUpper(f.charCodeAt(1)) && i + 1 < text.length) {
       const next = fold(text.charCodeAt(i + 1));
       if (next.length > 0 && isLower(next.charCodeAt(0))) f = f.substring(0, 1) + f.substring(1).toLowerCase();
     }
-    parts.push(f.length > 0 ? f : " ");
+    for (let k = 0; k < f.length; k++) buf[n++] = <u16>f.charCodeAt(k);
   }
-  const folded = parts.join("");
+  const folded = String.UTF16.decodeUnsafe(buf.dataStart, <usize>n << 1);
   const out: string[] = [];
   let start = -1; // start of the current word, -1 between words
   for (let i = 0; i < folded.length; i++) {
