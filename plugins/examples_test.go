@@ -185,3 +185,43 @@ func reverse(s string) string {
 	slices.Reverse(r)
 	return string(r)
 }
+
+// BenchmarkExampleLoad is the host's cold start of each example: a new
+// registry loads it (read and check the manifest, compile, instantiate, ask
+// describe, compile the tools' schemas), without a compilation cache and with
+// a disk cache already filled (a restart of the host).
+func BenchmarkExampleLoad(b *testing.B) {
+	ctx := context.Background()
+	langs := map[string]string{"c-textstats": "c", "rust-hash": "rust", "as-slugify": "assemblyscript", "wat-add": "wat", "as-extism-reverse": "assemblyscript-extism"}
+	for _, ex := range examplePlugins {
+		dir := filepath.Join("..", "examples", "plugins", ex.dir)
+		for _, cached := range []bool{false, true} {
+			name := langs[ex.dir] + "/nocache"
+			cacheDir := ""
+			if cached {
+				name = langs[ex.dir] + "/diskcache"
+				cacheDir = b.TempDir()
+			}
+			b.Run(name, func(b *testing.B) {
+				load := func() {
+					r, err := plugins.New(plugins.Config{CacheDir: cacheDir})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := r.Load(ctx, dir); err != nil {
+						b.Fatal(err)
+					}
+					if err := r.Close(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if cached {
+					load() // fill the cache
+				}
+				for b.Loop() {
+					load()
+				}
+			})
+		}
+	}
+}
