@@ -86,7 +86,7 @@ func BenchmarkToolCall(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithMemoryLimitPages(512).WithMemoryCapacityFromMax(true))
+			rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithMemoryLimitPages(512))
 			defer rt.Close(ctx)
 			wasi_snapshot_preview1.MustInstantiate(ctx, rt)
 			mod, err := rt.InstantiateWithConfig(ctx, bin, wazero.NewModuleConfig().WithStartFunctions("_initialize").WithName("").WithSysNanotime().WithSysWalltime())
@@ -169,9 +169,10 @@ func BenchmarkColdStart(b *testing.B) {
 	})
 }
 
-// BenchmarkInstance measures making one pooled instance of a loaded plugin,
-// and reports the memory each costs (the guest's linear memory after its
-// first call, and the host heap it holds).
+// BenchmarkInstance measures making one pooled instance of a loaded plugin
+// (instantiate and a first describe), and reports what an instance holds: its
+// guest's linear memory and the host heap it keeps, measured over 16 live
+// instances.
 func BenchmarkInstance(b *testing.B) {
 	dir := b.TempDir()
 	for _, g := range []struct{ name, wasm string }{{"go", guestWasm(b, "echo")}, {"wat", fixtureWasm(b, "wecho")}} {
@@ -181,12 +182,7 @@ func BenchmarkInstance(b *testing.B) {
 				b.Fatal(err)
 			}
 			p, _ := r.Plugin(g.name)
-			var ms0, ms1 runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&ms0)
-			var insts []instance
-			var linear uint32
-			for b.Loop() {
+			newInst := func() instance {
 				in, err := p.drv.newInstance(context.Background())
 				if err != nil {
 					b.Fatal(err)
@@ -194,20 +190,26 @@ func BenchmarkInstance(b *testing.B) {
 				if _, err := in.call(context.Background(), pdk.OpDescribe, []byte("{}")); err != nil {
 					b.Fatal(err)
 				}
-				linear = in.(*looopyInstance).mem.Size()
-				insts = append(insts, in)
-				if len(insts) == 32 {
-					for _, in := range insts {
-						in.close()
-					}
-					insts = insts[:0]
-				}
+				return in
+			}
+			for b.Loop() {
+				newInst().close()
+			}
+			b.StopTimer()
+			const live = 16
+			var ms0, ms1 runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms0)
+			insts := make([]instance, live)
+			var linear uint32
+			for i := range insts {
+				insts[i] = newInst()
+				linear += insts[i].(*looopyInstance).mem.Size()
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&ms1)
-			n := max(len(insts), 1)
-			b.ReportMetric(float64(linear)/1024, "KiB-linear/instance")
-			b.ReportMetric(float64(int64(ms1.HeapInuse)-int64(ms0.HeapInuse))/float64(n)/1024, "KiB-heap/instance")
+			b.ReportMetric(float64(linear)/live/1024, "KiB-linear/instance")
+			b.ReportMetric(float64(int64(ms1.HeapInuse)-int64(ms0.HeapInuse))/live/1024, "KiB-heap/instance")
 			for _, in := range insts {
 				in.close()
 			}

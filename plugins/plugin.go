@@ -177,7 +177,6 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	rtCfg := wazero.NewRuntimeConfig().
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(g.MemoryPages).
-		WithMemoryCapacityFromMax(true).
 		WithCompilationCache(env.cache)
 	rt := wazero.NewRuntimeWithConfig(ctx, rtCfg)
 	closeRT := true
