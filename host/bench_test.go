@@ -36,7 +36,7 @@ const benchScript = `{"rules":[{"name":"stream","match":"^stream (\\d+)$","steps
 
 // benchPluginDir writes a plugin folder with the scripted model configured
 // with benchScript.
-func benchPluginDir(b *testing.B) string {
+func benchPluginDir(b testing.TB) string {
 	b.Helper()
 	src := "../examples/plugins/scripted-model/scripted-model.wasm"
 	wasm, err := os.ReadFile(src)

@@ -28,6 +28,9 @@ type PluginsConfig struct {
 	Secrets []string `json:"secrets,omitempty"`
 	// Only, when set, loads just these plugins (folder names) of the folder.
 	Only []string `json:"only,omitempty"`
+	// NoWatch turns hot reload off: the folder is read once at start.
+	// (Only also reads it once.)
+	NoWatch bool `json:"noWatch,omitempty"`
 	// CacheDir is wazero's compilation cache (default <data>/wasm-cache).
 	CacheDir string `json:"cacheDir,omitempty"`
 }
@@ -86,26 +89,36 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 		return nil, nil, nil, fmt.Errorf("plugin registry: %w", err)
 	}
 	m.closers = append(m.closers, reg.Close)
-	entries, err := os.ReadDir(abs)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("plugin folder: %w", err)
-	}
 	start := time.Now()
-	loaded := 0
-	for _, e := range entries {
-		manifest := filepath.Join(abs, e.Name(), plugins.ManifestFile)
-		if !e.IsDir() || (len(cfg.Plugins.Only) > 0 && !slices.Contains(cfg.Plugins.Only, e.Name())) {
-			continue
+	if len(cfg.Plugins.Only) == 0 && !cfg.Plugins.NoWatch {
+		// The whole folder, hot-reloaded: a new or changed plugin is loaded
+		// (replacing the old version once it validated), a removed one
+		// unloaded.
+		w, err := plugins.NewWatcher(reg, plugins.WatchConfig{Dir: abs, Logger: log})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("plugin watcher: %w", err)
 		}
-		if _, err := os.Stat(manifest); err != nil {
-			continue
+		w.Scan(ctx)
+		wctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(wctx) }()
+		m.closers = append(m.closers, func() error { stop(); return <-done })
+	} else {
+		entries, err := os.ReadDir(abs)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("plugin folder: %w", err)
 		}
-		if _, err := reg.Load(ctx, filepath.Join(abs, e.Name())); err != nil {
-			continue // reported through OnEvent; the other plugins serve
+		for _, e := range entries {
+			if !e.IsDir() || (len(cfg.Plugins.Only) > 0 && !slices.Contains(cfg.Plugins.Only, e.Name())) {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(abs, e.Name(), plugins.ManifestFile)); err != nil {
+				continue
+			}
+			_, _ = reg.Load(ctx, filepath.Join(abs, e.Name())) // failures reported through OnEvent
 		}
-		loaded++
 	}
-	log.Info("plugins loaded", "folder", abs, "count", loaded, "took", time.Since(start).String())
+	log.Info("plugins loaded", "folder", abs, "count", len(reg.List()), "took", time.Since(start).String())
 	admin := &pluginAdmin{reg: reg, dir: abs}
 	if m.Model != nil {
 		return m.Model, []loop.Toolset{reg}, admin, nil
