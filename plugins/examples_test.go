@@ -147,6 +147,32 @@ func TestExamplePlugins(t *testing.T) {
 	}
 }
 
+// TestExamplePluginNeedsItsGrant: the C example imports looopy.log; a host
+// that does not lend log refuses it, naming the import, and a host that does
+// loads it.
+func TestExamplePluginNeedsItsGrant(t *testing.T) {
+	dir := filepath.Join("..", "examples", "plugins", "c-textstats")
+	for _, tc := range []struct {
+		lend []string
+		ok   bool
+	}{{[]string{"kv_get", "kv_set", "result_read"}, false}, {[]string{"log"}, true}} {
+		r, err := plugins.New(plugins.Config{Policy: plugins.Policy{HostFunctions: tc.lend}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.Load(context.Background(), dir)
+		if tc.ok && err != nil {
+			t.Errorf("host lends %v: %v", tc.lend, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "looopy.log")) {
+			t.Errorf("host lends %v: load error %v, want one naming looopy.log", tc.lend, err)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestExamplePluginsConcurrent calls every example from several goroutines
 // at once: each call must get its own answer.
 func TestExamplePluginsConcurrent(t *testing.T) {
