@@ -190,6 +190,8 @@ type FileWrite struct {
 	Complete   bool   `json:"complete"`
 	Name       string `json:"name,omitempty"`
 	MimeType   string `json:"mimeType,omitempty"`
+	// Error is set when the artifact failed: nothing more will be written.
+	Error string `json:"error,omitempty"`
 }
 
 // DataWrite replaces a data artifact atomically.
@@ -200,6 +202,10 @@ type DataWrite struct {
 	Version     int            `json:"version,omitempty"`
 	Name        string         `json:"name,omitempty"`
 	Description string         `json:"description,omitempty"`
+	// Complete marks the artifact as final: no further version follows.
+	Complete bool `json:"complete,omitempty"`
+	// Error is set when the artifact failed.
+	Error string `json:"error,omitempty"`
 }
 
 // DatasetColumn is one column of a dataset schema.
@@ -224,6 +230,8 @@ type DatasetWrite struct {
 	Name        string           `json:"name,omitempty"`
 	Description string           `json:"description,omitempty"`
 	Schema      *DatasetSchema   `json:"schema,omitempty"`
+	// Error is set when the artifact failed: nothing more will be written.
+	Error string `json:"error,omitempty"`
 }
 
 // SubtaskCreated announces a sub-agent's task under the current one.
