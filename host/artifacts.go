@@ -16,8 +16,12 @@ import (
 )
 
 // openArtifacts opens the artifact store in its own Badger database under
-// the data directory (large parts go to artifact-blobs beside it).
-func (m *Main) openArtifacts(dataDir string) (*artifacts.DB, error) {
+// the data directory (large parts go to artifact-blobs beside it), or in
+// memory.
+func (m *Main) openArtifacts(dataDir string, inMemory bool) (*artifacts.DB, error) {
+	if inMemory {
+		return artifacts.NewMemory(nil, artifacts.Config{Logger: m.log.With("component", "artifacts")}), nil
+	}
 	dir := filepath.Join(dataDir, "artifacts")
 	opts := badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil)
 	db, err := badger.Open(opts)

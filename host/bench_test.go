@@ -68,8 +68,15 @@ func benchPluginDir(b testing.TB) string {
 	return filepath.Dir(dir)
 }
 
-func startBenchHost(b *testing.B) string {
+func startBenchHost(b *testing.B) string { return startBenchHostWith(b, false) }
+
+// startBenchHostMem keeps the host's stores in memory, so that the figures
+// show the host without the synced writes that make each task durable.
+func startBenchHostMem(b *testing.B) string { return startBenchHostWith(b, true) }
+
+func startBenchHostWith(b *testing.B, inMemory bool) string {
 	cfg := baseConfig(b.TempDir())
+	cfg.InMemory = inMemory
 	cfg.PluginDir = benchPluginDir(b)
 	cfg.Plugins.Only = nil
 	cfg.Limits.Heartbeat = host.Duration(15 * time.Second)
@@ -145,6 +152,7 @@ var servers = []struct {
 	start func(*testing.B) string
 }{
 	{"looopy", startBenchHost},
+	{"looopy-mem", startBenchHostMem},
 	{"a2asrv", startReference},
 }
 

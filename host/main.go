@@ -151,14 +151,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(dc.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	st, err := store.Open(store.Options{Dir: dc.DataDir, Logger: m.log.With("component", "badger")})
+	st, err := store.Open(store.Options{Dir: dc.DataDir, InMemory: cfg.InMemory, Logger: m.log.With("component", "badger")})
 	if err != nil {
 		return fmt.Errorf("open store in %s: %w", dc.DataDir, err)
 	}
 	m.store = st
 	m.closers = append(m.closers, st.Close)
 
-	arts, err := m.openArtifacts(dc.DataDir)
+	arts, err := m.openArtifacts(dc.DataDir, cfg.InMemory)
 	if err != nil {
 		return err
 	}
