@@ -145,6 +145,10 @@ func TestExamplePlugins(t *testing.T) {
 	if !strings.Contains(log, `msg="word_count: 5 words in 20 bytes"`) || !strings.Contains(log, "contextId=ctx-examples") {
 		t.Errorf("the registry's log lacks the C plugin's line with its context:\n%s", log)
 	}
+	// The Extism-PDK plugin logs through looopy.log the Extism way.
+	if !strings.Contains(log, `msg="reverse: 6 UTF-16 units"`) {
+		t.Errorf("the registry's log lacks the Extism plugin's line:\n%s", log)
+	}
 }
 
 // TestExamplePluginNeedsItsGrant: the C example imports looopy.log; a host

@@ -325,7 +325,7 @@ func TestWATAdd(t *testing.T) {
 }
 
 func TestASExtismReverse(t *testing.T) {
-	p, _, _ := start(t, fixtureNamed(t, "as-extism-reverse"))
+	p, _, logs := start(t, fixtureNamed(t, "as-extism-reverse"))
 	for _, tc := range []struct{ args, want string }{
 		{`{"text":"hello"}`, "olleh"},
 		{`{"text":"héllo 😀!"}`, "!😀 olléh"},
@@ -339,6 +339,12 @@ func TestASExtismReverse(t *testing.T) {
 	}
 	if r := callTool(t, p, "reverse", `{"text":"x","words":"yes"}`); !r.IsError {
 		t.Errorf("words \"yes\": %+v, want an error result", r)
+	}
+	// looopy.log through Extism's host-function mechanism.
+	lines := logs.all()
+	if len(lines) != 5 || lines[1].level != int32(pdk.LevelInfo) || lines[1].text != "reverse: 9 UTF-16 units" ||
+		lines[3].text != "reverse: 14 UTF-16 units, by words" {
+		t.Errorf("log lines %+v, want one per call, the second info %q", lines, "reverse: 9 UTF-16 units")
 	}
 }
 

@@ -256,10 +256,22 @@ func open(ctx context.Context, f fixture, m *manifest, wasm []byte, cache wazero
 		if cache != nil {
 			rc = rc.WithCompilationCache(cache)
 		}
+		// looopy.log the Extism way: (level i64, offset of an Extism
+		// memory block i64).
+		logFn := extism.NewHostFunctionWithStack(pdk.HostLog, func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			msg, err := p.ReadString(stack[1])
+			if err != nil {
+				panic(fmt.Errorf("looopy.log: %w", err))
+			}
+			if logs != nil {
+				logs.add(int32(stack[0]), msg)
+			}
+		}, []extism.ValueType{extism.ValueTypeI64, extism.ValueTypeI64}, nil)
+		logFn.SetNamespace(pdk.HostModule)
 		cp, err := extism.NewCompiledPlugin(ctx, extism.Manifest{
 			Wasm:   []extism.Wasm{extism.WasmData{Data: wasm, Name: f.dir}},
 			Memory: &extism.ManifestMemory{MaxPages: pages},
-		}, extism.PluginConfig{RuntimeConfig: rc}, nil)
+		}, extism.PluginConfig{RuntimeConfig: rc}, []extism.HostFunction{logFn})
 		if err != nil {
 			return nil, fmt.Errorf("extism compile: %w", err)
 		}

@@ -5,6 +5,9 @@
 // which read JSON input and set JSON output without a status byte; errors go
 // through Extism's error_set and a non-zero return.
 //
+// It also calls a Looopy host function through Extism's host-function
+// mechanism: looopy.log, with an Extism memory offset (PLUGIN_ABI.md).
+//
 // Tool reverse: reverses a text by code points, or the order of its words.
 
 import { Host, Memory } from "@extism/as-pdk";
@@ -19,6 +22,13 @@ const DESCRIBE =
   '"text":{"type":"string","description":"The text to reverse."},' +
   '"words":{"type":"boolean","description":"Reverse the order of the whitespace-separated words instead of the characters."}},' +
   '"required":["text"],"additionalProperties":false},"idempotent":true}]}';
+
+// looopy.log: level 0 debug, 1 info, 2 warn, 3 error; msg is the offset of
+// an Extism memory block holding the text.
+@external("looopy", "log")
+declare function looopy_log(level: i64, msg: u64): void;
+
+const LOG_INFO: i64 = 1;
 
 function abort(message: string | null, file: string | null, line: u32, column: u32): void {
   unreachable();
@@ -72,6 +82,9 @@ export function call_tool(): i32 {
     if (w.kind != Kind.Bool) return toolResult('argument "words" must be a boolean', true);
     byWords = w.bool;
   }
+  const msg = Memory.allocateString("reverse: " + text.str.length.toString() + " UTF-16 units" + (byWords ? ", by words" : ""));
+  looopy_log(LOG_INFO, msg.offset);
+  msg.free();
   return toolResult(byWords ? reverseWords(text.str) : reverseCodePoints(text.str), false);
 }
 
