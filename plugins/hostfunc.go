@@ -57,6 +57,7 @@ type callState struct {
 	toolCallID string
 	onDelta    func(loop.Delta)
 	deltas     int
+	subCalls   int
 	register   []byte
 	http       map[int32]io.ReadCloser
 	nextHandle int32
@@ -79,7 +80,7 @@ func (s *callState) reset() {
 		s.register = nil
 	}
 	s.register = s.register[:0]
-	s.env, s.onDelta, s.toolCallID, s.deltas = nil, nil, "", 0
+	s.env, s.onDelta, s.toolCallID, s.deltas, s.subCalls = nil, nil, "", 0, 0
 }
 
 func (s *callState) setRegister(b []byte) { s.register = append(s.register[:0], b...) }
@@ -516,8 +517,8 @@ func hostToolCallFn(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	if call.ID == "" {
-		s.deltas++
-		call.ID = fmt.Sprintf("%s-%s-%d", s.p.Name(), s.toolCallID, s.deltas)
+		s.subCalls++
+		call.ID = fmt.Sprintf("%s-%s-%d", s.p.Name(), s.toolCallID, s.subCalls)
 	}
 	sub := *s.env
 	sub.Depth++

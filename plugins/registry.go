@@ -34,7 +34,9 @@ type Config struct {
 	// LookupEnv resolves the secrets manifests name; nil: os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// OnEvent is told of every load, failure and unload (may be nil). It is
-	// called without locks held, from the goroutine that did the work.
+	// called from the goroutine that did the work, after the change is
+	// visible; it may read the registry (List, Tools) but must not call Load
+	// or Unload.
 	OnEvent func(Event)
 	Logger  *slog.Logger // nil: discard
 }
