@@ -47,6 +47,12 @@ type Server struct {
 	artifacts *artifacts.DB
 	log       *slog.Logger
 	ready     atomic.Bool
+
+	// Streams are served on streamsCtx, which ends after the turns have
+	// (so that a stream still delivers its task's final status).
+	streamsCtx    context.Context
+	cancelStreams context.CancelFunc
+	taskStreams   atomic.Int64 // A2A task streams open now
 }
 
 // NewServer builds a server. It does not listen: call Serve.
@@ -78,6 +84,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, stores: st, hub: hub, auth: auth,
 		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log}
+	s.streamsCtx, s.cancelStreams = context.WithCancel(context.Background())
 	s.tasks = newTaskManager(lp, st, s.hub, cfg.Limits, cfg.Agent, log)
 	s.tasks.artifacts = opts.Artifacts
 	if err := s.tasks.recover(context.Background()); err != nil {
@@ -120,6 +127,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- s.app.ShutdownWithContext(context.WithoutCancel(ctx)) }()
 	s.tasks.shutdown(ctx)
+	// The turns have ended and their last events are in the log: let the
+	// task streams deliver them (briefly), then end every stream.
+	for deadline := time.Now().Add(2 * time.Second); s.taskStreams.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.cancelStreams()
 	_ = s.hub.Close()
 	select {
 	case err := <-httpDone:
@@ -242,7 +255,11 @@ func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
 // serveStream serves the events of a stream after an id until the encoder
 // ends it, the client leaves or the host shuts down.
 func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, after uint64, f sse.Filter, enc sse.Encoder) error {
-	ctx := s.tasks.streamContext()
+	ctx := s.streamsCtx
+	if _, ok := enc.(sse.LooopyEncoder); !ok {
+		s.taskStreams.Add(1)
+		defer s.taskStreams.Add(-1)
+	}
 	sub, err := s.hub.Subscribe(ctx, stream, after, f)
 	if err != nil {
 		return err

@@ -424,7 +424,3 @@ func (m *taskManager) shutdown(ctx context.Context) {
 	}
 	m.cancelAll()
 }
-
-// streamContext is done when shutdown has cancelled the turns: open
-// streams end then too.
-func (m *taskManager) streamContext() context.Context { return m.base }
