@@ -186,9 +186,12 @@ func describe() ([]byte, error) {
 }
 
 func callTool(ctx context.Context, in []byte) ([]byte, error) {
-	var req ToolCallRequest
-	if err := json.Unmarshal(in, &req); err != nil {
-		return nil, &Error{Code: CodeBadInput, Message: "tool call request: " + err.Error()}
+	req, ok := parseToolCallRequest(in)
+	if !ok {
+		req = ToolCallRequest{}
+		if err := json.Unmarshal(in, &req); err != nil {
+			return nil, &Error{Code: CodeBadInput, Message: "tool call request: " + err.Error()}
+		}
 	}
 	t := registry.tools[req.Call.Name]
 	if t == nil {
@@ -200,7 +203,7 @@ func callTool(ctx context.Context, in []byte) ([]byte, error) {
 		return nil, err
 	}
 	res.ToolCallID = req.Call.ID
-	return json.Marshal(res)
+	return appendToolResult(nil, &res), nil
 }
 
 func dispatch(op Op, in []byte) ([]byte, error) {
@@ -283,7 +286,7 @@ func output(out []byte, err error) int64 {
 		if !errors.As(err, &pe) {
 			pe = &Error{Code: CodeInternal, Message: err.Error()}
 		}
-		out, _ = json.Marshal(pe)
+		out = appendError(nil, pe)
 	}
 	if cap(outBuf) < len(out)+1 || cap(outBuf) > 1<<20 && len(out)+1 < cap(outBuf)/4 {
 		outBuf = make([]byte, 0, len(out)+1)

@@ -1,0 +1,266 @@
+package pdk
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The guest SDK's hot path avoids encoding/json for the envelope of a tool
+// call: in a Go guest every function call costs a termination check of the
+// host's runtime, and reflection-driven JSON makes many. These helpers read
+// the request the host sends and write the result it expects; anything they
+// do not recognize falls back to encoding/json, so they change speed, never
+// meaning.
+
+// parseToolCallRequest reads a ToolCallRequest. ok is false when the input
+// is anything but a plain object of the expected shape (escaped strings
+// included); the caller then uses encoding/json.
+func parseToolCallRequest(b []byte) (req ToolCallRequest, ok bool) {
+	p := scanner{b: b}
+	if !p.object(func(key string) bool {
+		switch key {
+		case "call":
+			return p.object(func(key string) bool {
+				switch key {
+				case "id":
+					req.Call.ID, ok = p.str()
+					return ok
+				case "name":
+					req.Call.Name, ok = p.str()
+					return ok
+				case "arguments":
+					raw, ok := p.value()
+					req.Call.Arguments = raw
+					return ok
+				}
+				_, ok := p.value()
+				return ok
+			})
+		case "contextId":
+			req.ContextID, ok = p.str()
+			return ok
+		case "taskId":
+			req.TaskID, ok = p.str()
+			return ok
+		}
+		_, ok := p.value()
+		return ok
+	}) {
+		return ToolCallRequest{}, false
+	}
+	p.space()
+	return req, p.i == len(p.b)
+}
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (p *scanner) space() {
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\n' || p.b[p.i] == '\t' || p.b[p.i] == '\r') {
+		p.i++
+	}
+}
+
+func (p *scanner) eat(c byte) bool {
+	p.space()
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// object reads {"key": value, ...}, calling member with the scanner at each
+// value.
+func (p *scanner) object(member func(key string) bool) bool {
+	if !p.eat('{') {
+		return false
+	}
+	if p.eat('}') {
+		return true
+	}
+	for {
+		key, ok := p.str()
+		if !ok || !p.eat(':') || !member(key) {
+			return false
+		}
+		if p.eat(',') {
+			continue
+		}
+		return p.eat('}')
+	}
+}
+
+// str reads a string without escapes (escaped ones fall back).
+func (p *scanner) str() (string, bool) {
+	if !p.eat('"') {
+		return "", false
+	}
+	start := p.i
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; {
+		case c == '"':
+			s := string(p.b[start:p.i])
+			p.i++
+			return s, utf8.ValidString(s)
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+		p.i++
+	}
+	return "", false
+}
+
+// value skips one JSON value and returns its bytes; it checks the structure
+// (brackets, strings) and leaves the details to the decoder of the value.
+func (p *scanner) value() (json.RawMessage, bool) {
+	p.space()
+	start := p.i
+	depth := 0
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case '"':
+			p.i++
+			for p.i < len(p.b) && p.b[p.i] != '"' {
+				if p.b[p.i] == '\\' {
+					p.i++
+				}
+				p.i++
+			}
+			if p.i >= len(p.b) {
+				return nil, false
+			}
+			p.i++
+			if depth == 0 {
+				return p.b[start:p.i], true
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return p.end(start) // a scalar ended with its container
+			}
+			depth--
+			if depth == 0 {
+				p.i++
+				return p.b[start:p.i], true
+			}
+		case ',':
+			if depth == 0 {
+				return p.end(start)
+			}
+		}
+		p.i++
+	}
+	if depth != 0 {
+		return nil, false
+	}
+	return p.end(start)
+}
+
+func (p *scanner) end(start int) (json.RawMessage, bool) {
+	raw := p.b[start:p.i]
+	for len(raw) > 0 && (raw[len(raw)-1] == ' ' || raw[len(raw)-1] == '\n' || raw[len(raw)-1] == '\t' || raw[len(raw)-1] == '\r') {
+		raw = raw[:len(raw)-1]
+	}
+	return raw, len(raw) > 0
+}
+
+// appendToolResult writes r as encoding/json would (field order and
+// omitempty as the struct tags say).
+func appendToolResult(dst []byte, r *ToolResult) []byte {
+	dst = append(dst, '{')
+	if r.ToolCallID != "" {
+		dst = append(dst, `"toolCallId":`...)
+		dst = appendString(dst, r.ToolCallID)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"content":`...)
+	dst = appendString(dst, r.Content)
+	if r.IsError {
+		dst = append(dst, `,"isError":true`...)
+	}
+	if len(r.Data) > 0 {
+		dst = append(dst, `,"data":`...)
+		dst = append(dst, r.Data...)
+	}
+	return append(dst, '}')
+}
+
+// appendError writes e as encoding/json would.
+func appendError(dst []byte, e *Error) []byte {
+	dst = append(dst, '{')
+	if e.Code != "" {
+		dst = append(dst, `"code":`...)
+		dst = appendString(dst, e.Code)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"message":`...)
+	dst = appendString(dst, e.Message)
+	if e.Transient {
+		dst = append(dst, `,"transient":true`...)
+	}
+	return append(dst, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString writes s as a JSON string: quotes, backslashes and control
+// characters escaped, invalid UTF-8 replaced by U+FFFD, and <, >, & and the
+// line separators escaped as encoding/json does.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\u202`...)
+			dst = strconv.AppendInt(dst, int64(r&0xf), 16)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

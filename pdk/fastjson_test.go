@@ -1,0 +1,101 @@
+package pdk
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseToolCallRequest(t *testing.T) {
+	good := []string{
+		`{"call":{"id":"c1","name":"add","arguments":{"a":1,"b":[2,{"c":"}"}]}},"contextId":"ctx","taskId":"t"}`,
+		`{"call":{"id":"c1","name":"x","arguments":"str\"ing"}}`,
+		`{"call":{"name":"x","arguments":12.5e3},"extra":[1,2,{"z":null}],"taskId":"t"}`,
+		` { "call" : { "arguments" : true , "id" : "i" } , "contextId" : "c" } `,
+		`{"call":{"name":"x","arguments":null}}`,
+		`{}`,
+	}
+	for _, in := range good {
+		got, ok := parseToolCallRequest([]byte(in))
+		if !ok {
+			t.Errorf("%s: not parsed", in)
+			continue
+		}
+		var want ToolCallRequest
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got.Call.ID != want.Call.ID || got.Call.Name != want.Call.Name || got.ContextID != want.ContextID || got.TaskID != want.TaskID {
+			t.Errorf("%s: got %+v, want %+v", in, got, want)
+		}
+		var g, w any
+		if len(want.Call.Arguments) > 0 {
+			if err := json.Unmarshal(got.Call.Arguments, &g); err != nil {
+				t.Errorf("%s: arguments %s: %v", in, got.Call.Arguments, err)
+			}
+			_ = json.Unmarshal(want.Call.Arguments, &w)
+			if !reflect.DeepEqual(g, w) {
+				t.Errorf("%s: arguments %s, want %s", in, got.Call.Arguments, want.Call.Arguments)
+			}
+		}
+	}
+	// what the fast path declines goes to encoding/json
+	for _, in := range []string{
+		`{"call":{"id":"c\u0031","name":"x"}}`, `{"call":{"id":"c1",}}`, `{"call":{"arguments":{"a":1}}`,
+		`{"call":{"id":"c1"}} x`, `[]`, ``, `{"call":{"arguments":"unterminated}}`, `{"taskId":1}`,
+	} {
+		if _, ok := parseToolCallRequest([]byte(in)); ok {
+			t.Errorf("%s: parsed", in)
+		}
+	}
+}
+
+func TestAppendMatchesEncodingJSON(t *testing.T) {
+	strs := []string{"", "plain", `quote " and \ backslash`, "ctl \x00\x01\x1f\n\r\t", "<a&b>", "é ü 日本", "bad \xff utf8 \xc3", "sep \u2028 \u2029", strings.Repeat("x", 300)}
+	for _, s := range strs {
+		want, _ := json.Marshal(s)
+		if got := appendString(nil, s); string(got) != string(want) {
+			t.Errorf("appendString(%q) = %s, want %s", s, got, want)
+		}
+		for _, r := range []ToolResult{{Content: s}, {ToolCallID: "id", Content: s, IsError: true, Data: json.RawMessage(`{"k":[1]}`)}} {
+			want, _ := json.Marshal(r)
+			if got := appendToolResult(nil, &r); string(got) != string(want) {
+				t.Errorf("appendToolResult = %s, want %s", got, want)
+			}
+		}
+		for _, e := range []Error{{Message: s}, {Code: "c", Message: s, Transient: true}} {
+			want, _ := json.Marshal(&e)
+			if got := appendError(nil, &e); string(got) != string(want) {
+				t.Errorf("appendError = %s, want %s", got, want)
+			}
+		}
+	}
+}
+
+func FuzzAppendString(f *testing.F) {
+	f.Add("a\"b\\c\x00\u2028\xff<>&")
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := appendString(nil, s); string(got) != string(want) {
+			t.Fatalf("appendString(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
+
+func FuzzParseToolCallRequest(f *testing.F) {
+	f.Add(`{"call":{"id":"c1","name":"add","arguments":{"a":1}},"contextId":"ctx","taskId":"t"}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		got, ok := parseToolCallRequest([]byte(in))
+		if !ok {
+			return
+		}
+		var want ToolCallRequest
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			return // the fast path is lenient on structure the decoder refuses; args are decoded again
+		}
+		if got.Call.ID != want.Call.ID || got.Call.Name != want.Call.Name || got.ContextID != want.ContextID || got.TaskID != want.TaskID {
+			t.Fatalf("%s: got %+v, want %+v", in, got, want)
+		}
+	})
+}
