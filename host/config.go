@@ -39,6 +39,9 @@ type Config struct {
 
 	// LogFormat is "json", "text" or "" (text in a terminal, JSON otherwise).
 	LogFormat string `json:"logFormat,omitempty"`
+	// TraceSpans writes the OpenTelemetry spans of every turn (agent turn,
+	// model calls, tool calls) to the log.
+	TraceSpans bool `json:"traceSpans,omitempty"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `json:"logLevel,omitempty"`
 }

@@ -175,7 +175,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	toolsets = append(toolsets, artifacts.NewTools(arts))
+	tracer, stopTracer := newTracer(cfg.TraceSpans, m.log)
+	m.closers = append(m.closers, func() error { return stopTracer(context.Background()) })
 	srv, err := NewServer(cfg, Options{
+		Tracer:    tracer,
 		Stores:    Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events()},
 		Model:     model,
 		Toolsets:  toolsets,

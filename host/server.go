@@ -14,6 +14,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 	"github.com/gofiber/fiber/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
@@ -28,6 +29,8 @@ type Options struct {
 	Toolsets []loop.Toolset
 	// Plugins, when set, is served by the admin API.
 	Plugins PluginAdmin
+	// Tracer, when set, makes the spans of every turn.
+	Tracer trace.Tracer
 	// Artifacts, when set, is served at GET /artifacts/{id}.
 	Artifacts *artifacts.DB
 	Logger    *slog.Logger
@@ -74,7 +77,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
-		MaxIterations: cfg.Agent.MaxIterations, Logger: log})
+		MaxIterations: cfg.Agent.MaxIterations, Tracer: opts.Tracer, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
