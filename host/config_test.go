@@ -52,3 +52,13 @@ func TestParseFlagsPrecedence(t *testing.T) {
 		t.Fatalf("bad LOOOPY_AUTH: %v", err)
 	}
 }
+
+func TestExampleConfigParses(t *testing.T) {
+	c, err := host.LoadConfig("../cmd/host/looopy.example.json")
+	if err != nil {
+		t.Fatalf("the example config does not parse: %v", err)
+	}
+	if !c.Auth.Enabled || len(c.Auth.Keys) != 2 || c.Model.Plugin != "scripted-model" {
+		t.Fatalf("example config read as %+v", c)
+	}
+}
