@@ -203,3 +203,41 @@ func TestConversationSurvivesRestartAndEviction(t *testing.T) {
 		t.Fatalf("first task after a restart: %v %v", got, err)
 	}
 }
+
+func TestReturnImmediately(t *testing.T) {
+	t.Parallel()
+	h := startHost(t, baseConfig(t.TempDir()))
+	c := client10(t, h.URL(), "")
+	ctx := context.Background()
+	task := send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("slow 2"),
+		Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+	if task.Status.State.Terminal() {
+		t.Fatalf("returned %s: the client asked not to wait", task.Status.State)
+	}
+	// The task is visible at once; its stream runs to the end, completed.
+	if _, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: task.ID}); err != nil {
+		t.Fatalf("get right after submitting: %v", err)
+	}
+	var last a2a.Event
+	for ev, err := range c.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: task.ID}) {
+		if err != nil {
+			t.Fatalf("subscribe: %v", err)
+		}
+		last = ev
+	}
+	if su, ok := last.(*a2a.TaskStatusUpdateEvent); !ok || su.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("stream ended with %#v", last)
+	}
+	got, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: task.ID})
+	if err != nil || got.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("after the stream: %v %v", got, err)
+	}
+	// A second message to a busy context is refused, not queued.
+	slow := send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("slow 2"),
+		Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+	m := userMsg("me too")
+	m.ContextID = slow.ContextID
+	if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: m}); err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("message to a busy context: %v, want a busy error", err)
+	}
+}
