@@ -356,3 +356,33 @@ func TestEventsStreamFilters(t *testing.T) {
 		t.Fatalf("unknown context: status %d, want 404", resp.StatusCode)
 	}
 }
+
+// TestStreamingErrorsAreEvents: a streaming method's error reaches the
+// client as a JSON-RPC error inside the event stream, where its reader looks.
+func TestStreamingErrorsAreEvents(t *testing.T) {
+	t.Parallel()
+	h := startHost(t, baseConfig(t.TempDir()))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		path, body string
+		code       int
+	}{
+		{"/", `{"jsonrpc":"2.0","id":3,"method":"SendStreamingMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[]}}}`, -32602},
+		{"/", `{"jsonrpc":"2.0","id":3,"method":"SubscribeToTask","params":{"id":"nope"}}`, -32001},
+		{"/a2a/v0.3", `{"jsonrpc":"2.0","id":3,"method":"tasks/resubscribe","params":{"id":"nope"}}`, -32001},
+		{"/a2a/v0.3", `{"jsonrpc":"2.0","id":3,"method":"message/stream","params":{"message":"x"}}`, -32602},
+	} {
+		resp := openSSE(t, ctx, h.URL()+tc.path, "", tc.body)
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+			t.Fatalf("%s: content type %q", tc.body, ct)
+		}
+		frames := readFrames(t, resp.Body, nil)
+		if len(frames) != 1 {
+			t.Fatalf("%s: %d frames, want one error", tc.body, len(frames))
+		}
+		var r rpcReply
+		if err := json.Unmarshal([]byte(frames[0].Data), &r); err != nil || r.Error == nil || r.Error.Code != tc.code || string(r.ID) != "3" {
+			t.Fatalf("%s: frame %s, want error %d for id 3", tc.body, frames[0].Data, tc.code)
+		}
+	}
+}
