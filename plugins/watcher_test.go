@@ -82,8 +82,19 @@ func TestHotReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	install(t, dir, "echo", bad, func(m map[string]any) { m["version"] = "3.0.0" })
-	if ev := waitEvent(t, events, EventFailed); ev.Name != "echo" || ev.Err == nil || !strings.Contains(ev.Err.Error(), "compile") {
-		t.Fatalf("failed %+v", ev)
+	// the watcher may first see the new .wasm beside the old manifest (a
+	// digest mismatch), then both: wait for the compile failure
+	for {
+		ev := waitEvent(t, events, EventFailed)
+		if ev.Name != "echo" || ev.Err == nil {
+			t.Fatalf("failed %+v", ev)
+		}
+		if strings.Contains(ev.Err.Error(), "compile") {
+			break
+		}
+		if !strings.Contains(ev.Err.Error(), "sha256 is") {
+			t.Fatalf("failed %+v", ev)
+		}
 	}
 	if res := mustCall(t, r, "echo", `{"text":"d"}`); res.Content != "v2 d" {
 		t.Fatalf("after a broken reload, echo = %+v", res)
