@@ -2,7 +2,9 @@ package pdk
 
 import (
 	"encoding/json"
+	"reflect"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -263,4 +265,163 @@ func appendString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// flatDecoder decodes a JSON object into a struct whose fields are all
+// strings, booleans or numbers, without encoding/json. It declines (ok
+// false) anything else: escaped strings, nested values, unknown keys, keys
+// that differ from a field's name only by case; the caller then uses
+// encoding/json.
+type flatDecoder struct {
+	fields map[string]flatField
+}
+
+type flatField struct {
+	index int
+	kind  reflect.Kind
+}
+
+// newFlatDecoder returns a decoder for t, or nil when t is not a flat struct.
+func newFlatDecoder(t reflect.Type) *flatDecoder {
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	d := &flatDecoder{fields: map[string]flatField{}}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() || f.Anonymous {
+			return nil
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" && opts == "" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if strings.Contains(opts, "string") {
+			return nil
+		}
+		switch k := f.Type.Kind(); k {
+		case reflect.String, reflect.Bool,
+			reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+			reflect.Float32, reflect.Float64:
+			if f.Type.PkgPath() != "" && f.Type.Name() != k.String() {
+				return nil // a named type may have its own UnmarshalJSON
+			}
+			d.fields[name] = flatField{index: i, kind: k}
+		default:
+			return nil
+		}
+	}
+	return d
+}
+
+// decode fills v (a pointer to the struct) from b.
+func (d *flatDecoder) decode(b []byte, v reflect.Value) bool {
+	v = v.Elem()
+	p := scanner{b: b}
+	ok := p.object(func(key string) bool {
+		f, known := d.fields[key]
+		if !known {
+			return false
+		}
+		fv := v.Field(f.index)
+		p.space()
+		if strings.HasPrefix(string(p.b[p.i:min(p.i+4, len(p.b))]), "null") {
+			p.i += 4
+			return true
+		}
+		switch f.kind {
+		case reflect.String:
+			s, ok := p.str()
+			if ok {
+				fv.SetString(s)
+			}
+			return ok
+		case reflect.Bool:
+			raw, ok := p.value()
+			switch {
+			case !ok:
+				return false
+			case string(raw) == "true":
+				fv.SetBool(true)
+			case string(raw) == "false":
+				fv.SetBool(false)
+			default:
+				return false
+			}
+			return true
+		}
+		raw, ok := p.value()
+		if !ok || !jsonNumber(raw) {
+			return false
+		}
+		switch f.kind {
+		case reflect.Float32, reflect.Float64:
+			n, err := strconv.ParseFloat(string(raw), fv.Type().Bits())
+			if err != nil {
+				return false
+			}
+			fv.SetFloat(n)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			n, err := strconv.ParseUint(string(raw), 10, fv.Type().Bits())
+			if err != nil {
+				return false
+			}
+			fv.SetUint(n)
+		default:
+			n, err := strconv.ParseInt(string(raw), 10, fv.Type().Bits())
+			if err != nil {
+				return false
+			}
+			fv.SetInt(n)
+		}
+		return true
+	})
+	if !ok {
+		return false
+	}
+	p.space()
+	return p.i == len(p.b)
+}
+
+// jsonNumber reports whether b is a number as JSON writes them:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func jsonNumber(b []byte) bool {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
 }

@@ -99,3 +99,75 @@ func FuzzParseToolCallRequest(f *testing.F) {
 		}
 	})
 }
+
+type flatArgs struct {
+	S  string  `json:"s"`
+	B  bool    `json:"b,omitempty"`
+	I  int     `json:"i"`
+	I8 int8    `json:"i8"`
+	U  uint16  `json:"u"`
+	F  float64 `json:"f"`
+	F4 float32 `json:"f4"`
+	No string  `json:"-"`
+	Up string
+}
+
+func TestFlatDecoder(t *testing.T) {
+	d := newFlatDecoder(reflect.TypeFor[flatArgs]())
+	if d == nil {
+		t.Fatal("flatArgs is flat")
+	}
+	good := []string{
+		`{"s":"x","b":true,"i":-3,"i8":12,"u":7,"f":1.5e3,"f4":0.25,"Up":"u"}`,
+		`{}`, ` { "s" : "é" , "i" : 0 } `, `{"s":null,"b":false,"f":-0.5}`,
+	}
+	for _, in := range good {
+		var got, want flatArgs
+		if !d.decode([]byte(in), reflect.ValueOf(&got)) {
+			t.Errorf("%s: declined", in)
+			continue
+		}
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s: got %+v, want %+v", in, got, want)
+		}
+	}
+	declined := []string{
+		`{"s":"a\nb"}`, `{"S":"case"}`, `{"zz":1}`, `{"i":1.5}`, `{"i8":300}`, `{"u":-1}`, `{"s":1}`,
+		`{"b":"true"}`, `{"i":"1"}`, `{"f":[1]}`, `{"s":"x"} 1`, `[1]`, `{"i":1,}`, `{"No":"x"}`,
+	}
+	for _, in := range declined {
+		var got flatArgs
+		if d.decode([]byte(in), reflect.ValueOf(&got)) {
+			t.Errorf("%s: decoded as %+v", in, got)
+		}
+	}
+	type nested struct {
+		A []string `json:"a"`
+	}
+	type named struct {
+		K Kind `json:"k"`
+	}
+	if newFlatDecoder(reflect.TypeFor[nested]()) != nil || newFlatDecoder(reflect.TypeFor[named]()) != nil {
+		t.Fatal("a non-flat struct got a flat decoder")
+	}
+}
+
+func FuzzFlatDecoder(f *testing.F) {
+	f.Add(`{"s":"x","b":true,"i":-3,"i8":12,"u":7,"f":1.5e3,"f4":0.25}`)
+	d := newFlatDecoder(reflect.TypeFor[flatArgs]())
+	f.Fuzz(func(t *testing.T, in string) {
+		var got, want flatArgs
+		if !d.decode([]byte(in), reflect.ValueOf(&got)) {
+			return
+		}
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatalf("%s: decoded as %+v but encoding/json refuses it: %v", in, got, err)
+		}
+		if got != want {
+			t.Fatalf("%s: got %+v, want %+v", in, got, want)
+		}
+	})
+}

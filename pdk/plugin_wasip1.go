@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"unsafe"
 )
 
@@ -73,11 +74,16 @@ func Tool[A, R any](name, description string, fn func(ctx context.Context, args 
 		panic(fmt.Sprintf("pdk: tool %q registered twice", name))
 	}
 	registry.order = append(registry.order, name)
+	flat := newFlatDecoder(reflect.TypeFor[A]())
 	registry.tools[name] = &toolEntry{def: def, call: func(ctx context.Context, raw json.RawMessage) (ToolResult, error) {
 		var args A
 		if len(raw) > 0 && string(raw) != "null" {
-			if err := json.Unmarshal(raw, &args); err != nil {
-				return ToolResult{IsError: true, Content: "invalid arguments: " + err.Error()}, nil
+			if flat == nil || !flat.decode(raw, reflect.ValueOf(&args)) {
+				var zero A
+				args = zero
+				if err := json.Unmarshal(raw, &args); err != nil {
+					return ToolResult{IsError: true, Content: "invalid arguments: " + err.Error()}, nil
+				}
 			}
 		}
 		r, err := fn(ctx, args)
