@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -53,6 +55,17 @@ type Config struct {
 	// again. Nil: turns are not durable.
 	Checkpoints CheckpointStore
 	Journal     Journal
+	// Meter, when set, records the loop's metrics: turns, iterations,
+	// tool calls and their durations, model calls, their latency and
+	// tokens. Nil: no metrics, at no cost.
+	Meter metric.Meter
+	// Budget, when set, is asked before each model call and after each
+	// model response whether the turn may go on, with what it has used so
+	// far; an error ends the turn as failed with reason "budget" and the
+	// error as its message. It is called once more when the turn has ended
+	// (TurnUsage.Final), to account for the whole turn. It must be safe for
+	// concurrent use by many turns.
+	Budget func(ctx context.Context, t *Turn, used TurnUsage) error
 }
 
 // Loop runs single turns: call the model, run the tools it asks for in
@@ -70,6 +83,8 @@ type Loop struct {
 	log          *slog.Logger
 	checkpoints  CheckpointStore
 	journal      Journal
+	metrics      *loopMetrics
+	budget       func(context.Context, *Turn, TurnUsage) error
 }
 
 // New returns a Loop for cfg.
@@ -93,6 +108,14 @@ func New(cfg Config) (*Loop, error) {
 		log:         cfg.Logger,
 		checkpoints: cfg.Checkpoints,
 		journal:     cfg.Journal,
+		budget:      cfg.Budget,
+	}
+	if cfg.Meter != nil {
+		lm, err := newLoopMetrics(cfg.Meter)
+		if err != nil {
+			return nil, fmt.Errorf("new loop: %w", err)
+		}
+		l.metrics = lm
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -168,6 +191,8 @@ type turn struct {
 	env      ToolEnv
 	// journaled holds the journal of a resumed turn, by call id.
 	journaled map[string]JournalEntry
+	// toolCalls counts the tool calls the turn ran.
+	toolCalls atomic.Int64
 }
 
 // Run executes one turn. It never panics on a misbehaving model or tool and
@@ -228,9 +253,19 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 		span.RecordError(out.Err)
 		span.SetStatus(codes.Error, out.Err.Error())
 	}
-	span.SetAttributes(attribute.String("looopy.status", string(out.Status)),
-		attribute.Int("looopy.iterations", out.Iterations),
-		attribute.Int("looopy.tokens.total", out.Usage.TotalTokens))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("looopy.status", string(out.Status)),
+			attribute.String("looopy.reason", out.Reason),
+			attribute.Int("looopy.iterations", out.Iterations),
+			attribute.Int("looopy.tool_calls", int(tr.toolCalls.Load())),
+			attribute.Int("gen_ai.usage.input_tokens", out.Usage.PromptTokens),
+			attribute.Int("gen_ai.usage.output_tokens", out.Usage.CompletionTokens),
+			attribute.Int("looopy.tokens.total", out.Usage.TotalTokens))
+	}
+	if l.metrics != nil {
+		l.metrics.turn(ctx, &out)
+	}
+	_ = tr.budget(ctx, &out, true)
 	tr.finish(&out)
 	return out
 }
@@ -331,6 +366,9 @@ func (tr *turn) run(ctx context.Context) Outcome {
 		}
 		out.Iterations = iter
 		tr.env.Iteration = iter
+		if l.metrics != nil {
+			l.metrics.iterations.Add(ctx, 1)
+		}
 		ictx, ispan := l.startSpanf(ctx, "iteration[%d]", iter, attribute.Int("looopy.iteration", iter))
 		msg, done := tr.iterate(ictx, iter, conv, &out)
 		ispan.End()
@@ -357,6 +395,10 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
 		return nil, true
 	}
+	if err := tr.budget(ctx, out, false); err != nil {
+		out.Status, out.Reason, out.Err = TaskFailed, ReasonBudget, err
+		return nil, true
+	}
 	tr.emit(&InternalLLMCall{Header: Header{Kind: KindInternalLLMCall}, Iteration: iter,
 		MessageCount: len(conv), ToolCount: len(tr.defs)})
 	resp, err := tr.callModel(ctx, iter, &ModelRequest{Messages: conv, Tools: tr.defs, Stream: true})
@@ -372,6 +414,19 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	msg := resp.Message
 	msg.Role = RoleAssistant
 	out.Messages = append(out.Messages, msg)
+	if len(msg.ToolCalls) > 0 {
+		// The tools it asks for run only within budget. Refused, the answer
+		// is kept without its calls (a call with no result would break
+		// the history).
+		if err := tr.budget(ctx, out, false); err != nil {
+			out.Messages[len(out.Messages)-1].ToolCalls = nil
+			if msg.Content != "" {
+				out.Content = msg.Content
+			}
+			out.Status, out.Reason, out.Err = TaskFailed, ReasonBudget, err
+			return nil, true
+		}
+	}
 	if len(msg.ToolCalls) > 0 {
 		// Durable before anything announces the response or a tool starts.
 		if err := tr.checkpoint(ctx, iter, StageTools, out, msg.ToolCalls); err != nil {
@@ -506,14 +561,28 @@ func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*Mo
 			md["attempt"] = attempt
 			req.Metadata = md
 		}
-		mctx, span := l.startSpan(ctx, "llm.call", attribute.Int("looopy.attempt", attempt))
+		mctx, span := l.startSpan(ctx, "llm.call")
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("looopy.attempt", attempt), attribute.Int("looopy.iteration", iter))
+		}
+		var began time.Time
+		if l.metrics != nil {
+			began = time.Now()
+		}
 		resp, err := safeGenerate(mctx, tr.model, req, onDelta)
 		if err == nil && resp == nil {
 			err = &ModelError{Code: "empty_response", Message: "the model returned no response"}
 		}
+		if l.metrics != nil {
+			l.metrics.model(ctx, time.Since(began), resp, err)
+		}
 		if err == nil {
-			span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.PromptTokens),
-				attribute.Int("gen_ai.usage.output_tokens", resp.Usage.CompletionTokens))
+			if span.IsRecording() {
+				span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.PromptTokens),
+					attribute.Int("gen_ai.usage.output_tokens", resp.Usage.CompletionTokens),
+					attribute.String("gen_ai.response.finish_reasons", string(resp.FinishReason)),
+					attribute.Int("looopy.tool_calls", len(resp.Message.ToolCalls)))
+			}
 			span.End()
 			return resp, nil
 		}
@@ -631,6 +700,10 @@ func (tr *turn) runTool(ctx context.Context, call ToolCall) Message {
 	start := time.Now()
 	res := tr.callTool(ctx, call)
 	res.ToolCallID = call.ID
+	tr.toolCalls.Add(1)
+	if tr.l.metrics != nil {
+		tr.l.metrics.tool(ctx, call.Name, time.Since(start), !res.IsError)
+	}
 	if res.IsError {
 		span.SetStatus(codes.Error, res.Content)
 	}

@@ -1,0 +1,104 @@
+package loop
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ReasonBudget ends a turn that Config.Budget refused.
+const ReasonBudget = "budget"
+
+// TurnUsage is what a turn has used so far, as Config.Budget sees it.
+type TurnUsage struct {
+	Usage
+	ToolCalls  int // tool calls run by the host (client calls not counted)
+	Iterations int
+	// Final is set on the last report of a turn, after it ended; an error
+	// returned then is ignored.
+	Final bool
+}
+
+// loopMetrics are the instruments of a loop with a meter. A loop without
+// one has none and records nothing (no allocation either).
+type loopMetrics struct {
+	turns        metric.Int64Counter
+	iterations   metric.Int64Counter
+	toolCalls    metric.Int64Counter
+	toolDuration metric.Float64Histogram
+	modelCalls   metric.Int64Counter
+	modelLatency metric.Float64Histogram
+	tokens       metric.Int64Counter
+}
+
+// Attribute sets used often, built once.
+var (
+	attrsInput  = metric.WithAttributeSet(attribute.NewSet(attribute.String("gen_ai.token.type", "input")))
+	attrsOutput = metric.WithAttributeSet(attribute.NewSet(attribute.String("gen_ai.token.type", "output")))
+)
+
+// durationBuckets suit calls from a millisecond to several minutes.
+var durationBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+func newLoopMetrics(m metric.Meter) (*loopMetrics, error) {
+	lm := &loopMetrics{}
+	var errs [7]error
+	lm.turns, errs[0] = m.Int64Counter("looopy.turns", metric.WithDescription("Turns ended, by status and reason."), metric.WithUnit("{turn}"))
+	lm.iterations, errs[1] = m.Int64Counter("looopy.iterations", metric.WithDescription("Loop iterations (one model call and its tools)."), metric.WithUnit("{iteration}"))
+	lm.toolCalls, errs[2] = m.Int64Counter("looopy.tool.calls", metric.WithDescription("Tool calls, by tool and outcome."), metric.WithUnit("{call}"))
+	lm.toolDuration, errs[3] = m.Float64Histogram("looopy.tool.duration", metric.WithDescription("Duration of tool calls, by tool and outcome."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	lm.modelCalls, errs[4] = m.Int64Counter("looopy.model.calls", metric.WithDescription("Model calls (each attempt), by outcome."), metric.WithUnit("{call}"))
+	lm.modelLatency, errs[5] = m.Float64Histogram("looopy.model.duration", metric.WithDescription("Duration of model calls, by outcome."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	lm.tokens, errs[6] = m.Int64Counter("looopy.model.tokens", metric.WithDescription("Tokens used by model calls, by type (input, output)."), metric.WithUnit("{token}"))
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("loop metrics: %w", err)
+		}
+	}
+	return lm, nil
+}
+
+func outcomeAttr(ok bool) attribute.KeyValue {
+	if ok {
+		return attribute.String("outcome", "ok")
+	}
+	return attribute.String("outcome", "error")
+}
+
+func (lm *loopMetrics) turn(ctx context.Context, out *Outcome) {
+	lm.turns.Add(ctx, 1, metric.WithAttributes(attribute.String("status", string(out.Status)), attribute.String("reason", out.Reason)))
+}
+
+func (lm *loopMetrics) model(ctx context.Context, d time.Duration, resp *ModelResponse, err error) {
+	o := metric.WithAttributes(outcomeAttr(err == nil))
+	lm.modelCalls.Add(ctx, 1, o)
+	lm.modelLatency.Record(ctx, d.Seconds(), o)
+	if err == nil && resp != nil {
+		lm.tokens.Add(ctx, int64(resp.Usage.PromptTokens), attrsInput)
+		lm.tokens.Add(ctx, int64(resp.Usage.CompletionTokens), attrsOutput)
+	}
+}
+
+func (lm *loopMetrics) tool(ctx context.Context, name string, d time.Duration, ok bool) {
+	o := metric.WithAttributes(attribute.String("tool", name), outcomeAttr(ok))
+	lm.toolCalls.Add(ctx, 1, o)
+	lm.toolDuration.Record(ctx, d.Seconds(), o)
+}
+
+// budget asks Config.Budget whether the turn may go on.
+func (tr *turn) budget(ctx context.Context, out *Outcome, final bool) error {
+	b := tr.l.budget
+	if b == nil {
+		return nil
+	}
+	err := b(ctx, tr.t, TurnUsage{Usage: out.Usage, ToolCalls: int(tr.toolCalls.Load()), Iterations: out.Iterations, Final: final})
+	if err != nil && !final {
+		return fmt.Errorf("turn stopped by its budget: %w", err)
+	}
+	return nil
+}
