@@ -108,6 +108,9 @@ type LimitsConfig struct {
 	// MaxAgents bounds the conversations kept in memory (default 10000);
 	// the others are started again from the store when a message comes.
 	MaxAgents int `json:"maxAgents,omitempty"`
+	// ResumeConcurrency bounds how many tasks left working by a crash are
+	// resumed at once when the host starts (default 64).
+	ResumeConcurrency int `json:"resumeConcurrency,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
@@ -237,6 +240,9 @@ func (c Config) withDefaults() Config {
 	}
 	if l.Heartbeat == 0 {
 		l.Heartbeat = Duration(15 * time.Second)
+	}
+	if l.ResumeConcurrency <= 0 {
+		l.ResumeConcurrency = 64
 	}
 	if l.TaskTTL == 0 {
 		l.TaskTTL = Duration(7 * 24 * time.Hour)

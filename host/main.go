@@ -179,7 +179,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.closers = append(m.closers, func() error { return stopTracer(context.Background()) })
 	srv, err := NewServer(cfg, Options{
 		Tracer:    tracer,
-		Stores:    Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events()},
+		Stores:    Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events(), Checkpoints: st, Journal: st},
 		Model:     model,
 		Toolsets:  toolsets,
 		Plugins:   admin,

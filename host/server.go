@@ -77,7 +77,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
-		MaxIterations: cfg.Agent.MaxIterations, Tracer: opts.Tracer, Logger: log})
+		MaxIterations: cfg.Agent.MaxIterations, Tracer: opts.Tracer, Logger: log,
+		Checkpoints: st.Checkpoints, Journal: st.Journal})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}

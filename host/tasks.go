@@ -22,6 +22,10 @@ type Stores struct {
 	Agents   loop.AgentStore
 	Tasks    loop.TaskStore
 	Events   loop.EventLog
+	// Checkpoints and Journal make turns durable: a task left working by a
+	// crash resumes when the host starts. Without them such a task fails.
+	Checkpoints loop.CheckpointStore
+	Journal     loop.Journal
 }
 
 // taskManager runs turns on contexts the host owns. A client that goes
@@ -56,6 +60,7 @@ type run struct {
 	taskID, contextID, owner string
 	after                    uint64 // the turn's events have ids above this in the task stream
 	created                  time.Time
+	ctx                      context.Context // the host-owned context the turn runs on
 	cancel                   context.CancelFunc
 	done                     chan struct{}
 	outcome                  loop.Outcome
@@ -70,20 +75,127 @@ func newTaskManager(l *loop.Loop, st Stores, hub *sse.Hub, limits LimitsConfig, 
 		expiry: make(map[string]time.Time)}
 }
 
-// recover marks the tasks a previous process left running as failed: their
-// turn died with it. Their streams get the final status.
+// recover takes over the tasks a previous process left running. With
+// checkpoints they resume where they were (their streams go on under the
+// same ids); without, or when a task cannot resume, they fail with the
+// reason, so no task ever stays working. It returns once every task is
+// resumed or finished; resumed turns run on in the background, at most
+// Limits.ResumeConcurrency at a time.
 func (m *taskManager) recover(ctx context.Context) error {
 	recs, err := m.stores.Tasks.ListTasks(ctx, loop.TaskFilter{Statuses: []loop.TaskStatus{loop.TaskSubmitted, loop.TaskWorking}})
 	if err != nil {
 		return fmt.Errorf("recover tasks: %w", err)
 	}
+	durable := m.stores.Checkpoints != nil && m.stores.Journal != nil
+	sem := make(chan struct{}, max(m.limits.ResumeConcurrency, 1))
 	for _, rec := range recs {
-		m.log.LogAttrs(ctx, slog.LevelWarn, "task interrupted by a restart", slog.String("task_id", rec.ID))
-		if err := m.finishStored(ctx, rec, loop.TaskFailed, "interrupted: the host restarted during the turn"); err != nil {
-			return err
+		if !durable || rec.Status != loop.TaskWorking {
+			m.log.LogAttrs(ctx, slog.LevelWarn, "task interrupted by a restart", slog.String("task_id", rec.ID))
+			if err := m.finishStored(ctx, rec, loop.TaskFailed, "interrupted: the host restarted during the turn"); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := m.resume(ctx, rec, sem); err != nil {
+			m.log.LogAttrs(ctx, slog.LevelError, "task not resumed", slog.String("task_id", rec.ID), slog.String("error", err.Error()))
+			if ferr := m.finishStored(ctx, rec, loop.TaskFailed, "cannot be resumed after a restart: "+err.Error()); ferr != nil {
+				return ferr
+			}
 		}
 	}
+	if len(recs) > 0 {
+		m.log.LogAttrs(ctx, slog.LevelInfo, "tasks taken over after a restart", slog.Int("tasks", len(recs)))
+	}
 	return nil
+}
+
+// resume registers a task left working by a crash as running and resumes
+// its turn in the background once sem has room.
+func (m *taskManager) resume(ctx context.Context, rec loop.TaskRecord, sem chan struct{}) error {
+	agent, err := m.getAgent(ctx, rec.ContextID, rec.Owner)
+	if err != nil {
+		return err
+	}
+	r, err := m.register(ctx, rec.ID, rec.ContextID, rec.Owner)
+	if err != nil {
+		return err
+	}
+	r.created = rec.CreatedAt
+	m.launch(r, rec, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+		case <-ctx.Done():
+			return loop.Outcome{}, ctx.Err()
+		}
+		m.log.LogAttrs(ctx, slog.LevelInfo, "resuming task", slog.String("task_id", rec.ID))
+		return agent.ResumeTask(ctx, rec.ID, sink)
+	})
+	return nil
+}
+
+// register marks a task as running on its context: one turn per context.
+func (m *taskManager) register(ctx context.Context, taskID, contextID, owner string) (*run, error) {
+	after, err := m.hub.Last(ctx, sse.TaskStream(taskID))
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return nil, ErrShuttingDown
+	}
+	if _, ok := m.busy[contextID]; ok {
+		return nil, fmt.Errorf("context %q: %w", contextID, loop.ErrBusy)
+	}
+	runCtx, cancel := context.WithTimeout(m.base, time.Duration(m.limits.TurnTimeout))
+	r := &run{taskID: taskID, contextID: contextID, owner: owner, after: after, ctx: runCtx, cancel: cancel, done: make(chan struct{})}
+	m.busy[contextID], m.running[taskID] = r, r
+	return r, nil
+}
+
+// launch runs a turn of r on the host's context, in a goroutine the task
+// manager owns; rec is what is known of the task if the turn cannot start.
+func (m *taskManager) launch(r *run, rec loop.TaskRecord, turn func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error)) {
+	taskID, contextID := r.taskID, r.contextID
+	pub := m.hub.Sink(func(e loop.Event, err error) {
+		m.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
+			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
+	})
+	sink := loop.SinkFunc(func(e loop.Event) {
+		if e.Head().Kind.Internal() {
+			return // internal events are for tracing, not for the log clients read
+		}
+		pub.Emit(e)
+	})
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer r.cancel()
+		out, err := turn(r.ctx, sink)
+		if err != nil {
+			// The turn did not start: the task fails, and says why.
+			m.log.LogAttrs(context.Background(), slog.LevelError, "turn not started",
+				slog.String("task_id", taskID), slog.String("error", err.Error()))
+			st := loop.TaskFailed
+			if r.ctx.Err() != nil {
+				st = loop.TaskCanceled
+			}
+			if ferr := m.finishStored(context.Background(), rec, st, err.Error()); ferr != nil {
+				m.log.LogAttrs(context.Background(), slog.LevelError, "task not finished",
+					slog.String("task_id", taskID), slog.String("error", ferr.Error()))
+			}
+		}
+		if err == nil {
+			m.turnEnded(taskID, contextID, out.Status)
+		}
+		m.mu.Lock()
+		r.outcome, r.err = out, err
+		delete(m.busy, contextID)
+		delete(m.running, taskID)
+		m.mu.Unlock()
+		close(r.done)
+	}()
 }
 
 // getAgent returns the started Agent of a context, creating it for owner
@@ -222,24 +334,10 @@ func (m *taskManager) start(ctx context.Context, auth *loop.AuthContext, req *a2
 	if taskID == "" {
 		taskID = uuid.NewString()
 	}
-	after, err := m.hub.Last(ctx, sse.TaskStream(taskID))
+	r, err := m.register(ctx, taskID, contextID, principal)
 	if err != nil {
 		return nil, err
 	}
-
-	m.mu.Lock()
-	if m.closing {
-		m.mu.Unlock()
-		return nil, ErrShuttingDown
-	}
-	if _, ok := m.busy[contextID]; ok {
-		m.mu.Unlock()
-		return nil, fmt.Errorf("context %q: %w", contextID, loop.ErrBusy)
-	}
-	runCtx, cancel := context.WithTimeout(m.base, time.Duration(m.limits.TurnTimeout))
-	r := &run{taskID: taskID, contextID: contextID, owner: principal, after: after, cancel: cancel, done: make(chan struct{})}
-	m.busy[contextID], m.running[taskID] = r, r
-	m.mu.Unlock()
 
 	// The record is saved by the agent as the turn starts; until then the
 	// task is known from r (see load).
@@ -258,41 +356,10 @@ func (m *taskManager) start(ctx context.Context, auth *loop.AuthContext, req *a2
 		task.History[len(task.History)-1].ContextID = contextID
 	}
 
-	pub := m.hub.Sink(func(e loop.Event, err error) {
-		m.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
-			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
-	})
-	sink := loop.SinkFunc(func(e loop.Event) {
-		if e.Head().Kind.Internal() {
-			return // internal events are for tracing, not for the log clients read
-		}
-		pub.Emit(e)
-	})
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		defer cancel()
-		out, err := agent.Turn(runCtx, loop.TurnInput{TaskID: taskID, Messages: []loop.Message{msg},
+	m.launch(r, rec, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+		return agent.Turn(ctx, loop.TurnInput{TaskID: taskID, Messages: []loop.Message{msg},
 			Auth: auth, Sink: sink, Metadata: req.Metadata})
-		if err != nil {
-			// The turn did not start: the task fails, and says why.
-			m.log.LogAttrs(context.Background(), slog.LevelError, "turn not started",
-				slog.String("task_id", taskID), slog.String("error", err.Error()))
-			if ferr := m.finishStored(context.Background(), rec, loop.TaskFailed, err.Error()); ferr != nil {
-				m.log.LogAttrs(context.Background(), slog.LevelError, "task not finished",
-					slog.String("task_id", taskID), slog.String("error", ferr.Error()))
-			}
-		}
-		if err == nil {
-			m.turnEnded(taskID, contextID, out.Status)
-		}
-		m.mu.Lock()
-		r.outcome, r.err = out, err
-		delete(m.busy, contextID)
-		delete(m.running, taskID)
-		m.mu.Unlock()
-		close(r.done)
-	}()
+	})
 	return &started{run: r, task: task}, nil
 }
 
