@@ -1,0 +1,244 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/google/uuid"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// AdminTask is a task as the admin API lists it: the record without its
+// history.
+type AdminTask struct {
+	ID           string          `json:"id"`
+	ContextID    string          `json:"contextId"`
+	Owner        string          `json:"owner,omitempty"`
+	Status       loop.TaskStatus `json:"status"`
+	Message      string          `json:"message,omitempty"`
+	Reason       string          `json:"reason,omitempty"`
+	Iterations   int             `json:"iterations,omitempty"`
+	Messages     int             `json:"messages"`
+	Running      bool            `json:"running"` // a turn of the task runs in this process
+	CreatedAt    time.Time       `json:"createdAt"`
+	UpdatedAt    time.Time       `json:"updatedAt"`
+	ExpiresAt    time.Time       `json:"expiresAt,omitzero"`
+	ParentTaskID string          `json:"parentTaskId,omitempty"`
+}
+
+// errNoDurability: the journal or checkpoints were asked for on a host
+// that keeps none.
+var errNoDurability = errors.New("this host keeps no checkpoints or journal (durable execution is off)")
+
+// adminTaskRoutes mounts the task routes of the admin API on r (behind the
+// admin credential):
+//
+//	GET  /tasks?state=a,b&contextId=&owner=&limit=&after=   list tasks, newest first
+//	GET  /tasks/:id              the record (with history), checkpoint and journal
+//	GET  /tasks/:id/journal      the tool-call journal
+//	GET  /tasks/:id/checkpoint   the checkpoint of a running turn (404 when none)
+//	POST /tasks/:id/cancel       cancel the task, whoever owns it
+//	POST /tasks/:id/retry        start the task's input again as a new task (see retry)
+func (s *Server) adminTaskRoutes(r fiber.Router) {
+	r.Get("/tasks", s.adminListTasks)
+	r.Get("/tasks/:id", s.adminGetTask)
+	r.Get("/tasks/:id/journal", func(c fiber.Ctx) error {
+		calls, err := s.taskJournal(c.Context(), c.Params("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(fiber.Map{"taskId": c.Params("id"), "calls": calls})
+	})
+	r.Get("/tasks/:id/checkpoint", func(c fiber.Ctx) error {
+		if s.stores.Checkpoints == nil {
+			return errNoDurability
+		}
+		cp, err := s.stores.Checkpoints.LoadCheckpoint(c.Context(), c.Params("id"))
+		if err != nil {
+			return fmt.Errorf("checkpoint of task %q: %w", c.Params("id"), err)
+		}
+		return c.JSON(cp)
+	})
+	r.Post("/tasks/:id/cancel", func(c fiber.Ctx) error {
+		rec, err := s.adminLoad(c.Context(), c.Params("id"))
+		if err != nil {
+			return err
+		}
+		rec, err = s.tasks.cancel(c.Context(), rec.Owner, rec.ID)
+		if err != nil {
+			return err
+		}
+		return c.JSON(fiber.Map{"task": s.adminTask(rec)})
+	})
+	r.Post("/tasks/:id/retry", func(c fiber.Ctx) error {
+		rec, err := s.adminLoad(c.Context(), c.Params("id"))
+		if err != nil {
+			return err
+		}
+		id, err := s.tasks.retry(c.Context(), rec)
+		if err != nil {
+			return err
+		}
+		return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"retryOf": rec.ID, "taskId": id, "contextId": rec.ContextID})
+	})
+}
+
+func (s *Server) adminListTasks(c fiber.Ctx) error {
+	f := loop.TaskFilter{ContextID: c.Query("contextId"), Owner: c.Query("owner"), After: c.Query("after"),
+		Limit: s.cfg.Limits.MaxPageSize}
+	for _, st := range strings.Split(c.Query("state"), ",") {
+		st = strings.TrimSpace(st)
+		if st == "" {
+			continue
+		}
+		ts := loop.TaskStatus(st)
+		if !knownStatus(ts) {
+			return fmt.Errorf("%w: state %q is not a task state", loop.ErrInvalid, st)
+		}
+		f.Statuses = append(f.Statuses, ts)
+	}
+	if l := c.Query("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%w: limit %q: want a positive number", loop.ErrInvalid, l)
+		}
+		f.Limit = min(n, s.cfg.Limits.MaxPageSize)
+	}
+	recs, err := s.stores.Tasks.ListTasks(c.Context(), f)
+	if err != nil {
+		return fmt.Errorf("list tasks: %w", err)
+	}
+	out := make([]AdminTask, len(recs))
+	for i, rec := range recs {
+		out[i] = s.adminTask(rec)
+	}
+	res := fiber.Map{"tasks": out}
+	if len(recs) == f.Limit {
+		res["next"] = recs[len(recs)-1].ID
+	}
+	return c.JSON(res)
+}
+
+func (s *Server) adminGetTask(c fiber.Ctx) error {
+	ctx := c.Context()
+	rec, err := s.adminLoad(ctx, c.Params("id"))
+	if err != nil {
+		return err
+	}
+	out := fiber.Map{"task": s.adminTask(rec), "history": rec.History}
+	if s.stores.Journal != nil {
+		calls, err := s.stores.Journal.Calls(ctx, rec.ID)
+		if err != nil {
+			return fmt.Errorf("journal of task %q: %w", rec.ID, err)
+		}
+		out["journal"] = calls
+	}
+	if s.stores.Checkpoints != nil {
+		cp, err := s.stores.Checkpoints.LoadCheckpoint(ctx, rec.ID)
+		switch {
+		case err == nil:
+			out["checkpoint"] = cp
+		case !errors.Is(err, loop.ErrNotFound):
+			return fmt.Errorf("checkpoint of task %q: %w", rec.ID, err)
+		}
+	}
+	return c.JSON(out)
+}
+
+// taskJournal returns the journal of a task. A task that is gone (expired)
+// may still have a journal until the cleanup removes it; it is shown.
+func (s *Server) taskJournal(ctx context.Context, taskID string) ([]loop.JournalEntry, error) {
+	if s.stores.Journal == nil {
+		return nil, errNoDurability
+	}
+	calls, err := s.stores.Journal.Calls(ctx, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("journal of task %q: %w", taskID, err)
+	}
+	if len(calls) == 0 {
+		if _, err := s.adminLoad(ctx, taskID); err != nil {
+			return nil, err
+		}
+	}
+	if calls == nil {
+		calls = []loop.JournalEntry{}
+	}
+	return calls, nil
+}
+
+// adminLoad returns the record of any task, whoever owns it.
+func (s *Server) adminLoad(ctx context.Context, taskID string) (loop.TaskRecord, error) {
+	rec, err := s.stores.Tasks.LoadTask(ctx, taskID)
+	if errors.Is(err, loop.ErrNotFound) {
+		return rec, taskNotFound(taskID)
+	}
+	if err != nil {
+		return rec, fmt.Errorf("load task %q: %w", taskID, err)
+	}
+	return rec, nil
+}
+
+func (s *Server) adminTask(rec loop.TaskRecord) AdminTask {
+	return AdminTask{ID: rec.ID, ContextID: rec.ContextID, Owner: rec.Owner, Status: rec.Status,
+		Message: rec.Message, Reason: rec.Reason, Iterations: rec.Iterations, Messages: len(rec.History),
+		Running: s.tasks.runOf(rec.ID) != nil, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		ExpiresAt: rec.ExpiresAt, ParentTaskID: rec.ParentTaskID}
+}
+
+func knownStatus(st loop.TaskStatus) bool {
+	switch st {
+	case loop.TaskSubmitted, loop.TaskWorking, loop.TaskWaitingInput, loop.TaskWaitingAuth,
+		loop.TaskWaitingSubtask, loop.TaskCompleted, loop.TaskFailed, loop.TaskCanceled, loop.TaskRejected:
+		return true
+	}
+	return false
+}
+
+// retry runs a failed task again. Precisely: it starts a new task (new id)
+// in the same context, as the task's owner, whose input is the task's
+// original input, the user messages that opened it (the leading user
+// messages of its history). The failed task stays failed, with its
+// journal: nothing it did is undone or replayed. The context's history
+// already holds the failed turn, so the model sees the input again after
+// it. Only a failed task can be retried, and only when no turn runs on its
+// context. It returns the new task's id.
+func (m *taskManager) retry(ctx context.Context, rec loop.TaskRecord) (string, error) {
+	if rec.Status != loop.TaskFailed {
+		return "", fmt.Errorf("%w: task %q is %s; only a failed task can be retried", loop.ErrInvalid, rec.ID, rec.Status)
+	}
+	var input []loop.Message
+	for _, msg := range rec.History {
+		if msg.Role != loop.RoleUser {
+			break
+		}
+		input = append(input, msg)
+	}
+	if len(input) == 0 {
+		return "", fmt.Errorf("%w: task %q has no user input to run again", loop.ErrInvalid, rec.ID)
+	}
+	agent, err := m.getAgent(ctx, rec.ContextID, rec.Owner)
+	if err != nil {
+		return "", err
+	}
+	taskID := uuid.NewString()
+	r, err := m.register(ctx, taskID, rec.ContextID, rec.Owner)
+	if err != nil {
+		return "", err
+	}
+	now := time.Now().UTC()
+	r.created = now
+	md := map[string]any{"retryOf": rec.ID}
+	next := loop.TaskRecord{ID: taskID, ContextID: rec.ContextID, Owner: rec.Owner, Status: loop.TaskSubmitted,
+		CreatedAt: now, UpdatedAt: now, Metadata: md}
+	auth := &loop.AuthContext{Principal: rec.Owner}
+	m.launch(r, next, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+		return agent.Turn(ctx, loop.TurnInput{TaskID: taskID, Messages: input, Auth: auth, Sink: sink, Metadata: md})
+	})
+	return taskID, nil
+}
