@@ -36,11 +36,15 @@ type Config struct {
 	Auth    AuthConfig    `json:"auth"`
 	Admin   AdminConfig   `json:"admin"`
 	Limits  LimitsConfig  `json:"limits"`
+	// Observability: the /metrics token and usage limits per principal.
+	// Spans are exported as the standard OTEL_* environment says.
+	Observability ObservabilityConfig `json:"observability"`
 
 	// LogFormat is "json", "text" or "" (text in a terminal, JSON otherwise).
 	LogFormat string `json:"logFormat,omitempty"`
-	// TraceSpans writes the OpenTelemetry spans of every turn (agent turn,
-	// model calls, tool calls) to the log.
+	// TraceSpans writes the OpenTelemetry spans of every request and turn
+	// (agent turn, model calls, tool calls) to the log, besides any
+	// exporter the OTEL_* environment configures.
 	TraceSpans bool `json:"traceSpans,omitempty"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `json:"logLevel,omitempty"`

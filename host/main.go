@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
@@ -30,6 +31,9 @@ type Main struct {
 	// Model, when set, replaces the model the configuration selects
 	// (tests and embedders).
 	Model loop.Model
+	// SpanExporter, when set, receives every span as it ends, besides the
+	// exporter the OTEL_* environment selects (tests and embedders).
+	SpanExporter sdktrace.SpanExporter
 
 	log       *slog.Logger
 	store     *store.Badger
@@ -135,8 +139,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	m.log = newLogger(m.Stdout, cfg.LogFormat, cfg.LogLevel)
+	m.log = newLogger(m.Stdout, cfg.LogFormat, cfg.LogLevel, configSecrets(cfg))
 	dc := cfg.withDefaults()
+	tel, err := newTelemetry(ctx, telemetryOptions{LogSpans: cfg.TraceSpans, Exporter: m.SpanExporter, Log: m.log})
+	if err != nil {
+		return err
+	}
+	m.closers = append(m.closers, func() error {
+		// Flush what is left, but never hang the exit on a collector.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return tel.Shutdown(ctx)
+	})
 
 	ln, err := net.Listen("tcp", dc.Addr)
 	if err != nil {
@@ -175,10 +189,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	toolsets = append(toolsets, artifacts.NewTools(arts))
-	tracer, stopTracer := newTracer(cfg.TraceSpans, m.log)
-	m.closers = append(m.closers, func() error { return stopTracer(context.Background()) })
 	srv, err := NewServer(cfg, Options{
-		Tracer:    tracer,
+		tel:       tel,
 		Stores:    Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events(), Checkpoints: st, Journal: st},
 		Model:     model,
 		Toolsets:  toolsets,
@@ -240,7 +252,7 @@ func ignoreClosed(err error) error {
 
 // newLogger returns a JSON logger, or a text one when format says so or,
 // with no format, when out is a terminal.
-func newLogger(out io.Writer, format, level string) *slog.Logger {
+func newLogger(out io.Writer, format, level string, secrets []string) *slog.Logger {
 	if out == nil {
 		out = os.Stderr
 	}
@@ -260,8 +272,9 @@ func newLogger(out io.Writer, format, level string) *slog.Logger {
 			text = true
 		}
 	}
+	var h slog.Handler = slog.NewJSONHandler(out, opts)
 	if text {
-		return slog.New(slog.NewTextHandler(out, opts))
+		h = slog.NewTextHandler(out, opts)
 	}
-	return slog.New(slog.NewJSONHandler(out, opts))
+	return slog.New(newLogHandler(h, secrets))
 }

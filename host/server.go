@@ -3,6 +3,7 @@ package host
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 	"github.com/gofiber/fiber/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/looopy-go/looopy/artifacts"
@@ -29,11 +32,16 @@ type Options struct {
 	Toolsets []loop.Toolset
 	// Plugins, when set, is served by the admin API.
 	Plugins PluginAdmin
-	// Tracer, when set, makes the spans of every turn.
+	// Tracer, when set, makes the spans of every request and turn.
 	Tracer trace.Tracer
+	// Meter, when set, records the metrics GET /metrics serves besides
+	// the server's own. Nil: the server's own meter provider.
+	Meter metric.Meter
 	// Artifacts, when set, is served at GET /artifacts/{id}.
 	Artifacts *artifacts.DB
 	Logger    *slog.Logger
+
+	tel *telemetry // Main's; nil: the server makes its own from the environment
 }
 
 // Server is the Looopy HTTP server: A2A 1.0 and 0.3, the Looopy event
@@ -50,6 +58,13 @@ type Server struct {
 	artifacts *artifacts.DB
 	log       *slog.Logger
 	ready     atomic.Bool
+
+	tel          *telemetry
+	ownTel       bool // tel was made here: Shutdown stops it
+	metrics      hostMetrics
+	usage        *usageTracker
+	metricsToken []byte // sha256 of the /metrics token; nil: open
+	openStreams  atomic.Int64
 
 	// Streams are served on streamsCtx, which ends after the turns have
 	// (so that a stream still delivers its task's final status).
@@ -76,9 +91,28 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
+	tel, ownTel := opts.tel, false
+	if tel == nil {
+		if tel, err = newTelemetry(context.Background(), telemetryOptions{Log: log}); err != nil {
+			return nil, fmt.Errorf("new server: %w", err)
+		}
+		ownTel = true
+		if opts.Tracer != nil {
+			tel.tracer = opts.Tracer
+		}
+	}
+	meter := opts.Meter
+	if meter == nil {
+		meter = tel.meter
+	}
+	kv, _ := st.Tasks.(usageKV)
+	usage, err := newUsageTracker(kv, cfg.Observability.UsageLimits, meter, log)
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
 	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
-		MaxIterations: cfg.Agent.MaxIterations, Tracer: opts.Tracer, Logger: log,
-		Checkpoints: st.Checkpoints, Journal: st.Journal})
+		MaxIterations: cfg.Agent.MaxIterations, Tracer: tel.tracer, Logger: log,
+		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.budget})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -87,10 +121,22 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	s := &Server{cfg: cfg, stores: st, hub: hub, auth: auth,
-		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log}
+		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log,
+		tel: tel, ownTel: ownTel, usage: usage}
+	if tok := cfg.Observability.MetricsToken; tok != "" {
+		v, err := resolveSecret(tok)
+		if err != nil {
+			return nil, fmt.Errorf("new server: metrics token: %w", err)
+		}
+		sum := sha256.Sum256([]byte(v))
+		s.metricsToken = sum[:]
+	}
 	s.streamsCtx, s.cancelStreams = context.WithCancel(context.Background())
 	s.tasks = newTaskManager(lp, st, s.hub, cfg.Limits, cfg.Agent, log)
 	s.tasks.artifacts = opts.Artifacts
+	if err := s.registerMetrics(meter); err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
 	if err := s.tasks.recover(context.Background()); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -115,6 +161,7 @@ func (s *Server) routes() {
 	s.app.Get("/artifacts/:id", s.handleArtifact)
 	s.app.Get("/healthz", func(c fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	s.app.Get("/readyz", s.handleReady)
+	s.app.Get("/metrics", s.handleMetrics)
 	s.adminRoutes(s.app.Group("/admin"))
 }
 
@@ -138,9 +185,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.cancelStreams()
 	_ = s.hub.Close()
+	var telErr error
+	if s.ownTel {
+		telErr = s.tel.Shutdown(context.WithoutCancel(ctx))
+	}
 	select {
 	case err := <-httpDone:
-		return err
+		return errors.Join(err, telErr)
 	case <-time.After(5 * time.Second):
 		return errors.New("shutdown: connections still open after the turns ended")
 	}
@@ -185,6 +236,7 @@ type rpcCall struct {
 	req     rpcRequest
 	auth    *loop.AuthContext
 	toError func(error) *rpcError
+	err     error // the error answered, for the request's span
 }
 
 func (s *Server) handleRPC10(c fiber.Ctx) error { return s.handleRPC(c, false) }
@@ -198,6 +250,7 @@ func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
 	answered := false
 	answer := func(result any, err error) (*taskStream, error) {
 		answered = true
+		call.err = err
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 		if err != nil {
 			if lookupError(err).code == internalRow.code {
@@ -210,6 +263,12 @@ func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
 	}
 	req, err := decodeRPCRequest(c.Body())
 	call.req = req
+	// One span per call, named after the A2A method, continuing the
+	// client's trace (W3C traceparent).
+	ctx := s.tel.propagator.Extract(c.Context(), fiberCarrier{c})
+	ctx, span := s.tel.startSpan(ctx, spanName(req.Method), trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	defer func() { s.endRPCSpan(ctx, span, &call, v03) }()
 	if err != nil {
 		_, err = answer(nil, err)
 		return err
@@ -219,12 +278,17 @@ func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
 		_, err = answer(nil, err)
 		return err
 	}
-	ctx := c.Context()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("enduser.id", call.auth.Principal))
+	}
 	var stream *taskStream
 	if v03 {
 		stream, err = s.rpc03(ctx, c, &call, answer)
 	} else {
 		stream, err = s.rpc10(ctx, c, &call, answer)
+	}
+	if err != nil {
+		call.err = err
 	}
 	if answered {
 		return err
@@ -260,6 +324,8 @@ func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
 // ends it, the client leaves or the host shuts down.
 func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, after uint64, f sse.Filter, enc sse.Encoder) error {
 	ctx := s.streamsCtx
+	s.openStreams.Add(1)
+	defer s.openStreams.Add(-1)
 	if _, ok := enc.(sse.LooopyEncoder); !ok {
 		s.taskStreams.Add(1)
 		defer s.taskStreams.Add(-1)

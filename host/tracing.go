@@ -5,21 +5,7 @@ import (
 	"log/slog"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 )
-
-// newTracer returns the tracer the turns use and the function that flushes
-// and stops it. With tracing off it is nil (the loop makes no spans).
-//
-// Spans go to the host's log (an exporter to an OpenTelemetry collector
-// is a matter of adding one to the provider here).
-func newTracer(on bool, log *slog.Logger) (trace.Tracer, func(context.Context) error) {
-	if !on {
-		return nil, func(context.Context) error { return nil }
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(&logExporter{log: log.With("component", "trace")}))
-	return tp.Tracer("github.com/looopy-go/looopy"), tp.Shutdown
-}
 
 // logExporter writes each finished span as one log record.
 type logExporter struct{ log *slog.Logger }

@@ -1,0 +1,53 @@
+package host
+
+import (
+	"context"
+
+	"github.com/gofiber/fiber/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// fiberCarrier reads W3C trace context headers of a Fiber request.
+type fiberCarrier struct{ c fiber.Ctx }
+
+var _ propagation.TextMapCarrier = fiberCarrier{}
+
+func (f fiberCarrier) Get(key string) string { return f.c.Get(key) }
+func (f fiberCarrier) Set(string, string)    {}
+func (f fiberCarrier) Keys() []string        { return []string{"traceparent", "tracestate", "baggage"} }
+
+// spanName is the span name of a JSON-RPC call: its A2A method.
+func spanName(method string) string {
+	if method == "" || len(method) > 64 {
+		return "jsonrpc"
+	}
+	return method
+}
+
+// endRPCSpan records the outcome of a JSON-RPC call on its span and in the
+// request counter.
+func (s *Server) endRPCSpan(ctx context.Context, span trace.Span, call *rpcCall, v03 bool) {
+	outcome := "ok"
+	if call.err != nil {
+		outcome = "error"
+	}
+	method := spanName(call.req.Method)
+	if s.metrics.requests != nil {
+		s.metrics.requests.Add(ctx, 1, metric.WithAttributes(attribute.String("method", method), attribute.String("outcome", outcome)))
+	}
+	if !span.IsRecording() {
+		return
+	}
+	version := "1.0"
+	if v03 {
+		version = "0.3"
+	}
+	span.SetAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", method),
+		attribute.String("a2a.version", version))
+	if call.err != nil {
+		recordError(span, call.err)
+	}
+}
