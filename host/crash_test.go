@@ -1,0 +1,482 @@
+//go:build long
+
+package host_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+)
+
+// crashScript makes the model answer "run <tag>" with five rounds, each a
+// slow ledger_append call, then a slow final answer: a turn lasts a few
+// seconds, so kills land in model calls, between rounds and in tool calls.
+const crashScript = `{"rules":[{"name":"run","match":"^run (\\S+)$","steps":[
+ {"text":"starting $1. ","delayMs":120},
+ {"toolCall":{"name":"ledger_append","arguments":{"entry":"$1 step 1"}},"delayMs":120},
+ {"text":"step 1 done. ","delayMs":120},
+ {"toolCall":{"name":"ledger_append","arguments":{"entry":"$1 step 2"}},"delayMs":120},
+ {"text":"step 2 done. ","delayMs":120},
+ {"toolCall":{"name":"ledger_append","arguments":{"entry":"$1 step 3"}},"delayMs":120},
+ {"text":"step 3 done. ","delayMs":120},
+ {"toolCall":{"name":"ledger_append","arguments":{"entry":"$1 step 4"}},"delayMs":120},
+ {"text":"step 4 done. ","delayMs":120},
+ {"toolCall":{"name":"ledger_append","arguments":{"entry":"$1 step 5"}},"delayMs":120},
+ {"text":"finished $1","delayMs":120}]}]}`
+
+const (
+	crashContexts = 40
+	crashRounds   = 4
+	crashCalls    = 5
+	crashAdmin    = "crash-admin"
+)
+
+// crashPlugin writes a plugin folder name/ under dir from the example's
+// wasm and template, with the given config.
+func crashPlugin(t *testing.T, dir, name string, config map[string]any, paths []string) {
+	t.Helper()
+	src := filepath.Join("..", "examples", "plugins", name)
+	wasm, err := os.ReadFile(filepath.Join(src, name+".wasm"))
+	if err != nil {
+		t.Fatalf("read %s wasm (run make plugins-go): %v", name, err)
+	}
+	dst := filepath.Join(dir, name)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, name+".wasm"), wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := os.ReadFile(filepath.Join(src, "plugin.template.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(tmpl, &m); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(wasm)
+	m["sha256"] = hex.EncodeToString(sum[:])
+	m["config"] = config
+	if paths != nil {
+		caps, _ := m["capabilities"].(map[string]any)
+		var ap []any
+		for _, p := range paths {
+			ap = append(ap, map[string]any{"path": p})
+		}
+		caps["allowedPaths"] = ap
+	}
+	b, _ := json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(dst, "plugin.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostProc is the host binary running as a child process.
+type hostProc struct {
+	cmd  *exec.Cmd
+	base string
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func startProc(t *testing.T, bin, config string, logw io.Writer) *hostProc {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "-config", config, "-addr", addr, "-public-url", "http://"+addr)
+	cmd.Stdout, cmd.Stderr = logw, logw
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start host: %v", err)
+	}
+	p := &hostProc{cmd: cmd, base: "http://" + addr}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(p.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			p.kill()
+			t.Fatalf("host not ready after 60s (see its log)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill ends the process with SIGKILL: nothing is flushed, nothing closed.
+func (p *hostProc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+}
+
+// TestLongCrashRecovery is issue 5's proof with the real binary: tasks that
+// call a non-idempotent ledger tool, the host killed with SIGKILL at random
+// moments over several rounds and restarted on the same data. Then every
+// task has ended, completed with its whole conversation; every ledger call
+// the journal shows completed ran exactly once, an interrupted one at most
+// once, and nothing ran that the journal does not know; and the event
+// streams, replayed from the start, have consecutive ids across the crashes.
+func TestLongCrashRecovery(t *testing.T) {
+	root := t.TempDir()
+	bin := filepath.Join(root, "looopy")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/host")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build host: %v\n%s", err, out)
+	}
+	plugins := filepath.Join(root, "plugins")
+	ledgerData := filepath.Join(plugins, "ledger", "data")
+	crashPlugin(t, plugins, "scripted-model", map[string]any{"script": json.RawMessage(crashScript)}, nil)
+	crashPlugin(t, plugins, "ledger", map[string]any{"dir": ledgerData}, []string{ledgerData})
+	if err := os.MkdirAll(ledgerData, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{
+		"dataDir":   filepath.Join(root, "data"),
+		"pluginDir": plugins,
+		"plugins":   map[string]any{"only": []string{"scripted-model", "ledger"}, "cacheDir": wasmCache},
+		"admin":     map[string]any{"token": crashAdmin},
+		"limits":    map[string]any{"heartbeat": "1s", "shutdownGrace": "1s", "turnTimeout": "5m"},
+		"logFormat": "json",
+	}
+	cb, _ := json.Marshal(cfg)
+	config := filepath.Join(root, "looopy.json")
+	if err := os.WriteFile(config, cb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(root, "host.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	failed := true
+	defer func() {
+		if failed {
+			b, _ := os.ReadFile(logf.Name())
+			if len(b) > 20000 {
+				b = b[len(b)-20000:]
+			}
+			t.Logf("host log (tail):\n%s", b)
+		}
+	}()
+
+	ctx := context.Background()
+	tasks := map[string]string{} // tag -> task id
+	startTasks := func(p *hostProc, from, to int) {
+		c := client10(t, p.base, "")
+		for i := from; i < to; i++ {
+			tag := fmt.Sprintf("c%02d", i)
+			msg := userMsg("run " + tag)
+			msg.ContextID = "ctx-" + tag
+			r, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: msg,
+				Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+			if err != nil {
+				t.Fatalf("send %s: %v", tag, err)
+			}
+			task, ok := r.(*a2a.Task)
+			if !ok {
+				t.Fatalf("send %s: got %T, want a task", tag, r)
+			}
+			tasks[tag] = string(task.ID)
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+	p := startProc(t, bin, config, logf)
+	startTasks(p, 0, crashContexts/2)
+	for round := 1; round <= crashRounds; round++ {
+		if round == 2 {
+			startTasks(p, crashContexts/2, crashContexts) // a second wave, started between crashes
+		}
+		wait := time.Duration(300+rng.IntN(2200)) * time.Millisecond
+		time.Sleep(wait)
+		working := countWorking(t, p.base)
+		p.kill()
+		t.Logf("round %d: killed the host %v after it was ready, %d tasks working", round, wait, working)
+		p = startProc(t, bin, config, logf)
+	}
+	defer p.kill()
+
+	// Every task ends.
+	c := client10(t, p.base, "")
+	final := map[string]*a2a.Task{}
+	deadline := time.Now().Add(5 * time.Minute)
+	for tag, id := range tasks {
+		for {
+			task, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(id)})
+			if err != nil {
+				t.Fatalf("get task %s (%s): %v", tag, id, err)
+			}
+			if task.Status.State.Terminal() {
+				final[tag] = task
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s (%s) still %s after 5 minutes", tag, id, task.Status.State)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// Every conversation is whole: the input, then the final answer.
+	for tag, task := range final {
+		if task.Status.State != a2a.TaskStateCompleted {
+			t.Errorf("task %s: %s (%v), want completed", tag, task.Status.State, statusText(task))
+			continue
+		}
+		if len(task.History) == 0 || task.History[0].Role != a2a.MessageRoleUser || partsText(task.History[0].Parts) != "run "+tag {
+			t.Errorf("task %s: history does not open with its input: %v", tag, historyText(task))
+		}
+		if got := artifactText(task); !strings.Contains(got, "finished "+tag) {
+			t.Errorf("task %s: final answer %q, want it to say finished %s", tag, got, tag)
+		}
+	}
+
+	// The ledger: one line per execution, keyed by its entry ("<tag> step N").
+	ledger, err := os.ReadFile(filepath.Join(ledgerData, "ledger.log"))
+	if err != nil {
+		t.Fatalf("read ledger: %v", err)
+	}
+	lines := map[string]int{}
+	for _, ln := range strings.Split(strings.TrimSpace(string(ledger)), "\n") {
+		_, entry, ok := strings.Cut(ln, "\t")
+		if !ok {
+			t.Fatalf("ledger line %q has no tab", ln)
+		}
+		lines[entry]++
+	}
+	journaled := map[string]bool{}
+	interrupted := 0
+	for tag, id := range tasks {
+		calls := adminJournal(t, p.base, id)
+		if len(calls) != crashCalls {
+			t.Errorf("task %s: %d journaled calls, want %d", tag, len(calls), crashCalls)
+		}
+		for _, call := range calls {
+			var args struct {
+				Entry string `json:"entry"`
+			}
+			_ = json.Unmarshal(call.Arguments, &args)
+			journaled[args.Entry] = true
+			n := lines[args.Entry]
+			switch {
+			case call.State != "completed" || call.Result == nil:
+				t.Errorf("task %s: call %s is %s after the task ended", tag, call.CallID, call.State)
+			case strings.Contains(call.Result.Content, "interrupted by a restart"):
+				interrupted++
+				if n > 1 {
+					t.Errorf("task %s: interrupted call %s (%q) ran %d times", tag, call.CallID, args.Entry, n)
+				}
+			case n != 1:
+				t.Errorf("task %s: completed call %s (%q) ran %d times, want exactly once", tag, call.CallID, args.Entry, n)
+			}
+		}
+	}
+	for entry, n := range lines {
+		if !journaled[entry] {
+			t.Errorf("ledger entry %q (%d lines) belongs to no journaled call", entry, n)
+		}
+	}
+	t.Logf("%d tasks, %d ledger lines, %d calls interrupted by a kill", len(tasks), len(lines), interrupted)
+
+	// A client reading each stream again from the start sees every id once,
+	// in order, across the crashes: the Looopy stream of the context from
+	// Last-Event-ID 0 has every event, so its ids are consecutive. The A2A
+	// task stream (SubscribeToTask, resumed after id 1) leaves out the
+	// events A2A has no form for, so its ids only rise, and it ends with
+	// the task's final status.
+	for tag, id := range tasks {
+		ids, _ := contextStreamIDs(t, p.base, "ctx-"+tag)
+		checkConsecutive(t, "context stream of "+tag, ids, 1)
+		tids, last := taskStreamIDs(t, p.base, id, 1)
+		checkRising(t, "task stream of "+tag, tids, 1)
+		if !strings.Contains(last, `"statusUpdate"`) || !strings.Contains(strings.ToUpper(last), "COMPLETED") {
+			t.Errorf("task stream of %s: last frame %s, want the completed status", tag, last)
+		}
+	}
+	failed = t.Failed()
+}
+
+func statusText(t *a2a.Task) string {
+	if t.Status.Message == nil {
+		return ""
+	}
+	return partsText(t.Status.Message.Parts)
+}
+
+func partsText(ps a2a.ContentParts) string {
+	var sb strings.Builder
+	for _, p := range ps {
+		sb.WriteString(p.Text())
+	}
+	return sb.String()
+}
+
+func historyText(t *a2a.Task) []string {
+	var out []string
+	for _, m := range t.History {
+		out = append(out, string(m.Role)+": "+partsText(m.Parts))
+	}
+	return out
+}
+
+func checkConsecutive(t *testing.T, what string, ids []uint64, first uint64) {
+	t.Helper()
+	if len(ids) == 0 {
+		t.Errorf("%s: no events", what)
+		return
+	}
+	for i, id := range ids {
+		if id != first+uint64(i) {
+			t.Errorf("%s: ids %v: want %d, %d, … with no gap and no duplicate", what, ids, first, first+1)
+			return
+		}
+	}
+}
+
+func checkRising(t *testing.T, what string, ids []uint64, after uint64) {
+	t.Helper()
+	if len(ids) == 0 {
+		t.Errorf("%s: no events", what)
+		return
+	}
+	for _, id := range ids {
+		if id <= after {
+			t.Errorf("%s: ids %v: want each above %d and above the one before (no duplicate)", what, ids, after)
+			return
+		}
+		after = id
+	}
+}
+
+func adminGet(t *testing.T, url string, out any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+crashAdmin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+type journalCall struct {
+	CallID    string          `json:"callId"`
+	State     string          `json:"state"`
+	Arguments json.RawMessage `json:"arguments"`
+	Result    *struct {
+		Content string `json:"content"`
+	} `json:"result"`
+}
+
+func adminJournal(t *testing.T, base, taskID string) []journalCall {
+	var out struct {
+		Calls []journalCall `json:"calls"`
+	}
+	adminGet(t, base+"/admin/tasks/"+taskID+"/journal", &out)
+	return out.Calls
+}
+
+func countWorking(t *testing.T, base string) int {
+	var out struct {
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	adminGet(t, base+"/admin/tasks?state=working&limit=1000", &out)
+	return len(out.Tasks)
+}
+
+// sseIDs reads the ids of an SSE response until it ends or stop says so,
+// and returns them with the data of the last frame.
+func sseIDs(t *testing.T, what string, resp *http.Response, stop func(event string) bool) ([]uint64, string) {
+	t.Helper()
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s: %d %s", what, resp.StatusCode, b)
+	}
+	var ids []uint64
+	var last string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "id:"); ok {
+			id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: bad id line %q", what, line)
+			}
+			ids = append(ids, id)
+		}
+		if v, ok := strings.CutPrefix(line, "data:"); ok {
+			last = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "event:"); ok && stop(strings.TrimSpace(v)) {
+			return ids, last
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s: read: %v (ids so far %v)", what, err, ids)
+	}
+	return ids, last
+}
+
+func contextStreamIDs(t *testing.T, base, contextID string) ([]uint64, string) {
+	req, _ := http.NewRequest("GET", base+"/events/"+contextID, nil)
+	req.Header.Set("Last-Event-ID", "0")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("events of %s: %v", contextID, err)
+	}
+	return sseIDs(t, "events of "+contextID, resp, func(ev string) bool { return ev == "task-complete" })
+}
+
+func taskStreamIDs(t *testing.T, base, taskID string, after uint64) ([]uint64, string) {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
+		"params": map[string]any{"id": taskID}})
+	req, _ := http.NewRequest("POST", base+"/", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Last-Event-ID", strconv.FormatUint(after, 10))
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("subscribe to %s: %v", taskID, err)
+	}
+	return sseIDs(t, "task stream of "+taskID, resp, func(string) bool { return false })
+}
