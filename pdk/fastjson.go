@@ -2,6 +2,7 @@ package pdk
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -424,4 +425,61 @@ func jsonNumber(b []byte) bool {
 		}
 	}
 	return i == len(b)
+}
+
+// appendScalar writes a boolean or a number as encoding/json would; ok is
+// false for any other value (and for NaN and infinities, which JSON cannot
+// hold), and the caller uses encoding/json.
+func appendScalar(dst []byte, v any) ([]byte, bool) {
+	switch x := v.(type) {
+	case bool:
+		return strconv.AppendBool(dst, x), true
+	case int:
+		return strconv.AppendInt(dst, int64(x), 10), true
+	case int8:
+		return strconv.AppendInt(dst, int64(x), 10), true
+	case int16:
+		return strconv.AppendInt(dst, int64(x), 10), true
+	case int32:
+		return strconv.AppendInt(dst, int64(x), 10), true
+	case int64:
+		return strconv.AppendInt(dst, x, 10), true
+	case uint:
+		return strconv.AppendUint(dst, uint64(x), 10), true
+	case uint16:
+		return strconv.AppendUint(dst, uint64(x), 10), true
+	case uint32:
+		return strconv.AppendUint(dst, uint64(x), 10), true
+	case uint64:
+		return strconv.AppendUint(dst, x, 10), true
+	case float64:
+		return appendFloat(dst, x, 64)
+	case float32:
+		return appendFloat(dst, float64(x), 32)
+	}
+	return dst, false
+}
+
+// appendFloat formats like encoding/json: the shortest form, in exponent
+// notation only for very large or very small magnitudes, with a two-digit
+// negative exponent trimmed (1e-7, not 1e-07).
+func appendFloat(dst []byte, f float64, bits int) ([]byte, bool) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return dst, false
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 {
+		if bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
+			format = 'e'
+		}
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, bits)
+	if format == 'e' {
+		n := len(dst)
+		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst, true
 }

@@ -2,6 +2,7 @@ package pdk
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -168,6 +169,46 @@ func FuzzFlatDecoder(f *testing.F) {
 		}
 		if got != want {
 			t.Fatalf("%s: got %+v, want %+v", in, got, want)
+		}
+	})
+}
+
+func TestAppendScalarMatchesEncodingJSON(t *testing.T) {
+	vals := []any{true, false, 0, -7, int8(-128), int16(300), int32(-5), int64(1) << 62, uint(7), uint16(65535), uint32(1 << 31), uint64(1) << 63,
+		0.0, -0.0, 1.5, -2.25, 1e20, 1e21, 123456789e15, 1e-6, 1e-7, 3.14159e-9, 5e-324, math.MaxFloat64,
+		float32(0.1), float32(1e21), float32(1e-7), float32(3.4e38), float32(-1.5)}
+	for _, v := range vals {
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := appendScalar(nil, v)
+		if !ok || string(got) != string(want) {
+			t.Errorf("appendScalar(%T %v) = %s, %v; want %s", v, v, got, ok, want)
+		}
+	}
+	for _, v := range []any{math.NaN(), math.Inf(1), "s", []int{1}, uint8(1)} {
+		if _, ok := appendScalar(nil, v); ok {
+			t.Errorf("appendScalar(%T %v) accepted", v, v)
+		}
+	}
+}
+
+func FuzzAppendFloat(f *testing.F) {
+	f.Add(1.5, float32(0.1))
+	f.Fuzz(func(t *testing.T, x float64, y float32) {
+		for _, v := range []any{x, y} {
+			want, err := json.Marshal(v)
+			got, ok := appendScalar(nil, v)
+			if err != nil {
+				if ok {
+					t.Fatalf("%v: accepted, encoding/json refuses", v)
+				}
+				continue
+			}
+			if !ok || string(got) != string(want) {
+				t.Fatalf("appendScalar(%T %v) = %s; want %s", v, v, got, want)
+			}
 		}
 	})
 }

@@ -101,6 +101,9 @@ func Tool[A, R any](name, description string, fn func(ctx context.Context, args 
 			}
 			return *v, nil
 		}
+		if b, ok := appendScalar(nil, any(r)); ok {
+			return ToolResult{Content: string(b)}, nil
+		}
 		b, err := json.Marshal(r)
 		if err != nil {
 			return ToolResult{}, fmt.Errorf("encode result: %w", err)
