@@ -10,6 +10,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
@@ -88,20 +89,31 @@ func (m *taskManager) recover(ctx context.Context) error {
 	}
 	durable := m.stores.Checkpoints != nil && m.stores.Journal != nil
 	sem := make(chan struct{}, max(m.limits.ResumeConcurrency, 1))
+	// Tasks are taken over in parallel: each costs synced writes (the
+	// context's metadata, or the failed record), which the store commits
+	// in groups only when they come together. Their turns wait until all
+	// are taken over (gate): the host is ready soon after a crash however
+	// many tasks were in flight, instead of sharing the machine with the
+	// first resumed turns while it takes over the others.
+	gate := make(chan struct{})
+	defer close(gate)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(m.limits.ResumeConcurrency, 1))
 	for _, rec := range recs {
-		if !durable || rec.Status != loop.TaskWorking {
-			m.log.LogAttrs(ctx, slog.LevelWarn, "task interrupted by a restart", slog.String("task_id", rec.ID))
-			if err := m.finishStored(ctx, rec, loop.TaskFailed, "interrupted: the host restarted during the turn"); err != nil {
-				return err
+		g.Go(func() error {
+			if !durable || rec.Status != loop.TaskWorking {
+				m.log.LogAttrs(gctx, slog.LevelWarn, "task interrupted by a restart", slog.String("task_id", rec.ID))
+				return m.finishStored(gctx, rec, loop.TaskFailed, "interrupted: the host restarted during the turn")
 			}
-			continue
-		}
-		if err := m.resume(ctx, rec, sem); err != nil {
-			m.log.LogAttrs(ctx, slog.LevelError, "task not resumed", slog.String("task_id", rec.ID), slog.String("error", err.Error()))
-			if ferr := m.finishStored(ctx, rec, loop.TaskFailed, "cannot be resumed after a restart: "+err.Error()); ferr != nil {
-				return ferr
+			if err := m.resume(gctx, rec, gate, sem); err != nil {
+				m.log.LogAttrs(gctx, slog.LevelError, "task not resumed", slog.String("task_id", rec.ID), slog.String("error", err.Error()))
+				return m.finishStored(gctx, rec, loop.TaskFailed, "cannot be resumed after a restart: "+err.Error())
 			}
-		}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if len(recs) > 0 {
 		m.log.LogAttrs(ctx, slog.LevelInfo, "tasks taken over after a restart", slog.Int("tasks", len(recs)))
@@ -110,8 +122,8 @@ func (m *taskManager) recover(ctx context.Context) error {
 }
 
 // resume registers a task left working by a crash as running and resumes
-// its turn in the background once sem has room.
-func (m *taskManager) resume(ctx context.Context, rec loop.TaskRecord, sem chan struct{}) error {
+// its turn in the background once gate is closed and sem has room.
+func (m *taskManager) resume(ctx context.Context, rec loop.TaskRecord, gate <-chan struct{}, sem chan struct{}) error {
 	agent, err := m.getAgent(ctx, rec.ContextID, rec.Owner)
 	if err != nil {
 		return err
@@ -122,6 +134,11 @@ func (m *taskManager) resume(ctx context.Context, rec loop.TaskRecord, sem chan 
 	}
 	r.created = rec.CreatedAt
 	m.launch(r, rec, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return loop.Outcome{}, ctx.Err()
+		}
 		select {
 		case sem <- struct{}{}:
 			defer func() { <-sem }()
@@ -221,7 +238,8 @@ func (m *taskManager) getAgent(ctx context.Context, contextID, owner string) (*l
 			var err error
 			a, err = loop.NewAgent(loop.AgentConfig{ContextID: contextID, Owner: owner, Loop: m.loop,
 				Messages: m.stores.Messages, Agents: m.stores.Agents, Tasks: m.stores.Tasks,
-				HistoryLimit: m.agent.HistoryLimit, TaskTTL: time.Duration(m.limits.TaskTTL), Logger: m.log})
+				HistoryLimit: m.agent.HistoryLimit, TaskTTL: time.Duration(m.limits.TaskTTL), Logger: m.log,
+				Artifacts: m.artifactLister()})
 			if err != nil {
 				return nil, fmt.Errorf("agent of %q: %w", contextID, err)
 			}
@@ -238,6 +256,15 @@ func (m *taskManager) getAgent(ctx context.Context, contextID, owner string) (*l
 		return nil, contextNotFound(contextID)
 	}
 	return a, nil
+}
+
+// artifactLister is the artifact store as the Agent sees it (nil when the
+// host keeps no artifacts).
+func (m *taskManager) artifactLister() loop.ArtifactLister {
+	if m.artifacts == nil {
+		return nil
+	}
+	return m.artifacts
 }
 
 // evictLocked keeps the agent cache under Limits.MaxAgents: it drops

@@ -34,6 +34,8 @@ type AgentConfig struct {
 	DisableAutoSave bool
 	// TaskTTL makes finished task records expire; 0 keeps them.
 	TaskTTL time.Duration
+	// Artifacts lists the conversation's artifacts (optional).
+	Artifacts ArtifactLister
 	Logger  *slog.Logger
 }
 
@@ -429,6 +431,19 @@ func (a *Agent) compactLocked(ctx context.Context) error {
 	}
 	a.history = compacted
 	return nil
+}
+
+// Artifacts lists the artifacts the conversation's turns produced. Without
+// an ArtifactLister configured it returns none.
+func (a *Agent) Artifacts(ctx context.Context) ([]ArtifactSummary, error) {
+	if a.cfg.Artifacts == nil {
+		return nil, nil
+	}
+	list, err := a.cfg.Artifacts.ContextArtifacts(ctx, a.cfg.ContextID)
+	if err != nil {
+		return nil, fmt.Errorf("artifacts of %q: %w", a.cfg.ContextID, err)
+	}
+	return list, nil
 }
 
 // SaveState saves unsaved messages and the metadata now.

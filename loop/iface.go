@@ -208,3 +208,20 @@ type TurnCommit struct {
 type TurnCommitter interface {
 	CommitTurn(ctx context.Context, c TurnCommit) error
 }
+
+// ArtifactSummary describes an artifact of a conversation.
+type ArtifactSummary struct {
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"` // file, data, dataset
+	TaskID    string    `json:"taskId"`
+	Name      string    `json:"name,omitempty"`
+	MimeType  string    `json:"mimeType,omitempty"`
+	Status    string    `json:"status"` // building, complete, failed
+	Size      int64     `json:"size"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// ArtifactLister lists the artifacts of a conversation.
+type ArtifactLister interface {
+	ContextArtifacts(ctx context.Context, contextID string) ([]ArtifactSummary, error)
+}
