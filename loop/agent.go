@@ -36,7 +36,7 @@ type AgentConfig struct {
 	TaskTTL time.Duration
 	// Artifacts lists the conversation's artifacts (optional).
 	Artifacts ArtifactLister
-	Logger  *slog.Logger
+	Logger    *slog.Logger
 }
 
 // TurnInput is one turn asked of an Agent.
