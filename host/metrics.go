@@ -95,8 +95,10 @@ func (s *Server) registerMetrics(m metric.Meter) error {
 	return nil
 }
 
-// badgerSize adds up the Badger files under dir the way Badger itself
-// reports its size: tables (.sst) are the LSM tree, .vlog the value log.
+// badgerSize adds up the Badger files under dir: tables (.sst) are the LSM
+// tree, .vlog the value log. It counts the space the files take on disk,
+// not their length: Badger preallocates its value log as a sparse file of
+// gigabytes.
 func badgerSize(dir string) (lsm, vlog int64) {
 	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -114,11 +116,11 @@ func badgerSize(dir string) (lsm, vlog int64) {
 		switch filepath.Ext(path) {
 		case ".sst":
 			if fi, err := d.Info(); err == nil {
-				lsm += fi.Size()
+				lsm += diskUsage(fi)
 			}
 		case ".vlog":
 			if fi, err := d.Info(); err == nil {
-				vlog += fi.Size()
+				vlog += diskUsage(fi)
 			}
 		}
 		return nil
