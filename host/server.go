@@ -58,6 +58,7 @@ type Server struct {
 	artifacts *artifacts.DB
 	log       *slog.Logger
 	ready     atomic.Bool
+	cleanup   *cleanup // removes what finished tasks leave behind
 
 	tel          *telemetry
 	ownTel       bool // tel was made here: Shutdown stops it
@@ -140,6 +141,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if err := s.tasks.recover(context.Background()); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
+	s.cleanup = s.startCleanup()
 	s.app = fiber.New(fiber.Config{
 		AppName:      "looopy",
 		BodyLimit:    cfg.Limits.MaxBodyBytes,
@@ -178,6 +180,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- s.app.ShutdownWithContext(context.WithoutCancel(ctx)) }()
 	s.tasks.shutdown(ctx)
+	s.cleanup.stop()
 	// The turns have ended and their last events are in the log: let the
 	// task streams deliver them (briefly), then end every stream.
 	for deadline := time.Now().Add(2 * time.Second); s.taskStreams.Load() > 0 && time.Now().Before(deadline); {
