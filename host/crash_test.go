@@ -334,22 +334,6 @@ func statusText(t *a2a.Task) string {
 	return partsText(t.Status.Message.Parts)
 }
 
-func partsText(ps a2a.ContentParts) string {
-	var sb strings.Builder
-	for _, p := range ps {
-		sb.WriteString(p.Text())
-	}
-	return sb.String()
-}
-
-func historyText(t *a2a.Task) []string {
-	var out []string
-	for _, m := range t.History {
-		out = append(out, string(m.Role)+": "+partsText(m.Parts))
-	}
-	return out
-}
-
 func checkConsecutive(t *testing.T, what string, ids []uint64, first uint64) {
 	t.Helper()
 	if len(ids) == 0 {
