@@ -36,6 +36,7 @@ type Main struct {
 	SpanExporter sdktrace.SpanExporter
 
 	log       *slog.Logger
+	tel       *telemetry
 	store     *store.Badger
 	server    *Server
 	ln        net.Listener
@@ -145,6 +146,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	m.tel = tel
 	m.closers = append(m.closers, func() error {
 		// Flush what is left, but never hang the exit on a collector.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

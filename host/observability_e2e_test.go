@@ -142,9 +142,15 @@ func TestSecretsNeverLeakAndTheTraceReachesThePluginsHTTP(t *testing.T) {
 	if len(seen) != 2 {
 		t.Fatalf("the model server got %d requests, want 2", len(seen))
 	}
+	// The plugin.call spans of the model plugin, children of llm.call.
 	llmCalls := map[string]bool{}
-	for _, s := range tt.named("llm.call") {
-		llmCalls[s.SpanContext.SpanID().String()] = true
+	for _, s := range tt.named("plugin.call") {
+		if p, ok := tt.parent(s); ok && p.Name == "llm.call" {
+			if v, _ := attrOf(s, "looopy.plugin.name"); v != "openai" {
+				t.Errorf("plugin.call under llm.call names plugin %q", v)
+			}
+			llmCalls[s.SpanContext.SpanID().String()] = true
+		}
 	}
 	turnTrace := tt.named("agent.turn")[0].SpanContext.TraceID().String()
 	for i, hd := range seen {
@@ -153,7 +159,7 @@ func TestSecretsNeverLeakAndTheTraceReachesThePluginsHTTP(t *testing.T) {
 		}
 		tp := strings.Split(hd.Get("traceparent"), "-")
 		if len(tp) != 4 || tp[1] != turnTrace || !llmCalls[tp[2]] {
-			t.Errorf("request %d: traceparent %q, want trace %s under an llm.call span %v", i, hd.Get("traceparent"), turnTrace, llmCalls)
+			t.Errorf("request %d: traceparent %q, want trace %s under a plugin.call span %v", i, hd.Get("traceparent"), turnTrace, llmCalls)
 		}
 	}
 

@@ -240,6 +240,34 @@ func TestTraceOfATurnWithParallelToolsAFailingToolAndARetry(t *testing.T) {
 	if toolErrs != 1 {
 		t.Errorf("%d failed calc spans, want 1", toolErrs)
 	}
+	// Each plugin call has its span: name, version, operation; the failed
+	// calculator call is marked failed.
+	calls := map[string]int{}
+	var pluginErrs int
+	for _, s := range tt.named("plugin.call") {
+		p, _ := tt.parent(s)
+		name, _ := attrOf(s, "looopy.plugin.name")
+		op, _ := attrOf(s, "looopy.plugin.op")
+		version, _ := attrOf(s, "looopy.plugin.version")
+		calls[p.Name+" "+name+" "+op+" "+version]++
+		if s.Status.Code == codes.Error {
+			pluginErrs++
+			if p.Name != "llm.call" || !strings.Contains(s.Status.Description, "busy, retry") {
+				t.Errorf("failed plugin.call under %s: %q", p.Name, s.Status.Description)
+			}
+		}
+	}
+	want := map[string]int{"llm.call scripted-model generate 1.0.0": 3, "tool[calc] calculator tool_call 1.0.0": 2}
+	for k, n := range want {
+		if calls[k] != n {
+			t.Errorf("plugin.call %q: %d spans, want %d (all: %v)", k, calls[k], n, calls)
+		}
+	}
+	// The model plugin's error fails its call; the calculator answered the
+	// bad expression with a tool error, a call that worked.
+	if pluginErrs != 1 {
+		t.Errorf("%d failed plugin.call spans, want 1", pluginErrs)
+	}
 }
 
 func TestTraceOfACanceledTurn(t *testing.T) {

@@ -84,6 +84,8 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			log.Info("plugin", "event", string(e.Kind), "name", e.Name, "version", e.Version, "took", e.Duration.String())
 		},
 		Logger: log,
+		Tracer: m.tel.tracer,
+		Meter:  m.tel.meter,
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("plugin registry: %w", err)

@@ -282,3 +282,12 @@ func (in *extismInstance) call(ctx context.Context, op pdk.Op, input []byte) ([]
 	}
 	return out, nil
 }
+
+// memoryPages is the size of the instance's linear memory in 64 KiB pages.
+func (in *extismInstance) memoryPages() int64 {
+	mem := in.plug.Memory()
+	if mem == nil {
+		return 0
+	}
+	return int64(mem.Size() / 65536)
+}

@@ -279,3 +279,11 @@ func (s *sleeper) sleep(ns int64) {
 func wasiInstantiate(ctx context.Context, rt wazero.Runtime) (api.Closer, error) {
 	return wasi_snapshot_preview1.Instantiate(ctx, rt)
 }
+
+// memoryPages is the size of the instance's linear memory in 64 KiB pages.
+func (in *looopyInstance) memoryPages() int64 {
+	if in.mem == nil {
+		return 0
+	}
+	return int64(in.mem.Size() / 65536)
+}

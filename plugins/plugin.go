@@ -20,6 +20,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/sys"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/pdk"
@@ -65,6 +66,10 @@ type Plugin struct {
 
 	calls, failures atomic.Int64
 	lastErr         atomic.Pointer[string]
+
+	tel      *telemetry
+	attrs    attribute.Set // plugin, version: the labels of its metrics
+	memPages atomic.Int64  // the largest memory an instance has had
 }
 
 type pluginTool struct {
@@ -143,6 +148,7 @@ type loadEnv struct {
 	kv        KV
 	egress    *Egress
 	artifacts ArtifactWriter
+	tel       *telemetry
 }
 
 // loadPlugin reads, verifies, compiles and validates a plugin. It returns a
@@ -168,7 +174,8 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		man: m, grant: g, hash: hash,
 		log: env.log.With("plugin", m.Name, "version", m.Version),
 		kv:  env.kv, egress: env.egress, artifacts: env.artifacts,
-		loadedAt: time.Now(),
+		loadedAt: time.Now(), tel: env.tel,
+		attrs: attribute.NewSet(attribute.String("plugin", m.Name), attribute.String("version", m.Version)),
 	}
 	if len(g.Refused) > 0 {
 		p.log.Warn("capabilities asked for and not granted", "refused", g.Refused)
@@ -217,7 +224,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		p.drv = drv
 	}
 	closeRT = false
-	p.pool = newPool(g.Instances, p.drv.newInstance)
+	p.pool = newPool(g.Instances, p.newInstance)
 	p.refs.Store(1)
 	defer func() {
 		if err != nil {
@@ -226,7 +233,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	}()
 
 	// describe must answer, and match the manifest.
-	first, err := p.drv.newInstance(ctx)
+	first, err := p.newInstance(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -355,8 +362,12 @@ func moduleConfig(m *Manifest, g Grant) wazero.ModuleConfig {
 
 // invoke runs one operation on a pooled instance under the call timeout.
 // decode reads the output before the instance goes back to the pool.
-func (p *Plugin) invoke(ctx context.Context, op pdk.Op, in []byte, setup func(*callState), decode func([]byte) error) error {
+func (p *Plugin) invoke(ctx context.Context, op pdk.Op, in []byte, setup func(*callState), decode func([]byte) error) (err error) {
 	p.calls.Add(1)
+	began := time.Now()
+	ctx, span := p.startCall(ctx, op)
+	discarded := false
+	defer func() { p.endCall(ctx, span, op, began, discarded, err) }()
 	cctx, cancel := context.WithTimeout(ctx, p.grant.CallTimeout)
 	defer cancel()
 	inst, err := p.pool.get(cctx)
@@ -381,6 +392,10 @@ func (p *Plugin) invoke(ctx context.Context, op pdk.Op, in []byte, setup func(*c
 		}
 	}
 	st.reset()
+	if healthy {
+		p.noteMemory(inst)
+	}
+	discarded = !healthy
 	p.pool.put(inst, healthy)
 	if err != nil {
 		return p.failed(ctx, op, err)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/looopy-go/looopy/loop"
 )
@@ -39,6 +41,14 @@ type Config struct {
 	// or Unload.
 	OnEvent func(Event)
 	Logger  *slog.Logger // nil: discard
+	// Tracer, when set, makes spans of plugin calls (plugin.call),
+	// instantiations (plugin.instantiate) and loads (plugin.load, hot
+	// reloads included). The context host functions see carries the call's
+	// span, so egress requests continue the trace.
+	Tracer trace.Tracer
+	// Meter, when set, records instance creations and discards, loads,
+	// call durations, pool sizes and instance memory.
+	Meter metric.Meter
 }
 
 // EventKind is what happened to a plugin.
@@ -151,10 +161,14 @@ func New(cfg Config) (*Registry, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	return &Registry{
+	tel, err := newTelemetry(cfg.Tracer, cfg.Meter)
+	if err != nil {
+		return nil, fmt.Errorf("plugins: %w", err)
+	}
+	r := &Registry{
 		env: loadEnv{
 			cache: cache, policy: cfg.Policy, lookupEnv: lookup, log: log,
-			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts,
+			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
 		},
 		onEvent:  cfg.OnEvent,
 		log:      log,
@@ -162,7 +176,13 @@ func New(cfg Config) (*Registry, error) {
 		sources:  map[string]string{},
 		failures: map[string]failure{},
 		index:    &toolIndex{tools: map[string]toolRef{}},
-	}, nil
+	}
+	if cfg.Meter != nil {
+		if err := r.registerGauges(cfg.Meter); err != nil {
+			return nil, fmt.Errorf("plugins: %w", err)
+		}
+	}
+	return r, nil
 }
 
 // Close unloads every plugin (each closes when its running calls end) and
@@ -193,6 +213,7 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
 	start := time.Now()
+	ctx, span := r.startLoad(ctx, path)
 	source, _ := filepath.Abs(path)
 	if fi, err := os.Stat(source); err == nil && fi.IsDir() {
 		source = filepath.Join(source, ManifestFile)
@@ -217,8 +238,10 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 			name = m.Name
 		}
 		r.recordFailure(name, source, err)
-		r.log.Error("plugin failed to load", "source", source, "err", err)
-		r.emit(Event{Kind: EventFailed, Name: name, Source: source, Err: err, Duration: time.Since(start)})
+		r.log.ErrorContext(ctx, "plugin failed to load", "source", source, "err", err)
+		ev := Event{Kind: EventFailed, Name: name, Source: source, Err: err, Duration: time.Since(start)}
+		r.endLoad(ctx, span, ev)
+		r.emit(ev)
 		return Info{}, err
 	}
 	r.mu.Lock()
@@ -239,8 +262,9 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 		ev.Previous = old.Version()
 		old.release()
 	}
-	r.log.Info("plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
+	r.log.InfoContext(ctx, "plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
 		"previous", ev.Previous, "grant", p.grant.String(), "took", ev.Duration)
+	r.endLoad(ctx, span, ev)
 	r.emit(ev)
 	return r.info(p), nil
 }
