@@ -346,3 +346,59 @@ func TestUsageLimitPerPrincipal(t *testing.T) {
 		t.Fatalf("after a restart alice's turn is %s, want failed by the budget", third.Status.State)
 	}
 }
+
+// The plugins' series: loads and hot reloads (with their spans), instance
+// creations, pools, memory, call durations.
+func TestPluginMetricsAndReloadSpans(t *testing.T) {
+	t.Parallel()
+	cfg := obsConfig(t)
+	cfg.Admin.Token = "admin-token-for-reload"
+	h, exp := tracedHost(t, cfg, nil)
+	c := client10(t, h.URL(), "")
+	send(t, c, context.Background(), &a2a.SendMessageRequest{Message: userMsg("par")})
+	req, _ := http.NewRequest(http.MethodPost, h.URL()+"/admin/plugins/calculator/load", nil)
+	req.Header.Set("Authorization", "Bearer admin-token-for-reload")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("reload: %d", resp.StatusCode)
+	}
+	series := scrape(t, h.URL()+"/metrics")
+	for k, v := range map[string]float64{
+		`looopy_plugin_loads_total{outcome="loaded",plugin="calculator"}`:                                                  1,
+		`looopy_plugin_loads_total{outcome="reloaded",plugin="calculator"}`:                                                1,
+		`looopy_plugin_call_duration_seconds_count{op="tool_call",outcome="ok",plugin="calculator",version="1.0.0"}`:       2,
+		`looopy_plugin_call_duration_seconds_count{op="generate",outcome="error",plugin="scripted-model",version="1.0.0"}`: 1,
+		`looopy_plugin_pool_instances{plugin="calculator",version="1.0.0"}`:                                                1,
+	} {
+		if got, ok := series[k]; !ok || got != v {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
+		}
+	}
+	for _, k := range []string{`looopy_plugin_instances_created_total{plugin="calculator",version="1.0.0"}`,
+		`looopy_plugin_pool_size{plugin="scripted-model",version="1.0.0"}`,
+		`looopy_plugin_pool_idle{plugin="scripted-model",version="1.0.0"}`,
+		`looopy_plugin_memory_pages{plugin="calculator",version="1.0.0"}`,
+		`looopy_plugin_memory_pages{plugin="scripted-model",version="1.0.0"}`} {
+		if series[k] <= 0 {
+			t.Errorf("%s = %v, want > 0", k, series[k])
+		}
+	}
+	var reloaded bool
+	for _, s := range exp.GetSpans() {
+		if s.Name != "plugin.load" {
+			continue
+		}
+		if v, _ := attrOf(s, "looopy.plugin.outcome"); v == "reloaded" {
+			prev, _ := attrOf(s, "looopy.plugin.previous_version")
+			name, _ := attrOf(s, "looopy.plugin.name")
+			reloaded = name == "calculator" && prev == "1.0.0"
+		}
+	}
+	if !reloaded {
+		t.Fatalf("no plugin.load span of the calculator's reload: %s", fmtSpans(exp.GetSpans()))
+	}
+}

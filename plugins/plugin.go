@@ -246,6 +246,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		first.close()
 		return nil, fmt.Errorf("describe: answer does not decode: %w", err)
 	}
+	p.noteMemory(first)
 	p.pool.add(first)
 	if err := p.indexTools(); err != nil {
 		return nil, err
