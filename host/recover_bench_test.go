@@ -75,53 +75,70 @@ func workingTasks(tb testing.TB, base, token string, limit int) int {
 	return len(out.Tasks)
 }
 
+// echoModel answers every call at once, in process: with it the figure is
+// the host's own cost of taking over and resuming turns.
+type echoModel struct{}
+
+func (echoModel) Generate(_ context.Context, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant,
+		Content: "You said: " + req.Messages[len(req.Messages)-1].Content}, FinishReason: loop.FinishStop}, nil
+}
+
 // BenchmarkRecover1000 measures a host starting on a store that a crash
 // left with 1,000 tasks working: from the start of Main.Run (store opened,
 // plugins loaded, every task taken over) to ready (ms-ready/op), and to
-// every one of them resumed and finished by the scripted model
-// (ms-all-done/op, the figure ns/op also measures).
+// every one of them resumed and finished (ms-all-done/op, the figure ns/op
+// also measures), with the scripted-model plugin and with an in-process
+// model.
 func BenchmarkRecover1000(b *testing.B) {
 	const n = 1000
 	seed := filepath.Join(b.TempDir(), "seed")
 	ids := seedWorking(b, seed, n)
-	var ready, done time.Duration
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		dir := filepath.Join(b.TempDir(), "data")
-		if err := os.CopyFS(dir, os.DirFS(seed)); err != nil {
-			b.Fatal(err)
-		}
-		cfg := baseConfig(dir)
-		cfg.Admin.Token = "bench-admin"
-		cfg.Limits.Heartbeat = host.Duration(15 * time.Second)
-		m := host.NewMain()
-		m.Config, m.Stdout = cfg, io.Discard
-		b.StartTimer()
-		start := time.Now()
-		if err := m.Run(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		ready += time.Since(start)
-		for workingTasks(b, m.URL(), "bench-admin", 1) > 0 {
-			time.Sleep(2 * time.Millisecond)
-		}
-		done += time.Since(start)
-		b.StopTimer()
-		c := client10(b, m.URL(), "")
-		for _, id := range []string{ids[0], ids[n-1]} {
-			task, err := c.GetTask(context.Background(), &a2a.GetTaskRequest{ID: a2a.TaskID(id)})
-			if err != nil {
-				b.Fatalf("get task %s: %v", id, err)
+	for _, model := range []string{"plugin", "go"} {
+		b.Run("model="+model, func(b *testing.B) {
+			var ready, done time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				dir := filepath.Join(b.TempDir(), "data")
+				if err := os.CopyFS(dir, os.DirFS(seed)); err != nil {
+					b.Fatal(err)
+				}
+				cfg := baseConfig(dir)
+				cfg.Admin.Token = "bench-admin"
+				cfg.Limits.Heartbeat = host.Duration(15 * time.Second)
+				m := host.NewMain()
+				m.Config, m.Stdout = cfg, io.Discard
+				if model == "go" {
+					m.Model = echoModel{}
+				}
+				b.StartTimer()
+				start := time.Now()
+				if err := m.Run(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				ready += time.Since(start)
+				for workingTasks(b, m.URL(), "bench-admin", 1) > 0 {
+					time.Sleep(2 * time.Millisecond)
+				}
+				done += time.Since(start)
+				b.StopTimer()
+				c := client10(b, m.URL(), "")
+				for _, id := range []string{ids[0], ids[n-1]} {
+					task, err := c.GetTask(context.Background(), &a2a.GetTaskRequest{ID: a2a.TaskID(id)})
+					if err != nil {
+						b.Fatalf("get task %s: %v", id, err)
+					}
+					if task.Status.State != a2a.TaskStateCompleted || len(task.History) < 2 {
+						b.Fatalf("task %s after recovery: %s with %d messages", id, task.Status.State, len(task.History))
+					}
+				}
+				if err := m.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
-			if !task.Status.State.Terminal() || len(task.History) < 2 {
-				b.Fatalf("task %s after recovery: %s with %d messages", id, task.Status.State, len(task.History))
-			}
-		}
-		if err := m.Close(); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
+			b.ReportMetric(float64(ready.Milliseconds())/float64(b.N), "ms-ready/op")
+			b.ReportMetric(float64(done.Milliseconds())/float64(b.N), "ms-all-done/op")
+		})
 	}
-	b.ReportMetric(float64(ready.Milliseconds())/float64(b.N), "ms-ready/op")
-	b.ReportMetric(float64(done.Milliseconds())/float64(b.N), "ms-all-done/op")
 }
