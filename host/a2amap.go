@@ -129,7 +129,26 @@ func toA2ATask(rec loop.TaskRecord, historyLength int) *a2a.Task {
 		t.Artifacts = []*a2a.Artifact{{ID: responseArtifactID(rec.ID), Name: "response",
 			Parts: a2a.ContentParts{a2a.NewTextPart(rec.Content)}}}
 	}
+	if u := taskUsage(rec); u != nil {
+		t.Metadata = map[string]any{"usage": u}
+	}
 	return t
+}
+
+// taskUsage is what a task's turns used: tokens, iterations and tool calls
+// (the tool results in its history), as the task's metadata shows it.
+func taskUsage(rec loop.TaskRecord) map[string]any {
+	tools := 0
+	for _, m := range rec.History {
+		if m.Role == loop.RoleTool {
+			tools++
+		}
+	}
+	if rec.Usage == (loop.Usage{}) && rec.Iterations == 0 && tools == 0 {
+		return nil
+	}
+	return map[string]any{"promptTokens": rec.Usage.PromptTokens, "completionTokens": rec.Usage.CompletionTokens,
+		"totalTokens": rec.Usage.TotalTokens, "iterations": rec.Iterations, "toolCalls": tools}
 }
 
 func agentText(taskID, contextID, text string) *a2a.Message {

@@ -200,6 +200,9 @@ func (c Config) Validate() error {
 	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 || c.Limits.MaxAgents < 0 {
 		return errors.New("config: limits must not be negative")
 	}
+	if err := c.Observability.validate(); err != nil {
+		return err
+	}
 	switch c.LogFormat {
 	case "", "json", "text":
 	default:

@@ -217,6 +217,11 @@ func TestMetricsAfterATurn(t *testing.T) {
 	if task.Status.State != a2a.TaskStateCompleted {
 		t.Fatalf("task %s", task.Status.State)
 	}
+	// The task's metadata says what its turn used.
+	u, _ := task.Metadata["usage"].(map[string]any)
+	if u == nil || u["toolCalls"] != float64(2) || u["iterations"] != float64(2) || u["totalTokens"].(float64) <= 0 {
+		t.Fatalf("task metadata %v, want usage with 2 tool calls, 2 iterations and tokens", task.Metadata)
+	}
 	series := scrape(t, h.URL()+"/metrics")
 	want := map[string]float64{
 		`looopy_turns_total{reason="stop",status="completed"}`:                    1,
@@ -400,5 +405,19 @@ func TestPluginMetricsAndReloadSpans(t *testing.T) {
 	}
 	if !reloaded {
 		t.Fatalf("no plugin.load span of the calculator's reload: %s", fmtSpans(exp.GetSpans()))
+	}
+}
+
+func TestUsageLimitsAreValidated(t *testing.T) {
+	t.Parallel()
+	for _, js := range []string{`{"observability":{"usageLimits":{"bob":{"tokens":-1}}}}`, `{"observability":{"usageLimits":{"":{"tokens":5}}}}`,
+		`{"observability":{"usageLimits":{"bob":{"tokenz":5}}}}`} {
+		if _, err := host.ParseConfig([]byte(js)); err == nil {
+			t.Errorf("config %s accepted", js)
+		}
+	}
+	c, err := host.ParseConfig([]byte(`{"observability":{"metricsToken":"env:X","usageLimits":{"*":{"tokens":1000,"toolCalls":50}}}}`))
+	if err != nil || c.Observability.UsageLimits["*"].ToolCalls != 50 {
+		t.Fatalf("valid config: %v %+v", err, c.Observability)
 	}
 }

@@ -25,6 +25,19 @@ type ObservabilityConfig struct {
 	UsageLimits map[string]UsageLimit `json:"usageLimits,omitempty"`
 }
 
+// validate reports a limit that cannot be meant.
+func (o ObservabilityConfig) validate() error {
+	for p, l := range o.UsageLimits {
+		if p == "" {
+			return errors.New("config: observability.usageLimits: empty principal")
+		}
+		if l.Tokens < 0 || l.ToolCalls < 0 {
+			return fmt.Errorf("config: observability.usageLimits[%q]: limits must not be negative", p)
+		}
+	}
+	return nil
+}
+
 // UsageLimit bounds a principal's usage; zero fields are unbounded.
 type UsageLimit struct {
 	Tokens    int64 `json:"tokens,omitempty"`
