@@ -386,3 +386,55 @@ func fmtSpans(ss tracetest.SpanStubs) string {
 	}
 	return sb.String()
 }
+
+// A plugin's log line (c-textstats logs through looopy.log) carries the
+// plugin's name and the trace and span of its call; the loop's retry
+// warning carries the turn's trace.
+func TestLogLinesCarryTheTraceAndThePluginsName(t *testing.T) {
+	t.Parallel()
+	cfg := obsConfig(t)
+	copyPlugin(t, cfg.PluginDir, "c-textstats", nil)
+	script := strings.Replace(obsScript, `"rules":[`, `"rules":[
+ {"name":"words","match":"^words$","steps":[
+   {"error":{"code":"overloaded","message":"busy","transient":true,"attempts":1}},
+   {"toolCall":{"name":"word_count","arguments":{"text":"one two three"}}},{"text":"ok"}]},`, 1)
+	copyPlugin(t, cfg.PluginDir, "scripted-model", func(m map[string]any) { m["config"] = map[string]any{"script": script} })
+	cfg.LogFormat = "json"
+	var logs syncLines
+	h, exp := tracedHost(t, cfg, &logs)
+	c := client10(t, h.URL(), "")
+	task := send(t, c, context.Background(), &a2a.SendMessageRequest{Message: userMsg("words")})
+	if task.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("task %s", task.Status.State)
+	}
+	tt := waitTurnTrace(t, exp, string(task.ID))
+	traceID := tt.named("agent.turn")[0].SpanContext.TraceID().String()
+	var pluginSpan string
+	for _, s := range tt.named("plugin.call") {
+		if v, _ := attrOf(s, "looopy.plugin.name"); v == "c-textstats" {
+			pluginSpan = s.SpanContext.SpanID().String()
+		}
+	}
+	var sawPlugin, sawRetry bool
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var line map[string]any
+		if json.Unmarshal([]byte(l), &line) != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(fmt.Sprint(line["msg"]), "word_count: 3 words"):
+			sawPlugin = true
+			if line["plugin"] != "c-textstats" || line["trace_id"] != traceID || line["span_id"] != pluginSpan {
+				t.Errorf("plugin log line %v: want plugin c-textstats, trace %s, span %s", line, traceID, pluginSpan)
+			}
+		case line["msg"] == "retrying model call":
+			sawRetry = true
+			if line["trace_id"] != traceID {
+				t.Errorf("retry log line %v: want trace %s", line, traceID)
+			}
+		}
+	}
+	if !sawPlugin || !sawRetry {
+		t.Fatalf("plugin line seen %v, retry line seen %v in:\n%s", sawPlugin, sawRetry, logs.String())
+	}
+}

@@ -413,7 +413,7 @@ func (p *Plugin) failed(ctx context.Context, op pdk.Op, err error) error {
 	msg := err.Error()
 	p.lastErr.Store(&msg)
 	if ctx.Err() == nil {
-		p.log.Warn("plugin call failed", "op", op.String(), "err", err)
+		p.log.WarnContext(ctx, "plugin call failed", "op", op.String(), "err", err)
 	}
 	return err
 }
