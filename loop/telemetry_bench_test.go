@@ -33,6 +33,11 @@ var telemetrySetups = []struct {
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		cfg.Tracer = tp.Tracer("bench")
 	}},
+	{"spans-unsampled", func(b *testing.B, cfg *loop.Config) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithBatcher(discardExporter{}))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		cfg.Tracer = tp.Tracer("bench")
+	}},
 	{"spans-batch-exporter", func(b *testing.B, cfg *loop.Config) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discardExporter{}))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
