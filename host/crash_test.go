@@ -218,11 +218,20 @@ func TestLongCrashRecovery(t *testing.T) {
 		if round == 2 {
 			startTasks(p, crashContexts/2, crashContexts) // a second wave, started between crashes
 		}
-		wait := time.Duration(300+rng.IntN(2200)) * time.Millisecond
-		time.Sleep(wait)
 		working := countWorking(t, p.base)
+		wait := time.Duration(300+rng.IntN(2200)) * time.Millisecond
+		how := "at random"
+		if round%2 == 0 {
+			// Aim at a tool call in flight: kill as a ledger line is written.
+			wait = time.Duration(200+rng.IntN(800)) * time.Millisecond
+			how = "as a ledger call wrote its line"
+			time.Sleep(wait)
+			awaitLedgerLine(filepath.Join(ledgerData, "ledger.log"))
+		} else {
+			time.Sleep(wait)
+		}
 		p.kill()
-		t.Logf("round %d: killed the host %v after it was ready, %d tasks working", round, wait, working)
+		t.Logf("round %d: killed the host %s (%v after it was ready), %d tasks working before", round, how, wait, working)
 		p = startProc(t, bin, config, logf)
 	}
 	defer p.kill()
@@ -332,6 +341,27 @@ func statusText(t *a2a.Task) string {
 		return ""
 	}
 	return partsText(t.Status.Message.Parts)
+}
+
+// awaitLedgerLine returns as soon as the ledger grows (a ledger call has
+// just written its line and not yet returned, or only just), or after five
+// seconds. Killing the host then catches calls whose end the journal may
+// not have recorded yet: they must be reported as interrupted, never run
+// again.
+func awaitLedgerLine(path string) {
+	size := func() int64 {
+		if fi, err := os.Stat(path); err == nil {
+			return fi.Size()
+		}
+		return 0
+	}
+	from := size()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if size() > from {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 func checkConsecutive(t *testing.T, what string, ids []uint64, first uint64) {
