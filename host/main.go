@@ -191,9 +191,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	toolsets = append(toolsets, artifacts.NewTools(arts))
+	// The turn's commit and checkpoints get spans and a latency histogram.
+	ts, err := newTracedStore(st, tel)
+	if err != nil {
+		return err
+	}
 	srv, err := NewServer(cfg, Options{
 		tel:       tel,
-		Stores:    Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events(), Checkpoints: st, Journal: st},
+		Stores:    Stores{Messages: ts, Agents: ts, Tasks: ts, Events: st.Events(), Checkpoints: ts, Journal: ts},
 		Model:     model,
 		Toolsets:  toolsets,
 		Plugins:   admin,

@@ -240,6 +240,8 @@ func TestMetricsAfterATurn(t *testing.T) {
 		`looopy_agents_cached`:                                                    1,
 		`looopy_sse_streams{kind="a2a"}`:                                          0,
 		`looopy_tool_duration_seconds_bucket{outcome="ok",tool="calc",le="+Inf"}`: 1,
+		`looopy_store_write_duration_seconds_count{op="commit_turn"}`:             1,
+		`looopy_store_write_duration_seconds_count{op="checkpoint"}`:              2,
 	}
 	for k, v := range want {
 		got, ok := series[k]

@@ -188,6 +188,16 @@ func TestTraceOfATurnWithParallelToolsAFailingToolAndARetry(t *testing.T) {
 			}
 		}
 	}
+	// The store writes that matter: the checkpoints (after the model asked
+	// for tools, after the tools ran) and the turn's commit.
+	commits := tt.named("store.commit_turn")
+	if len(commits) != 1 || len(tt.named("store.checkpoint")) != 2 {
+		t.Errorf("%d store.commit_turn, %d store.checkpoint spans; want 1 and 2", len(commits), len(tt.named("store.checkpoint")))
+	} else if p, _ := tt.parent(commits[0]); p.Name != "agent.execute" {
+		t.Errorf("store.commit_turn under %q", p.Name)
+	} else if v, _ := attrOf(commits[0], "looopy.status"); v != "completed" {
+		t.Errorf("store.commit_turn status %q", v)
+	}
 	turn := tt.named("agent.turn")[0]
 	for k, want := range map[string]string{"looopy.context_id": task.ContextID, "looopy.task_id": string(task.ID)} {
 		if v, _ := attrOf(turn, k); v != want {
