@@ -423,3 +423,32 @@ func TestUsageLimitsAreValidated(t *testing.T) {
 		t.Fatalf("valid config: %v %+v", err, c.Observability)
 	}
 }
+
+// While a streamed turn runs, the gauges show it: one A2A stream open, one
+// turn running; afterwards none.
+func TestGaugesOfARunningTurn(t *testing.T) {
+	t.Parallel()
+	h, _ := tracedHost(t, obsConfig(t), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := `{"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"slow"}]}}}`
+	resp := openSSE(t, ctx, h.URL()+"/a2a/v1", "", body)
+	var taskID string
+	frames := readFrames(t, resp.Body, func(f frame) bool { return strings.Contains(f.Data, `"artifactUpdate"`) })
+	if m := regexp.MustCompile(`"taskId":"([^"]+)"`).FindStringSubmatch(frames[len(frames)-1].Data); m != nil {
+		taskID = m[1]
+	}
+	series := scrape(t, h.URL()+"/metrics")
+	if series[`looopy_sse_streams{kind="a2a"}`] != 1 || series[`looopy_turns_running`] != 1 {
+		t.Fatalf("during the turn: streams %v, running %v; want 1 and 1", series[`looopy_sse_streams{kind="a2a"}`], series[`looopy_turns_running`])
+	}
+	code, r := rpc(t, h.URL()+"/a2a/v1", "", `{"jsonrpc":"2.0","id":2,"method":"CancelTask","params":{"id":"`+taskID+`"}}`)
+	if code != http.StatusOK || r.Error != nil {
+		t.Fatalf("cancel %s: %d %s", taskID, code, r.raw)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body) // the stream ends with the canceled status
+	series = scrape(t, h.URL()+"/metrics")
+	if series[`looopy_turns_running`] != 0 || series[`looopy_turns_total{reason="canceled",status="canceled"}`] != 1 {
+		t.Fatalf("after the cancel: running %v, canceled turns %v", series[`looopy_turns_running`], series[`looopy_turns_total{reason="canceled",status="canceled"}`])
+	}
+}
