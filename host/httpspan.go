@@ -51,3 +51,14 @@ func (s *Server) endRPCSpan(ctx context.Context, span trace.Span, call *rpcCall,
 		recordError(span, call.err)
 	}
 }
+
+// withRequestTrace makes a turn's context continue the trace of the
+// request that started it: the request's span becomes the parent of the
+// turn's spans, while the turn keeps its own cancellation and deadline
+// (a turn never runs on the request's context).
+func withRequestTrace(turnCtx, reqCtx context.Context) context.Context {
+	if sc := trace.SpanContextFromContext(reqCtx); sc.IsValid() {
+		return trace.ContextWithSpanContext(turnCtx, sc)
+	}
+	return turnCtx
+}

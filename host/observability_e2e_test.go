@@ -149,6 +149,9 @@ func TestSecretsNeverLeakAndTheTraceReachesThePluginsHTTP(t *testing.T) {
 			if v, _ := attrOf(s, "looopy.plugin.name"); v != "openai" {
 				t.Errorf("plugin.call under llm.call names plugin %q", v)
 			}
+			if v, _ := attrOf(s, "gen_ai.request.model"); v != "test-model" {
+				t.Errorf("plugin.call under llm.call names model %q, want test-model", v)
+			}
 			llmCalls[s.SpanContext.SpanID().String()] = true
 		}
 	}

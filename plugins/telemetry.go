@@ -90,9 +90,16 @@ func (p *Plugin) startCall(ctx context.Context, op pdk.Op) (context.Context, tra
 	if t == nil || t.tracer == nil {
 		return ctx, trace.SpanFromContext(ctx)
 	}
-	return t.tracer.Start(ctx, "plugin.call", trace.WithAttributes(
-		attribute.String("looopy.plugin.name", p.man.Name), attribute.String("looopy.plugin.version", p.man.Version),
-		attribute.String("looopy.plugin.op", opName(op))))
+	attrs := []attribute.KeyValue{attribute.String("looopy.plugin.name", p.man.Name),
+		attribute.String("looopy.plugin.version", p.man.Version), attribute.String("looopy.plugin.op", opName(op))}
+	if op == pdk.OpGenerate {
+		if model, ok := p.man.Config["model"].(string); ok && model != "" {
+			// The model a model plugin is configured with (OpenTelemetry's
+			// GenAI name for it).
+			attrs = append(attrs, attribute.String("gen_ai.request.model", model))
+		}
+	}
+	return t.tracer.Start(ctx, "plugin.call", trace.WithAttributes(attrs...))
 }
 
 // noteMemory keeps the largest memory an instance of p has had. The
