@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -268,6 +269,38 @@ func TestLongCrashRecovery(t *testing.T) {
 		}
 		if got := artifactText(task); !strings.Contains(got, "finished "+tag) {
 			t.Errorf("task %s: final answer %q, want it to say finished %s", tag, got, tag)
+		}
+		// Each message once, in order, however many times the turn resumed.
+		user, agent := string(a2a.MessageRoleUser)+": ", string(a2a.MessageRoleAgent)+": "
+		want := []string{user + "run " + tag, agent + "starting " + tag + ". "}
+		for i := 1; i < crashCalls; i++ {
+			want = append(want, fmt.Sprintf("%sstep %d done. ", agent, i))
+		}
+		want = append(want, agent+"finished "+tag)
+		if got := historyText(task); !slices.Equal(got, want) {
+			t.Errorf("task %s: history %q, want %q", tag, got, want)
+		}
+		// And one tool result per call.
+		var whole struct {
+			History []struct {
+				Role       string `json:"role"`
+				ToolCallID string `json:"toolCallId"`
+			} `json:"history"`
+		}
+		adminGet(t, p.base+"/admin/tasks/"+tasks[tag], &whole)
+		results := map[string]int{}
+		for _, m := range whole.History {
+			if m.Role == "tool" {
+				results[m.ToolCallID]++
+			}
+		}
+		if len(results) != crashCalls {
+			t.Errorf("task %s: tool results %v, want one for each of %d calls", tag, results, crashCalls)
+		}
+		for id, n := range results {
+			if n != 1 {
+				t.Errorf("task %s: %d results for call %s, want 1", tag, n, id)
+			}
 		}
 	}
 
