@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -193,6 +195,10 @@ func TestLongCrashRecovery(t *testing.T) {
 
 	ctx := context.Background()
 	tasks := map[string]string{} // tag -> task id
+	// A client per context follows its event stream live through the
+	// crashes, reconnecting with Last-Event-ID to whichever host is up.
+	watchers := newStreamWatchers()
+	defer watchers.stop()
 	startTasks := func(p *hostProc, from, to int) {
 		c := client10(t, p.base, "")
 		for i := from; i < to; i++ {
@@ -209,11 +215,13 @@ func TestLongCrashRecovery(t *testing.T) {
 				t.Fatalf("send %s: got %T, want a task", tag, r)
 			}
 			tasks[tag] = string(task.ID)
+			watchers.watch(tag)
 		}
 	}
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	p := startProc(t, bin, config, logf)
+	watchers.base.Store(&p.base)
 	startTasks(p, 0, crashContexts/2)
 	for round := 1; round <= crashRounds; round++ {
 		if round == 2 {
@@ -234,6 +242,7 @@ func TestLongCrashRecovery(t *testing.T) {
 		p.kill()
 		t.Logf("round %d: killed the host %s (%v after it was ready), %d tasks working before", round, how, wait, working)
 		p = startProc(t, bin, config, logf)
+		watchers.base.Store(&p.base)
 	}
 	defer p.kill()
 
@@ -366,6 +375,23 @@ func TestLongCrashRecovery(t *testing.T) {
 			t.Errorf("task stream of %s: last frame %s, want the completed status", tag, last)
 		}
 	}
+	// The live clients saw every event once, in order, across the crashes.
+	seen := watchers.wait(2 * time.Minute)
+	reconnects := 0
+	for tag := range tasks {
+		w := seen[tag]
+		if w == nil || !w.complete {
+			var ids []uint64
+			if w != nil {
+				ids = w.ids
+			}
+			t.Errorf("live client of %s did not see the task complete (ids %v)", tag, ids)
+			continue
+		}
+		reconnects += w.connects - 1
+		checkConsecutive(t, "live stream of "+tag, w.ids, 1)
+	}
+	t.Logf("live clients reconnected %d times in all", reconnects)
 	failed = t.Failed()
 }
 
@@ -395,6 +421,97 @@ func awaitLedgerLine(path string) {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// streamWatchers follow the Looopy event streams of contexts live.
+type streamWatchers struct {
+	base   atomic.Pointer[string] // the host up now
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	seen   map[string]*watched
+}
+
+type watched struct {
+	ids      []uint64
+	connects int
+	complete bool
+}
+
+func newStreamWatchers() *streamWatchers {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &streamWatchers{ctx: ctx, cancel: cancel, seen: map[string]*watched{}}
+}
+
+// watch follows the stream of ctx-<tag> until its task-complete event,
+// reconnecting after every drop from the last id seen.
+func (ws *streamWatchers) watch(tag string) {
+	w := &watched{}
+	ws.mu.Lock()
+	ws.seen[tag] = w
+	ws.mu.Unlock()
+	ws.wg.Add(1)
+	go func() {
+		defer ws.wg.Done()
+		var last uint64
+		for ws.ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ws.ctx, "GET", *ws.base.Load()+"/events/ctx-"+tag, nil)
+			req.Header.Set("Last-Event-ID", strconv.FormatUint(last, 10))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				if err == nil {
+					resp.Body.Close()
+				}
+				time.Sleep(50 * time.Millisecond) // the host is restarting
+				continue
+			}
+			ws.mu.Lock()
+			w.connects++
+			ws.mu.Unlock()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				line := sc.Text()
+				if v, ok := strings.CutPrefix(line, "id:"); ok {
+					if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+						last = id
+						ws.mu.Lock()
+						w.ids = append(w.ids, id)
+						ws.mu.Unlock()
+					}
+				}
+				if v, ok := strings.CutPrefix(line, "event:"); ok && strings.TrimSpace(v) == "task-complete" {
+					resp.Body.Close()
+					ws.mu.Lock()
+					w.complete = true
+					ws.mu.Unlock()
+					return
+				}
+			}
+			resp.Body.Close()
+		}
+	}()
+}
+
+// wait returns what each client saw once all have seen their task
+// complete, or after d.
+func (ws *streamWatchers) wait(d time.Duration) map[string]*watched {
+	done := make(chan struct{})
+	go func() { ws.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+	ws.stop()
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.seen
+}
+
+func (ws *streamWatchers) stop() {
+	ws.cancel()
+	ws.wg.Wait()
 }
 
 func checkConsecutive(t *testing.T, what string, ids []uint64, first uint64) {
