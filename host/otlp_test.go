@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -150,5 +151,31 @@ func TestBadExporterIsAnError(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "OTEL_TRACES_EXPORTER") {
 		t.Fatalf("error %q does not name the variable", err)
+	}
+}
+
+// OTEL_TRACES_EXPORTER=stdout prints the spans on standard output.
+func TestStdoutExporterFromTheEnvironment(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := os.Stdout
+	os.Stdout = w
+	t.Cleanup(func() { os.Stdout = orig })
+	out := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		out <- string(b)
+	}()
+	t.Setenv("OTEL_TRACES_EXPORTER", "stdout")
+	runTracedTurn(t)
+	os.Stdout = orig
+	w.Close()
+	printed := <-out
+	for _, name := range []string{`"Name":"agent.turn"`, `"Name":"tool[calc]"`, `"Name":"SendMessage"`} {
+		if !strings.Contains(printed, name) {
+			t.Errorf("stdout misses %s:\n%.2000s", name, printed)
+		}
 	}
 }
