@@ -135,6 +135,23 @@ func TestSecretsNeverLeakAndTheTraceReachesThePluginsHTTP(t *testing.T) {
 		taskID = string(m[1])
 	}
 	tt := waitTurnTrace(t, exp, taskID)
+	// Looopy's own event stream of the context, replayed from the start:
+	// tool starts with their arguments, results, statuses.
+	var contextID string
+	if m := regexp.MustCompile(`"contextId":"([^"]+)"`).FindSubmatch(events); m != nil {
+		contextID = string(m[1])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lresp := openSSE(t, ctx, h.URL()+"/events/"+contextID+"?lastEventId=0", clientKey, "")
+	var looopyEvents strings.Builder
+	for _, f := range readFrames(t, lresp.Body, func(f frame) bool { return strings.Contains(f.Data, `"task-complete"`) }) {
+		looopyEvents.WriteString(f.Data + "\n")
+	}
+	if !strings.Contains(looopyEvents.String(), `"tool-start"`) {
+		t.Fatalf("the Looopy event stream has no tool-start:\n%s", looopyEvents.String())
+	}
+	cancel()
 
 	// The plugin's outbound requests: the secret as its bearer token, and a
 	// traceparent in the turn's trace, whose parent is the turn's llm.call.
@@ -198,7 +215,8 @@ func TestSecretsNeverLeakAndTheTraceReachesThePluginsHTTP(t *testing.T) {
 		}{s.Name, s.Attributes, s.Events, s.Status})
 		spanText.Write(b)
 	}
-	for name, text := range map[string]string{"logs": out, "spans": spanText.String(), "events": string(events)} {
+	for name, text := range map[string]string{"logs": out, "spans": spanText.String(), "A2A events": string(events),
+		"Looopy events": looopyEvents.String()} {
 		for _, secret := range []string{pluginSecret, clientKey, adminToken} {
 			if strings.Contains(text, secret) {
 				t.Errorf("the %s contain the secret %q", name, secret)
