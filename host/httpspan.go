@@ -19,9 +19,23 @@ func (f fiberCarrier) Get(key string) string { return f.c.Get(key) }
 func (f fiberCarrier) Set(string, string)    {}
 func (f fiberCarrier) Keys() []string        { return []string{"traceparent", "tracestate", "baggage"} }
 
-// spanName is the span name of a JSON-RPC call: its A2A method.
+// a2aMethods are the JSON-RPC methods of both A2A versions: the names a
+// span or a metric label may take (a client's made-up method must not
+// create new series).
+var a2aMethods = map[string]bool{
+	"SendMessage": true, "SendStreamingMessage": true, "GetTask": true, "ListTasks": true, "CancelTask": true,
+	"SubscribeToTask": true, "GetTaskPushNotificationConfig": true, "CreateTaskPushNotificationConfig": true,
+	"ListTaskPushNotificationConfigs": true, "DeleteTaskPushNotificationConfig": true, "GetExtendedAgentCard": true,
+	"message/send": true, "message/stream": true, "tasks/get": true, "tasks/cancel": true, "tasks/resubscribe": true,
+	"tasks/pushNotificationConfig/get": true, "tasks/pushNotificationConfig/set": true,
+	"tasks/pushNotificationConfig/list": true, "tasks/pushNotificationConfig/delete": true,
+	"agent/getAuthenticatedExtendedCard": true,
+}
+
+// spanName is the span name of a JSON-RPC call: its A2A method, or
+// "jsonrpc" for anything else.
 func spanName(method string) string {
-	if method == "" || len(method) > 64 {
+	if !a2aMethods[method] {
 		return "jsonrpc"
 	}
 	return method
@@ -45,7 +59,11 @@ func (s *Server) endRPCSpan(ctx context.Context, span trace.Span, call *rpcCall,
 	if v03 {
 		version = "0.3"
 	}
-	span.SetAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", method),
+	raw := call.req.Method
+	if len(raw) > 128 {
+		raw = raw[:128]
+	}
+	span.SetAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", raw),
 		attribute.String("a2a.version", version))
 	if call.err != nil {
 		recordError(span, call.err)

@@ -702,7 +702,11 @@ func (tr *turn) runTool(ctx context.Context, call ToolCall) Message {
 	res.ToolCallID = call.ID
 	tr.toolCalls.Add(1)
 	if tr.l.metrics != nil {
-		tr.l.metrics.tool(ctx, call.Name, time.Since(start), !res.IsError)
+		name := call.Name
+		if _, known := tr.index[name]; !known {
+			name = "unknown" // a name the model made up must not mint a series
+		}
+		tr.l.metrics.tool(ctx, name, time.Since(start), !res.IsError)
 	}
 	if res.IsError {
 		span.SetStatus(codes.Error, res.Content)

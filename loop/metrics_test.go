@@ -55,7 +55,7 @@ func TestMetricsOfATurn(t *testing.T) {
 		case 1:
 			return nil, &loop.ModelError{Code: "rate_limited", Message: "slow down", Transient: true}
 		case 2:
-			return calls(call("a", "echo", `{}`), call("b", "boom", `{}`)), nil
+			return calls(call("a", "echo", `{}`), call("b", "boom", `{}`), call("c", "made-up-tool", `{}`)), nil
 		}
 		return text("done"), nil
 	}}
@@ -76,6 +76,7 @@ func TestMetricsOfATurn(t *testing.T) {
 		"looopy.model.calls{outcome=ok}":                2,
 		"looopy.tool.calls{outcome=ok,tool=echo}":       1,
 		"looopy.tool.calls{outcome=error,tool=boom}":    1,
+		"looopy.tool.calls{outcome=error,tool=unknown}": 1,
 		"looopy.model.tokens{gen_ai.token.type=input}":  20,
 		"looopy.model.tokens{gen_ai.token.type=output}": 7,
 	}
