@@ -353,6 +353,17 @@ func TestRequestSpanContinuesTheClientsTrace(t *testing.T) {
 	if span.SpanKind.String() != "server" {
 		t.Fatalf("span kind %s", span.SpanKind)
 	}
+	// The turn runs on the host's context but in the request's trace, as a
+	// child of the request's span.
+	var turn *tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == "agent.turn" {
+			turn = &s
+		}
+	}
+	if turn == nil || turn.SpanContext.TraceID().String() != traceID || turn.Parent.SpanID() != span.SpanContext.SpanID() {
+		t.Fatalf("agent.turn not under the SendMessage span: %+v", turn)
+	}
 	if v, _ := attrOf(*span, "rpc.method"); v != "SendMessage" {
 		t.Fatalf("rpc.method %q", v)
 	}

@@ -166,6 +166,8 @@ func (m *taskManager) register(ctx context.Context, taskID, contextID, owner str
 		return nil, fmt.Errorf("context %q: %w", contextID, loop.ErrBusy)
 	}
 	runCtx, cancel := context.WithTimeout(m.base, time.Duration(m.limits.TurnTimeout))
+	// The turn is a child of the request's span, not of its cancellation.
+	runCtx = withRequestTrace(runCtx, ctx)
 	r := &run{taskID: taskID, contextID: contextID, owner: owner, after: after, ctx: runCtx, cancel: cancel, done: make(chan struct{})}
 	m.busy[contextID], m.running[taskID] = r, r
 	return r, nil
