@@ -453,26 +453,58 @@ func hostHTTPCloseFn(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 }
 
-func hostModelCallFn(ctx context.Context, mod api.Module, stack []uint64) {
-	s := stateOf(ctx)
-	ret := func(v int64) { stack[0] = uint64(v) }
-	if s == nil {
-		ret(-2)
-		return
+// registerError is a host function's structured error: its bytes go to the
+// result register as they are (a JSON error the guest decodes), not as a
+// message.
+type registerError []byte
+
+func (e registerError) Error() string { return string(e) }
+
+// payloadHostFn adapts a host function that reads one JSON payload from the
+// guest and answers through the result register: the length of the result,
+// or minus the length of the error. Errors are prefixed with label.
+func payloadHostFn(label string, handle func(ctx context.Context, s *callState, data []byte) ([]byte, error)) api.GoModuleFunc {
+	return func(ctx context.Context, mod api.Module, stack []uint64) {
+		s := stateOf(ctx)
+		if s == nil {
+			stack[0] = api.EncodeI64(-2)
+			return
+		}
+		data, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxHostPayload)
+		if !ok {
+			stack[0] = uint64(s.fail("%s: request out of bounds or over %d bytes", label, maxHostPayload))
+			return
+		}
+		out, err := handle(ctx, s, data)
+		var re registerError
+		switch {
+		case errors.As(err, &re):
+			s.setRegister(re)
+			stack[0] = uint64(-int64(len(re)))
+		case err != nil:
+			stack[0] = uint64(s.fail("%s: %v", label, err))
+		default:
+			s.setRegister(out)
+			stack[0] = uint64(int64(len(out)))
+		}
 	}
-	data, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxHostPayload)
-	if !ok {
-		ret(s.fail("model call: request out of bounds or over %d bytes", maxHostPayload))
-		return
-	}
+}
+
+var (
+	hostModelCallFn     = payloadHostFn("model call", modelCall)
+	hostToolCallFn      = payloadHostFn("tool call", toolCall)
+	hostArtifactWriteFn = payloadHostFn("artifact write", artifactWrite)
+)
+
+// modelCall runs an agent plugin's model request through the model lent to
+// its call. A model error goes back as a pdk.Error.
+func modelCall(ctx context.Context, s *callState, data []byte) ([]byte, error) {
 	if s.env == nil || s.env.Model == nil {
-		ret(s.fail("model call: no model lent to this call"))
-		return
+		return nil, errors.New("no model lent to this call")
 	}
 	var req loop.ModelRequest
 	if err := json.Unmarshal(data, &req); err != nil {
-		ret(s.fail("model call: request: %v", err))
-		return
+		return nil, fmt.Errorf("request: %w", err)
 	}
 	resp, err := s.env.Model.Generate(ctx, &req, nil)
 	if err != nil {
@@ -482,39 +514,24 @@ func hostModelCallFn(ctx context.Context, mod api.Module, stack []uint64) {
 			pe.Code = me.Code
 		}
 		b, _ := json.Marshal(pe)
-		s.setRegister(b)
-		ret(-int64(len(b)))
-		return
+		return nil, registerError(b)
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
-		ret(s.fail("model call: encode response: %v", err))
-		return
+		return nil, fmt.Errorf("encode response: %w", err)
 	}
-	s.setRegister(b)
-	ret(int64(len(b)))
+	return b, nil
 }
 
-func hostToolCallFn(ctx context.Context, mod api.Module, stack []uint64) {
-	s := stateOf(ctx)
-	ret := func(v int64) { stack[0] = uint64(v) }
-	if s == nil {
-		ret(-2)
-		return
-	}
-	data, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxHostPayload)
-	if !ok {
-		ret(s.fail("tool call: request out of bounds or over %d bytes", maxHostPayload))
-		return
-	}
+// toolCall runs an agent plugin's tool call through the tools lent to its
+// call, one sub-agent level deeper. A tool's failure is a tool result.
+func toolCall(ctx context.Context, s *callState, data []byte) ([]byte, error) {
 	if s.env == nil || s.env.Tools == nil {
-		ret(s.fail("tool call: no tools lent to this call"))
-		return
+		return nil, errors.New("no tools lent to this call")
 	}
 	var call loop.ToolCall
 	if err := json.Unmarshal(data, &call); err != nil {
-		ret(s.fail("tool call: request: %v", err))
-		return
+		return nil, fmt.Errorf("request: %w", err)
 	}
 	if call.ID == "" {
 		s.subCalls++
@@ -528,33 +545,20 @@ func hostToolCallFn(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		ret(s.fail("tool call: encode result: %v", err))
-		return
+		return nil, fmt.Errorf("encode result: %w", err)
 	}
-	s.setRegister(b)
-	ret(int64(len(b)))
+	return b, nil
 }
 
-func hostArtifactWriteFn(ctx context.Context, mod api.Module, stack []uint64) {
-	s := stateOf(ctx)
-	ret := func(v int64) { stack[0] = uint64(v) }
-	if s == nil {
-		ret(-2)
-		return
-	}
-	data, ok := readGuest(mod, uint32(stack[0]), uint32(stack[1]), maxHostPayload)
-	if !ok {
-		ret(s.fail("artifact write: payload out of bounds or over %d bytes", maxHostPayload))
-		return
-	}
+// artifactWrite applies a plugin's artifact operation through the host's
+// artifact store; the result is the artifact's id.
+func artifactWrite(ctx context.Context, s *callState, data []byte) ([]byte, error) {
 	if s.p.artifacts == nil {
-		ret(s.fail("artifact write: this host stores no artifacts"))
-		return
+		return nil, errors.New("this host stores no artifacts")
 	}
 	var w pdk.ArtifactWrite
 	if err := json.Unmarshal(data, &w); err != nil {
-		ret(s.fail("artifact write: %v", err))
-		return
+		return nil, err
 	}
 	scope := ArtifactScope{Plugin: s.p.Name()}
 	if s.env != nil {
@@ -562,10 +566,8 @@ func hostArtifactWriteFn(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 	id, err := s.p.artifacts.WriteArtifact(ctx, scope, &w)
 	if err != nil {
-		ret(s.fail("artifact write: %v", err))
-		return
+		return nil, err
 	}
 	b, _ := json.Marshal(map[string]string{"artifactId": id})
-	s.setRegister(b)
-	ret(int64(len(b)))
+	return b, nil
 }
