@@ -29,21 +29,27 @@ func BenchmarkDurableTurn(b *testing.B) {
 	for _, contexts := range []int{1, 64} {
 		for _, durable := range []bool{false, true} {
 			name := fmt.Sprintf("contexts=%d/checkpoints=%v", contexts, durable)
-			b.Run(name, func(b *testing.B) { benchDurableTurn(b, contexts, durable) })
+			b.Run(name, func(b *testing.B) {
+				benchTurns(b, contexts, func(db *store.Badger, cfg *loop.Config) {
+					if durable {
+						cfg.Checkpoints, cfg.Journal = durableStores(db)
+					}
+				})
+			})
 		}
 	}
 }
 
-func benchDurableTurn(b *testing.B, contexts int, durable bool) {
+// benchTurns runs whole Agent turns on Badger on disk, one goroutine per
+// context, until b.N turns are done; set adjusts the loop's configuration.
+func benchTurns(b *testing.B, contexts int, set func(db *store.Badger, cfg *loop.Config)) {
 	db, err := store.Open(store.Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer db.Close()
 	cfg := loop.Config{Model: oneToolModel{}, Toolsets: []loop.Toolset{instantTools{defs: []loop.ToolDefinition{{Name: "noop"}}}}}
-	if durable {
-		cfg.Checkpoints, cfg.Journal = durableStores(db)
-	}
+	set(db, &cfg)
 	l, err := loop.New(cfg)
 	if err != nil {
 		b.Fatal(err)

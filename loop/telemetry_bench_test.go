@@ -3,8 +3,6 @@ package loop_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -97,56 +95,8 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 }
 
 func benchTelemetryTurn(b *testing.B, contexts int, set func(*testing.B, *loop.Config)) {
-	db, err := store.Open(store.Options{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	cfg := loop.Config{Model: oneToolModel{}, Toolsets: []loop.Toolset{instantTools{defs: []loop.ToolDefinition{{Name: "noop"}}}}}
-	cfg.Checkpoints, cfg.Journal = durableStores(db)
-	set(b, &cfg)
-	l, err := loop.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	agents := make([]*loop.Agent, contexts)
-	for i := range agents {
-		agents[i], err = loop.NewAgent(loop.AgentConfig{ContextID: fmt.Sprint("bench-", i), Loop: l,
-			Messages: db, Agents: db, Tasks: db, HistoryLimit: 20})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := agents[i].Start(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, contexts)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i, a := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; done.Add(1) <= int64(b.N); n++ {
-				out, err := a.Turn(context.Background(), loop.TurnInput{TaskID: fmt.Sprintf("t%d-%d", i, n),
-					Messages: []loop.Message{{Role: loop.RoleUser, Content: "go"}}})
-				if err == nil && out.Status != loop.TaskCompleted {
-					err = fmt.Errorf("turn ended %s: %v", out.Status, out.Err)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "turns/s")
+	benchTurns(b, contexts, func(db *store.Badger, cfg *loop.Config) {
+		cfg.Checkpoints, cfg.Journal = durableStores(db)
+		set(b, cfg)
+	})
 }
