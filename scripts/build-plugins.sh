@@ -135,6 +135,7 @@ for dir in examples/plugins/*/; do
     [ "$match" = 1 ] || continue
   fi
   case "$name" in
+  lib-*) continue ;; # sources shared by the examples of one language
   c-*) kind=c ;;
   rust-*) kind=rust ;;
   as-*) kind=as ;;

@@ -12,7 +12,7 @@
 
 import { Host, Memory } from "@extism/as-pdk";
 import { error_set } from "@extism/as-pdk/lib/env";
-import { Kind, Parser, Value, quote } from "./json";
+import { Kind, Parser, Value, quote } from "../../lib-as/json";
 
 const DESCRIBE =
   '{"name":"as-extism-reverse","version":"1.0.0","kind":"tool","tools":[' +

@@ -9,7 +9,7 @@
 //   case:    "parse HTTPResponse code" -> "parse_http_response_code" (snake),
 //            "parseHttpResponseCode" (camel), and more styles.
 
-import { Kind, Parser, Value, quote } from "./json";
+import { Kind, Parser, Value, quote } from "../../lib-as/json";
 
 const OP_DESCRIBE = 0;
 const OP_TOOL_CALL = 1;
