@@ -329,6 +329,11 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 	a.meta.TurnCount++
 	a.meta.LastActivity = time.Now().UTC()
 	a.meta.Usage = a.meta.Usage.Add(o.Usage)
+	for _, m := range o.Messages {
+		if m.Role == RoleTool {
+			a.meta.ToolCalls++
+		}
+	}
 	a.meta.Status = AgentReady
 
 	if a.cfg.Tasks != nil {
@@ -517,7 +522,7 @@ func (a *Agent) Clear(ctx context.Context) error {
 		return fmt.Errorf("clear agent %q: %w", a.cfg.ContextID, err)
 	}
 	a.history, a.unsaved, a.partial = nil, 0, false
-	a.meta.TurnCount, a.meta.Usage = 0, Usage{}
+	a.meta.TurnCount, a.meta.Usage, a.meta.ToolCalls = 0, Usage{}, 0
 	a.meta.LastActivity = time.Now().UTC()
 	return a.cfg.Agents.SaveAgent(ctx, a.meta)
 }

@@ -230,6 +230,9 @@ func TestAgentFailedTurnKeepsMessagesUpToFailure(t *testing.T) {
 		if len(hist) != 3 || hist[0].Role != loop.RoleUser || hist[1].ToolCalls[0].ID != "c1" || hist[2].ToolCallID != "c1" {
 			t.Fatalf("saved history %+v", hist)
 		}
+		if meta, _ := s.LoadAgent(ctx, "ctx-a"); meta.ToolCalls != 1 {
+			t.Fatalf("tool calls counted for the conversation: %d, want 1", meta.ToolCalls)
+		}
 		rec, _ := s.LoadTask(ctx, "t1")
 		if rec.Status != loop.TaskFailed || !strings.Contains(rec.Message, "context too long") {
 			t.Fatalf("task record %+v", rec)

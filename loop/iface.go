@@ -115,6 +115,7 @@ type AgentMetadata struct {
 	CreatedAt    time.Time      `json:"createdAt"`
 	LastActivity time.Time      `json:"lastActivity"`
 	Usage        Usage          `json:"usage"`
+	ToolCalls    int            `json:"toolCalls,omitempty"` // tool calls run for the conversation
 	Error        string         `json:"error,omitempty"`
 	Metadata     map[string]any `json:"metadata,omitempty"`
 }
