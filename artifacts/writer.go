@@ -304,13 +304,28 @@ func (w *Writer) Complete(ctx context.Context, id string) (Info, error) {
 	return info, nil
 }
 
-// Fail ends a building artifact as failed. The event protocol has no
-// field for a failed artifact, so no event is sent; the artifact's status
-// (Get, list_artifacts) says it failed and why.
+// Fail ends a building artifact as failed and sends the event that says so:
+// for a file or dataset a last, empty chunk carrying the error; for data a
+// data-write with the error and no object (its last version stands).
 func (w *Writer) Fail(ctx context.Context, id string, reason string) (Info, error) {
 	defer w.lock(id)()
 	if _, err := w.mine(ctx, id); err != nil {
 		return Info{}, fmt.Errorf("fail artifact %q: %w", id, err)
 	}
-	return w.store.Fail(ctx, id, reason)
+	info, err := w.store.Fail(ctx, id, reason)
+	if err != nil {
+		return Info{}, err
+	}
+	switch info.Kind {
+	case KindFile:
+		w.emit(&loop.FileWrite{Header: w.header(loop.KindFileWrite, info), ArtifactID: info.ID,
+			Index: info.Parts, Complete: true, Error: reason})
+	case KindDataset:
+		w.emit(&loop.DatasetWrite{Header: w.header(loop.KindDatasetWrite, info), ArtifactID: info.ID,
+			Rows: []map[string]any{}, Index: info.Parts, Complete: true, Error: reason})
+	case KindData:
+		w.emit(&loop.DataWrite{Header: w.header(loop.KindDataWrite, info), ArtifactID: info.ID,
+			Version: info.Version, Complete: true, Error: reason})
+	}
+	return info, nil
 }

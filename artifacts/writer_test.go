@@ -97,8 +97,11 @@ func TestWriterCompleteEvents(t *testing.T) {
 	must[Info](t)(w.AppendText(ctxb, failed.ID, "partial", false))
 	must[Info](t)(w.Fail(ctxb, failed.ID, "upstream error"))
 	events := rec.all()
-	if len(events) != 4 {
-		t.Fatalf("%d events, want 4", len(events))
+	if len(events) != 5 {
+		t.Fatalf("%d events, want 5", len(events))
+	}
+	if fail := events[4].(*loop.FileWrite); fail.Index != 1 || !fail.Complete || fail.Data != "" || fail.Error != "upstream error" {
+		t.Fatalf("failure event %+v", fail)
 	}
 	fw := events[0].(*loop.FileWrite)
 	if fw.Index != 0 || !fw.Complete || fw.Data != "" || fw.Name != "empty.txt" || fw.MimeType == "" {

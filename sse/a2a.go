@@ -138,11 +138,17 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 		}
 		p.MediaType, p.Filename = v.MimeType, v.Name
 		return artifactUpdate(h, &a2a.Artifact{
-			ID:    a2a.ArtifactID(v.ArtifactID),
-			Name:  v.Name,
-			Parts: a2a.ContentParts{p},
+			ID:       a2a.ArtifactID(v.ArtifactID),
+			Name:     v.Name,
+			Parts:    a2a.ContentParts{p},
+			Metadata: failedMeta(v.Error, nil),
 		}, v.Index > 0, v.Complete), true
 	case *loop.DataWrite:
+		if v.Error != "" {
+			// A data artifact's last version stands; A2A has no way to
+			// say it failed without replacing it.
+			return nil, false
+		}
 		data := v.Data
 		if data == nil {
 			data = map[string]any{}
@@ -167,6 +173,7 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 		if v.Schema != nil {
 			art.Metadata = map[string]any{"schema": v.Schema}
 		}
+		art.Metadata = failedMeta(v.Error, art.Metadata)
 		return artifactUpdate(h, art, v.Index > 0, v.Complete), true
 	case *loop.ToolProgress:
 		if v.Message == "" {
@@ -236,4 +243,16 @@ func stamp(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// failedMeta adds the error of a failed artifact to an artifact's metadata.
+func failedMeta(reason string, md map[string]any) map[string]any {
+	if reason == "" {
+		return md
+	}
+	if md == nil {
+		md = map[string]any{}
+	}
+	md["error"], md["status"] = reason, "failed"
+	return md
 }

@@ -128,11 +128,15 @@ func ToA2A03(e loop.Event) (a2a03.Event, bool) {
 			return nil, false
 		}
 		return artifactUpdate03(h, &a2a03.Artifact{
-			ID:    a2a03.ArtifactID(v.ArtifactID),
-			Name:  v.Name,
-			Parts: a2a03.ContentParts{p},
+			ID:       a2a03.ArtifactID(v.ArtifactID),
+			Name:     v.Name,
+			Parts:    a2a03.ContentParts{p},
+			Metadata: failedMeta(v.Error, nil),
 		}, v.Index > 0, v.Complete), true
 	case *loop.DataWrite:
+		if v.Error != "" {
+			return nil, false // the last version stands (see ToA2A)
+		}
 		data := v.Data
 		if data == nil {
 			data = map[string]any{}
@@ -157,6 +161,7 @@ func ToA2A03(e loop.Event) (a2a03.Event, bool) {
 		if v.Schema != nil {
 			art.Metadata = map[string]any{"schema": v.Schema}
 		}
+		art.Metadata = failedMeta(v.Error, art.Metadata)
 		return artifactUpdate03(h, art, v.Index > 0, v.Complete), true
 	case *loop.ToolProgress:
 		if v.Message == "" {

@@ -484,3 +484,31 @@ func TestEncoderWrapAndRequestIDs(t *testing.T) {
 		t.Fatal("an invalid raw id must be an error")
 	}
 }
+
+func TestToA2AFailedArtifacts(t *testing.T) {
+	file := &loop.FileWrite{Header: hdr(loop.KindFileWrite, "c1", "t1"), ArtifactID: "f9", Index: 3, Complete: true, Error: "source went away"}
+	ev, ok := sse.ToA2A(file)
+	if !ok {
+		t.Fatal("failed file not mapped")
+	}
+	up := ev.(*a2a.TaskArtifactUpdateEvent)
+	if !up.Append || !up.LastChunk || up.Artifact.Metadata["error"] != "source went away" || up.Artifact.Metadata["status"] != "failed" {
+		t.Fatalf("failed file update %+v (metadata %v)", up, up.Artifact.Metadata)
+	}
+	rows := &loop.DatasetWrite{Header: hdr(loop.KindDatasetWrite, "c1", "t1"), ArtifactID: "d9", Rows: []map[string]any{}, Index: 2, Complete: true, Error: "bad feed"}
+	ev, ok = sse.ToA2A(rows)
+	if up := ev.(*a2a.TaskArtifactUpdateEvent); !ok || !up.LastChunk || up.Artifact.Metadata["error"] != "bad feed" {
+		t.Fatalf("failed dataset update %+v", ev)
+	}
+	// A data artifact keeps its last version: its failure is not an update.
+	if _, ok := sse.ToA2A(&loop.DataWrite{Header: hdr(loop.KindDataWrite, "c1", "t1"), ArtifactID: "x", Error: "nope"}); ok {
+		t.Fatal("a failed data artifact must not replace its last version")
+	}
+	if _, ok := sse.ToA2A03(&loop.DataWrite{Header: hdr(loop.KindDataWrite, "c1", "t1"), ArtifactID: "x", Error: "nope"}); ok {
+		t.Fatal("0.3: a failed data artifact must not replace its last version")
+	}
+	ev3, ok := sse.ToA2A03(file)
+	if up := ev3.(*a2a03.TaskArtifactUpdateEvent); !ok || !up.LastChunk || up.Artifact.Metadata["error"] != "source went away" {
+		t.Fatalf("0.3 failed file update %+v", ev3)
+	}
+}
