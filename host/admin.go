@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 )
 
 // PluginAdmin is what the admin API needs of the plugin runtime.
@@ -39,7 +39,7 @@ var errNoPlugins = errors.New("no plugin runtime is configured")
 // adminRoutes mounts /admin. Every route needs the admin credential; with
 // none configured the admin API answers 403 to everyone.
 func (s *Server) adminRoutes(r fiber.Router) {
-	r.Use(func(c fiber.Ctx) error {
+	r.Use(func(c *fiber.Ctx) error {
 		if !s.auth.adminOK(credential(c.Get(fiber.HeaderAuthorization), c.Get("X-API-Key"))) {
 			if !s.auth.hasAdm {
 				return fmt.Errorf("%w: the admin API is off (no admin token configured)", ErrForbidden)
@@ -49,10 +49,10 @@ func (s *Server) adminRoutes(r fiber.Router) {
 		return c.Next()
 	})
 	s.adminTaskRoutes(r)
-	r.Get("/health", func(c fiber.Ctx) error {
+	r.Get("/health", func(c *fiber.Ctx) error {
 		out := fiber.Map{"status": "ok", "ready": s.ready.Load()}
 		if s.plugins != nil {
-			ps, err := s.plugins.Plugins(c.Context())
+			ps, err := s.plugins.Plugins(c.UserContext())
 			if err != nil {
 				return err
 			}
@@ -66,30 +66,30 @@ func (s *Server) adminRoutes(r fiber.Router) {
 		}
 		return c.JSON(out)
 	})
-	r.Get("/plugins", func(c fiber.Ctx) error {
+	r.Get("/plugins", func(c *fiber.Ctx) error {
 		if s.plugins == nil {
 			return errNoPlugins
 		}
-		ps, err := s.plugins.Plugins(c.Context())
+		ps, err := s.plugins.Plugins(c.UserContext())
 		if err != nil {
 			return err
 		}
 		return c.JSON(fiber.Map{"plugins": ps})
 	})
-	r.Post("/plugins/:name/load", func(c fiber.Ctx) error {
+	r.Post("/plugins/:name/load", func(c *fiber.Ctx) error {
 		if s.plugins == nil {
 			return errNoPlugins
 		}
-		if err := s.plugins.Load(c.Context(), c.Params("name")); err != nil {
+		if err := s.plugins.Load(c.UserContext(), c.Params("name")); err != nil {
 			return err
 		}
 		return c.JSON(fiber.Map{"loaded": c.Params("name")})
 	})
-	r.Delete("/plugins/:name", func(c fiber.Ctx) error {
+	r.Delete("/plugins/:name", func(c *fiber.Ctx) error {
 		if s.plugins == nil {
 			return errNoPlugins
 		}
-		if err := s.plugins.Unload(c.Context(), c.Params("name")); err != nil {
+		if err := s.plugins.Unload(c.UserContext(), c.Params("name")); err != nil {
 			return err
 		}
 		return c.JSON(fiber.Map{"unloaded": c.Params("name")})

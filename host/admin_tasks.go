@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 
 	"github.com/looopy-go/looopy/loop"
@@ -48,40 +48,40 @@ var errNoDurability = errors.New("this host keeps no checkpoints or journal (dur
 func (s *Server) adminTaskRoutes(r fiber.Router) {
 	r.Get("/tasks", s.adminListTasks)
 	r.Get("/tasks/:id", s.adminGetTask)
-	r.Get("/tasks/:id/journal", func(c fiber.Ctx) error {
-		calls, err := s.taskJournal(c.Context(), c.Params("id"))
+	r.Get("/tasks/:id/journal", func(c *fiber.Ctx) error {
+		calls, err := s.taskJournal(c.UserContext(), c.Params("id"))
 		if err != nil {
 			return err
 		}
 		return c.JSON(fiber.Map{"taskId": c.Params("id"), "calls": calls})
 	})
-	r.Get("/tasks/:id/checkpoint", func(c fiber.Ctx) error {
+	r.Get("/tasks/:id/checkpoint", func(c *fiber.Ctx) error {
 		if s.stores.Checkpoints == nil {
 			return errNoDurability
 		}
-		cp, err := s.stores.Checkpoints.LoadCheckpoint(c.Context(), c.Params("id"))
+		cp, err := s.stores.Checkpoints.LoadCheckpoint(c.UserContext(), c.Params("id"))
 		if err != nil {
 			return fmt.Errorf("checkpoint of task %q: %w", c.Params("id"), err)
 		}
 		return c.JSON(cp)
 	})
-	r.Post("/tasks/:id/cancel", func(c fiber.Ctx) error {
-		rec, err := s.adminLoad(c.Context(), c.Params("id"))
+	r.Post("/tasks/:id/cancel", func(c *fiber.Ctx) error {
+		rec, err := s.adminLoad(c.UserContext(), c.Params("id"))
 		if err != nil {
 			return err
 		}
-		rec, err = s.tasks.cancel(c.Context(), rec.Owner, rec.ID)
+		rec, err = s.tasks.cancel(c.UserContext(), rec.Owner, rec.ID)
 		if err != nil {
 			return err
 		}
 		return c.JSON(fiber.Map{"task": s.adminTask(rec)})
 	})
-	r.Post("/tasks/:id/retry", func(c fiber.Ctx) error {
-		rec, err := s.adminLoad(c.Context(), c.Params("id"))
+	r.Post("/tasks/:id/retry", func(c *fiber.Ctx) error {
+		rec, err := s.adminLoad(c.UserContext(), c.Params("id"))
 		if err != nil {
 			return err
 		}
-		id, err := s.tasks.retry(c.Context(), rec)
+		id, err := s.tasks.retry(c.UserContext(), rec)
 		if err != nil {
 			return err
 		}
@@ -89,7 +89,7 @@ func (s *Server) adminTaskRoutes(r fiber.Router) {
 	})
 }
 
-func (s *Server) adminListTasks(c fiber.Ctx) error {
+func (s *Server) adminListTasks(c *fiber.Ctx) error {
 	f := loop.TaskFilter{ContextID: c.Query("contextId"), Owner: c.Query("owner"), After: c.Query("after"),
 		Limit: s.cfg.Limits.MaxPageSize}
 	for _, st := range strings.Split(c.Query("state"), ",") {
@@ -110,7 +110,7 @@ func (s *Server) adminListTasks(c fiber.Ctx) error {
 		}
 		f.Limit = min(n, s.cfg.Limits.MaxPageSize)
 	}
-	recs, err := s.stores.Tasks.ListTasks(c.Context(), f)
+	recs, err := s.stores.Tasks.ListTasks(c.UserContext(), f)
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
@@ -125,8 +125,8 @@ func (s *Server) adminListTasks(c fiber.Ctx) error {
 	return c.JSON(res)
 }
 
-func (s *Server) adminGetTask(c fiber.Ctx) error {
-	ctx := c.Context()
+func (s *Server) adminGetTask(c *fiber.Ctx) error {
+	ctx := c.UserContext()
 	rec, err := s.adminLoad(ctx, c.Params("id"))
 	if err != nil {
 		return err

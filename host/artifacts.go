@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 
 	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
@@ -40,7 +41,7 @@ func (m *Main) openArtifacts(dataDir string, inMemory bool) (*artifacts.DB, erro
 // handleArtifact serves GET /artifacts/{id}: the artifact's content as a
 // download (?format=csv or jsonl for datasets). Another principal's
 // artifact is not found.
-func (s *Server) handleArtifact(c fiber.Ctx) error {
+func (s *Server) handleArtifact(c *fiber.Ctx) error {
 	if s.artifacts == nil {
 		return &loop.NotFoundError{What: "artifact", ID: c.Params("id")}
 	}
@@ -48,19 +49,22 @@ func (s *Server) handleArtifact(c fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	id := c.Params("id")
-	info, err := s.artifacts.Get(c.Context(), id)
+	// The body is read after the handler returns: keep a copy of the id,
+	// not the request's memory.
+	id := strings.Clone(c.Params("id"))
+	info, err := s.artifacts.Get(c.UserContext(), id)
+	// A missing artifact and another principal's answer the same.
+	if errors.Is(err, loop.ErrNotFound) || (err == nil && info.Owner != auth.Principal) {
+		return &loop.NotFoundError{What: "artifact", ID: id}
+	}
 	if err != nil {
 		return err
-	}
-	if info.Owner != auth.Principal {
-		return &loop.NotFoundError{What: "artifact", ID: id}
 	}
 	f, err := artifacts.ParseFormat(c.Query("format"))
 	if err != nil {
 		return fmt.Errorf("%w: %v", loop.ErrInvalid, err)
 	}
-	rc, mime, _, err := artifacts.Export(c.Context(), s.artifacts, id, f)
+	rc, mime, _, err := artifacts.Export(c.UserContext(), s.artifacts, id, f)
 	if err != nil {
 		return err
 	}

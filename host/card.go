@@ -8,7 +8,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 )
 
 // agentCard describes the agent: both JSON-RPC interfaces (1.0 at "/",
@@ -76,12 +76,12 @@ type cardJSONer interface {
 	CardJSON(ctx context.Context) ([]byte, error)
 }
 
-func (s *Server) handleCard(c fiber.Ctx) error {
-	p, ok := a2av0.NewStaticAgentCardProducer(s.agentCard(c.Context())).(cardJSONer)
+func (s *Server) handleCard(c *fiber.Ctx) error {
+	p, ok := a2av0.NewStaticAgentCardProducer(s.agentCard(c.UserContext())).(cardJSONer)
 	if !ok {
 		return fmt.Errorf("agent card: the 0.3 card producer writes no JSON")
 	}
-	b, err := p.CardJSON(c.Context())
+	b, err := p.CardJSON(c.UserContext())
 	if err != nil {
 		return fmt.Errorf("agent card: %w", err)
 	}

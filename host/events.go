@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
@@ -18,13 +18,15 @@ import (
 // a conversation, every event as it is (internal ones excepted), from the
 // log then live. ?taskId= and ?kinds=a,b filter it; Last-Event-ID (header,
 // or ?lastEventId=) resumes it.
-func (s *Server) handleEvents(c fiber.Ctx) error {
+func (s *Server) handleEvents(c *fiber.Ctx) error {
 	auth, err := s.principal(c)
 	if err != nil {
 		return err
 	}
-	contextID := c.Params("contextId")
-	meta, err := s.stores.Agents.LoadAgent(c.Context(), contextID)
+	// The stream is served after the handler returns, when the request's
+	// memory belongs to other requests: everything it keeps is a copy.
+	contextID := strings.Clone(c.Params("contextId"))
+	meta, err := s.stores.Agents.LoadAgent(c.UserContext(), contextID)
 	if errors.Is(err, loop.ErrNotFound) || (err == nil && meta.Owner != auth.Principal) {
 		return &loop.NotFoundError{What: "context", ID: contextID}
 	}
@@ -33,10 +35,10 @@ func (s *Server) handleEvents(c fiber.Ctx) error {
 	}
 	var f sse.Filter
 	if t := c.Query("taskId"); t != "" {
-		f.TaskIDs = strings.Split(t, ",")
+		f.TaskIDs = strings.Split(strings.Clone(t), ",")
 	}
 	if k := c.Query("kinds"); k != "" {
-		f.Kinds, err = parseKinds(k)
+		f.Kinds, err = parseKinds(strings.Clone(k))
 		if err != nil {
 			return err
 		}
@@ -49,7 +51,7 @@ func (s *Server) handleEvents(c fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	conn := c.RequestCtx().Conn()
+	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
 		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, f, sse.LooopyEncoder{})
 		if err != nil && !errors.Is(err, errClientGone) {

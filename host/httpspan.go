@@ -3,7 +3,7 @@ package host
 import (
 	"context"
 
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -11,7 +11,7 @@ import (
 )
 
 // fiberCarrier reads W3C trace context headers of a Fiber request.
-type fiberCarrier struct{ c fiber.Ctx }
+type fiberCarrier struct{ c *fiber.Ctx }
 
 var _ propagation.TextMapCarrier = fiberCarrier{}
 

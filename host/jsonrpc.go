@@ -63,7 +63,7 @@ func decodeRPCRequest(body []byte) (rpcRequest, error) {
 	if id := bytes.TrimSpace(env.ID); len(id) > 0 {
 		switch id[0] {
 		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-			req.ID = id
+			req.ID = bytes.Clone(id) // kept by streams that outlive the request
 		default:
 			return req, fmt.Errorf("%w: id must be a string, a number or null", a2a.ErrInvalidRequest)
 		}

@@ -130,7 +130,18 @@ func (m *Main) URL() string { return "http://" + m.Addr() }
 
 // Run opens the stores, loads the plugins, starts listening and returns;
 // the server answers in the background until Close. ctx bounds the start.
-func (m *Main) Run(ctx context.Context) (err error) {
+func (m *Main) Run(ctx context.Context) error { return m.start(ctx, true) }
+
+// Start opens the stores and loads the plugins like Run, but listens on
+// nothing: the caller serves the host from its own Fiber application
+// through Server().Register. Config.PublicURL should then be the URL the
+// routes are reachable at (it goes on the agent card). Close stops it.
+func (m *Main) Start(ctx context.Context) error { return m.start(ctx, false) }
+
+// Server is the server Run or Start built (nil before).
+func (m *Main) Server() *Server { return m.server }
+
+func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	defer func() {
 		if err != nil {
 			_ = m.closeAll()
@@ -154,14 +165,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return tel.Shutdown(ctx)
 	})
 
-	ln, err := net.Listen("tcp", dc.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", dc.Addr, err)
-	}
-	m.ln = ln
-	m.closers = append(m.closers, func() error { return ignoreClosed(ln.Close()) })
-	if cfg.PublicURL == "" {
-		cfg.PublicURL = "http://" + ln.Addr().String()
+	if listen {
+		ln, err := net.Listen("tcp", dc.Addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", dc.Addr, err)
+		}
+		m.ln = ln
+		m.closers = append(m.closers, func() error { return ignoreClosed(ln.Close()) })
+		if cfg.PublicURL == "" {
+			cfg.PublicURL = "http://" + ln.Addr().String()
+		}
 	}
 
 	if err := os.MkdirAll(dc.DataDir, 0o750); err != nil {
@@ -209,9 +222,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	m.server = srv
+	if !listen {
+		m.log.Info("looopy started", "public_url", cfg.PublicURL, "data", dc.DataDir,
+			"plugins", cfg.PluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
+		return nil
+	}
 	m.served = make(chan error, 1)
-	go func() { m.served <- srv.Serve(ln) }()
-	m.log.Info("looopy serving", "addr", ln.Addr().String(), "data", dc.DataDir,
+	go func() { m.served <- srv.Serve(m.ln) }()
+	m.log.Info("looopy serving", "addr", m.ln.Addr().String(), "data", dc.DataDir,
 		"plugins", cfg.PluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 	"github.com/prometheus/common/expfmt"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -129,7 +129,7 @@ func badgerSize(dir string) (lsm, vlog int64) {
 }
 
 // handleMetrics serves every metric in the Prometheus text format.
-func (s *Server) handleMetrics(c fiber.Ctx) error {
+func (s *Server) handleMetrics(c *fiber.Ctx) error {
 	if s.metricsToken != nil {
 		tok, _ := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
 		sum := sha256.Sum256([]byte(tok))

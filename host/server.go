@@ -9,12 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -143,33 +144,105 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	}
 	s.cleanup = s.startCleanup()
 	s.app = fiber.New(fiber.Config{
-		AppName:      "looopy",
-		BodyLimit:    cfg.Limits.MaxBodyBytes,
-		ErrorHandler: s.errorHandler,
-		ReadTimeout:  30 * time.Second,
-		IdleTimeout:  2 * time.Minute,
+		AppName:               "looopy",
+		BodyLimit:             cfg.Limits.MaxBodyBytes,
+		ErrorHandler:          s.errorHandler,
+		ReadTimeout:           30 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+		DisableStartupMessage: true,
+		// Every string a handler reads from the request (route parameters,
+		// query values, headers) is a copy: fasthttp reuses the request's
+		// memory once the handler returns, and event streams keep such
+		// values in callbacks that run after that.
+		Immutable: true,
 	})
 	s.routes()
 	s.ready.Store(true)
 	return s, nil
 }
 
-func (s *Server) routes() {
-	s.app.Post("/", s.handleRPC10)
-	s.app.Post("/a2a/v1", s.handleRPC10)
-	s.app.Post("/a2a/v0.3", s.handleRPC03)
-	s.app.Get("/.well-known/agent-card.json", s.handleCard)
-	s.app.Get("/events/:contextId", s.handleEvents)
-	s.app.Get("/artifacts/:id", s.handleArtifact)
-	s.app.Get("/healthz", func(c fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
-	s.app.Get("/readyz", s.handleReady)
-	s.app.Get("/metrics", s.handleMetrics)
-	s.adminRoutes(s.app.Group("/admin"))
+func (s *Server) routes() { s.register(s.app, false) }
+
+// Register adds the host's routes to r, a router of the caller's own Fiber
+// v2 application (the app itself, or a group to serve the host under a
+// prefix): A2A 1.0 at "" and "/a2a/v1", A2A 0.3 at "/a2a/v0.3", the agent
+// card, /events, /artifacts, /healthz, /readyz, /metrics and /admin.
+// Errors are answered by the host's own rules, whatever the application's
+// error handler; request bodies are held to Limits.MaxBodyBytes. The
+// caller's application keeps its own settings: the handlers copy whatever
+// they keep past their return. Start the host with Main.Start (or
+// NewServer) and stop it with Close (or Shutdown), not the application.
+func (s *Server) Register(r fiber.Router) { s.register(r, true) }
+
+func (s *Server) register(r fiber.Router, mounted bool) {
+	h := func(fn fiber.Handler) fiber.Handler {
+		if !mounted {
+			return fn
+		}
+		return func(c *fiber.Ctx) error {
+			if err := fn(c); err != nil {
+				return s.errorHandler(c, err)
+			}
+			return nil
+		}
+	}
+	root := "/"
+	if mounted {
+		root = ""
+	}
+	r.Post(root, h(s.limitBody(mounted, false, s.handleRPC10)))
+	r.Post("/a2a/v1", h(s.limitBody(mounted, false, s.handleRPC10)))
+	r.Post("/a2a/v0.3", h(s.limitBody(mounted, true, s.handleRPC03)))
+	r.Get("/.well-known/agent-card.json", h(s.handleCard))
+	r.Get("/events/:contextId", h(s.handleEvents))
+	r.Get("/artifacts/:id", h(s.handleArtifact))
+	r.Get("/healthz", h(func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) }))
+	r.Get("/readyz", h(s.handleReady))
+	r.Get("/metrics", h(s.handleMetrics))
+	admin := r.Group("/admin")
+	if mounted {
+		admin.Use(func(c *fiber.Ctx) error {
+			if err := c.Next(); err != nil {
+				return s.errorHandler(c, err)
+			}
+			return nil
+		})
+	}
+	s.adminRoutes(admin)
+}
+
+// limitBody holds a mounted route's request body to Limits.MaxBodyBytes
+// (the host's own application does it in Fiber's config), answering as
+// JSON-RPC in the version of the route.
+func (s *Server) limitBody(mounted, v03 bool, fn fiber.Handler) fiber.Handler {
+	if !mounted {
+		return fn
+	}
+	return func(c *fiber.Ctx) error {
+		if len(c.Request().Body()) > s.cfg.Limits.MaxBodyBytes {
+			return s.rpcErrorAnswer(c, v03, fiber.StatusRequestEntityTooLarge, s.tooLarge())
+		}
+		return fn(c)
+	}
+}
+
+func (s *Server) tooLarge() error {
+	return fmt.Errorf("%w: the limit is %d bytes", ErrBodyTooLarge, s.cfg.Limits.MaxBodyBytes)
+}
+
+// rpcErrorAnswer answers a JSON-RPC route with an error and no request id.
+func (s *Server) rpcErrorAnswer(c *fiber.Ctx, v03 bool, status int, err error) error {
+	e := toRPCError10(err)
+	if v03 {
+		e = toRPCError03(err)
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(status).Send(marshalResponse(nullID, nil, e))
 }
 
 // Serve answers requests on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
+	return s.app.Listener(ln)
 }
 
 // Shutdown stops taking requests and turns, lets running turns go on until
@@ -200,7 +273,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-func (s *Server) handleReady(c fiber.Ctx) error {
+func (s *Server) handleReady(c *fiber.Ctx) error {
 	if !s.ready.Load() {
 		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "shutting down"})
 	}
@@ -209,28 +282,23 @@ func (s *Server) handleReady(c fiber.Ctx) error {
 
 // errorHandler answers errors that reach Fiber (a body over the limit, an
 // unknown route) as JSON.
-func (s *Server) errorHandler(c fiber.Ctx, err error) error {
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	var fe *fiber.Error
 	status := HTTPStatus(err)
 	if errors.As(err, &fe) {
 		status = fe.Code
 		if fe.Code == fiber.StatusRequestEntityTooLarge {
-			err = fmt.Errorf("%w: the limit is %d bytes", ErrBodyTooLarge, s.cfg.Limits.MaxBodyBytes)
+			err = s.tooLarge()
 		}
 	}
 	if c.Method() == fiber.MethodPost && (c.Path() == "/" || c.Path() == "/a2a/v1" || c.Path() == "/a2a/v0.3") {
-		e := toRPCError10(err)
-		if c.Path() == "/a2a/v0.3" {
-			e = toRPCError03(err)
-		}
-		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-		return c.Status(status).Send(marshalResponse(nullID, nil, e))
+		return s.rpcErrorAnswer(c, c.Path() == "/a2a/v0.3", status, err)
 	}
 	return c.Status(status).JSON(fiber.Map{"error": err.Error()})
 }
 
 // principal authenticates the request.
-func (s *Server) principal(c fiber.Ctx) (*loop.AuthContext, error) {
+func (s *Server) principal(c *fiber.Ctx) (*loop.AuthContext, error) {
 	return s.auth.principal(credential(c.Get(fiber.HeaderAuthorization), c.Get("X-API-Key")))
 }
 
@@ -242,10 +310,10 @@ type rpcCall struct {
 	err     error // the error answered, for the request's span
 }
 
-func (s *Server) handleRPC10(c fiber.Ctx) error { return s.handleRPC(c, false) }
-func (s *Server) handleRPC03(c fiber.Ctx) error { return s.handleRPC(c, true) }
+func (s *Server) handleRPC10(c *fiber.Ctx) error { return s.handleRPC(c, false) }
+func (s *Server) handleRPC03(c *fiber.Ctx) error { return s.handleRPC(c, true) }
 
-func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
+func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 	call := rpcCall{toError: toRPCError10}
 	if v03 {
 		call.toError = toRPCError03
@@ -257,18 +325,24 @@ func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 		if err != nil {
 			if lookupError(err).code == internalRow.code {
-				s.log.LogAttrs(c.Context(), slog.LevelError, "request failed",
+				s.log.LogAttrs(c.UserContext(), slog.LevelError, "request failed",
 					slog.String("method", call.req.Method), slog.String("error", err.Error()))
 			}
 			return nil, c.Send(marshalResponse(call.req.ID, nil, call.toError(err)))
 		}
 		return nil, c.Send(marshalResponse(call.req.ID, result, nil))
 	}
-	req, err := decodeRPCRequest(c.Body())
+	err := checkContentEncoding(c.Get(fiber.HeaderContentEncoding))
+	var req rpcRequest
+	if err == nil {
+		req, err = decodeRPCRequest(c.Request().Body())
+	} else {
+		req.ID = nullID
+	}
 	call.req = req
 	// One span per call, named after the A2A method, continuing the
 	// client's trace (W3C traceparent).
-	ctx := s.tel.propagator.Extract(c.Context(), fiberCarrier{c})
+	ctx := s.tel.propagator.Extract(c.UserContext(), fiberCarrier{c})
 	ctx, span := s.tel.startSpan(ctx, spanName(req.Method), trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	defer func() { s.endRPCSpan(ctx, span, &call, v03) }()
@@ -304,7 +378,7 @@ func (s *Server) handleRPC(c fiber.Ctx, v03 bool) error {
 		enc = sse.A2A03Encoder{RequestID: req.ID}
 		snapshot = func(t *a2a.Task) any { return a2av0.FromV1Task(t) }
 	}
-	conn := c.RequestCtx().Conn()
+	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
 		if err == nil && stream.snapshot != nil {
 			_ = writeFrame(w, marshalResponse(req.ID, snapshot(stream.snapshot), nil))
@@ -372,7 +446,7 @@ func writeFrame(w *bufio.Writer, data []byte) error {
 
 // rpc10 serves one A2A 1.0 call. It either answers through answer, or
 // returns the stream to serve (or the error to send as the stream).
-func (s *Server) rpc10(ctx context.Context, c fiber.Ctx, call *rpcCall, answer func(any, error) (*taskStream, error)) (*taskStream, error) {
+func (s *Server) rpc10(ctx context.Context, c *fiber.Ctx, call *rpcCall, answer func(any, error) (*taskStream, error)) (*taskStream, error) {
 	auth := call.auth
 	switch call.req.Method {
 	case "SendMessage":
@@ -446,20 +520,30 @@ func (s *Server) startStream(ctx context.Context, auth *loop.AuthContext, p *a2a
 	return &taskStream{taskID: st.run.taskID, after: st.run.after}, nil
 }
 
+// checkContentEncoding refuses a compressed request body. The body limit
+// counts the bytes on the wire, so a small gzip body could expand to any
+// size: the host reads bodies as sent (Fiber's Ctx.Body would inflate them).
+func checkContentEncoding(enc string) error {
+	if enc == "" || strings.EqualFold(strings.TrimSpace(enc), "identity") {
+		return nil
+	}
+	return fmt.Errorf("%w: Content-Encoding %q: send the request body uncompressed", a2a.ErrInvalidRequest, enc)
+}
+
 // errClientGone: a write to the client failed; it has left.
 var errClientGone = errors.New("client gone")
 
 // sendSSE answers with an event stream written by fn after the handler
 // returns.
-func (s *Server) sendSSE(c fiber.Ctx, fn func(w *bufio.Writer)) {
+func (s *Server) sendSSE(c *fiber.Ctx, fn func(w *bufio.Writer)) {
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	c.Set("X-Accel-Buffering", "no")
-	_ = c.SendStreamWriter(fn)
+	c.Context().SetBodyStreamWriter(fn)
 }
 
 // jsonBody is a helper for handlers that answer JSON with a status.
-func jsonBody(c fiber.Ctx, status int, v any) error {
+func jsonBody(c *fiber.Ctx, status int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err

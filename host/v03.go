@@ -7,12 +7,12 @@ import (
 	a2a03 "github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
-	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v2"
 )
 
 // rpc03 serves one A2A 0.3 call: the 0.3 request is converted to 1.0 types
 // (a2a-go's own conversions), served, and the result converted back.
-func (s *Server) rpc03(ctx context.Context, c fiber.Ctx, call *rpcCall, answer func(any, error) (*taskStream, error)) (*taskStream, error) {
+func (s *Server) rpc03(ctx context.Context, c *fiber.Ctx, call *rpcCall, answer func(any, error) (*taskStream, error)) (*taskStream, error) {
 	auth := call.auth
 	switch call.req.Method {
 	case "message/send":
