@@ -37,7 +37,7 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 		return loop.ToolResult{ToolCallID: call.ID, IsError: true,
 			Content: fmt.Sprintf("invalid arguments for tool %q: not JSON: %v", call.Name, err)}, nil
 	}
-	if err := t.schema.Validate(v); err != nil {
+	if err := validateArgs(t.schema, v); err != nil {
 		return loop.ToolResult{ToolCallID: call.ID, IsError: true,
 			Content: fmt.Sprintf("invalid arguments for tool %q: %s", call.Name, validationMessage(err))}, nil
 	}
@@ -65,6 +65,13 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 	}
 	res.ToolCallID = call.ID
 	return res, nil
+}
+
+// validateArgs checks arguments against a plugin's schema; a panic of the
+// validator (the schema is the guest's) is a validation error.
+func validateArgs(sch *jsonschema.Schema, v any) (err error) {
+	defer recoverInto(&err, "schema")
+	return sch.Validate(v)
 }
 
 var enPrinter = message.NewPrinter(language.English)

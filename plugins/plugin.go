@@ -315,7 +315,10 @@ func (p *Plugin) indexTools() error {
 	return nil
 }
 
-func compileSchema(tool string, schema json.RawMessage) (*jsonschema.Schema, error) {
+func compileSchema(tool string, schema json.RawMessage) (_ *jsonschema.Schema, err error) {
+	// The schema is the guest's: whatever the compiler makes of it, a
+	// panic is a refused schema, not a dead host.
+	defer recoverInto(&err, "tool %q: parameters schema", tool)
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
 	if err != nil {
 		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)
@@ -471,4 +474,12 @@ func decodeGuestError(b []byte) error {
 		return &pdk.Error{Code: pdk.CodeInternal, Message: string(b)}
 	}
 	return &pe
+}
+
+// recoverInto turns a panic of code handling a guest's data into an error
+// (deferred: defer recoverInto(&err, "what %s", arg)).
+func recoverInto(err *error, format string, args ...any) {
+	if v := recover(); v != nil {
+		*err = fmt.Errorf(format+": internal error handling it: %v", append(args, v)...)
+	}
 }

@@ -1,0 +1,61 @@
+package host_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/looopy-go/looopy/host"
+)
+
+// The configuration the repository ships starts with its environment set:
+// the plugins of the example folder that ask for more than it grants are
+// logged (through the redacting handler, with list attributes) and the host
+// serves, and no secret reaches the log.
+func TestExampleConfigStartsWithSecretsSet(t *testing.T) {
+	cfg, err := host.LoadConfig("../cmd/host/looopy.example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]string{
+		"LOOOPY_KEY_ALICE":   "alice-key-0123456789",
+		"LOOOPY_KEY_BOB":     "bob-key-0123456789",
+		"LOOOPY_ADMIN_TOKEN": "admin-token-0123456789",
+		"OPENAI_API_KEY":     "sk-openai-0123456789",
+	}
+	for k, v := range secrets {
+		t.Setenv(k, v)
+	}
+	cfg.Addr = "127.0.0.1:0"
+	cfg.PublicURL = ""
+	cfg.DataDir = t.TempDir()
+	cfg.PluginDir = "../examples/plugins"
+	cfg.Plugins.CacheDir = wasmCache
+	cfg.Plugins.NoWatch = true
+	var log syncBuffer
+	m := host.NewMain()
+	m.Config = cfg
+	m.Stdout = &log
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatalf("run host: %v\n%s", err, log.String())
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	resp, err := http.Get(m.URL() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %d", resp.StatusCode)
+	}
+	out := log.String()
+	if !strings.Contains(out, "not granted") {
+		t.Fatalf("no plugin was refused a capability, so the list attribute path was not taken:\n%s", out)
+	}
+	for name, v := range secrets {
+		if strings.Contains(out, v) {
+			t.Fatalf("the value of %s reached the log", name)
+		}
+	}
+}
