@@ -8,6 +8,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
+	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
 )
@@ -22,7 +23,7 @@ func (s *Server) sendMessage(ctx context.Context, auth *loop.AuthContext, req *a
 	if err := checkSendConfig(req); err != nil {
 		return nil, err
 	}
-	st, err := s.tasks.start(ctx, auth, req)
+	st, err := s.start(ctx, auth, req)
 	if err != nil {
 		return nil, err
 	}
@@ -31,16 +32,30 @@ func (s *Server) sendMessage(ctx context.Context, auth *loop.AuthContext, req *a
 		hl = *req.Config.HistoryLength
 	}
 	if req.Config != nil && req.Config.ReturnImmediately {
-		return st.task, nil
+		// The task and its input are durable already (Start saved them).
+		return toA2ATask(st.Task, s.historyLength(hl)), nil
 	}
-	if err := s.tasks.wait(ctx, st.run); err != nil {
-		return nil, fmt.Errorf("wait for task %s: %w", st.run.taskID, err)
+	if err := s.tasks.Wait(ctx, st.Run); err != nil {
+		return nil, fmt.Errorf("wait for task %s: %w", st.Run.TaskID, err)
 	}
-	rec, err := s.tasks.load(context.WithoutCancel(ctx), auth.Principal, st.run.taskID)
+	rec, err := s.tasks.Load(context.WithoutCancel(ctx), auth.Principal, st.Run.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	return toA2ATask(rec, s.historyLength(hl)), nil
+}
+
+// start starts the turn of an A2A message.
+func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.SendMessageRequest) (*taskrt.Started, error) {
+	if req == nil || req.Message == nil {
+		return nil, fmt.Errorf("%w: message is required", a2a.ErrInvalidParams)
+	}
+	msg, err := toLoopMessage(req.Message)
+	if err != nil {
+		return nil, err
+	}
+	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: req.Message.ContextID,
+		TaskID: string(req.Message.TaskID), Message: msg, Metadata: req.Metadata})
 }
 
 func checkSendConfig(req *a2a.SendMessageRequest) error {
@@ -76,7 +91,7 @@ func (s *Server) getTask(ctx context.Context, auth *loop.AuthContext, req *a2a.G
 		}
 		hl = *req.HistoryLength
 	}
-	rec, err := s.tasks.load(ctx, auth.Principal, string(req.ID))
+	rec, err := s.tasks.Load(ctx, auth.Principal, string(req.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +99,7 @@ func (s *Server) getTask(ctx context.Context, auth *loop.AuthContext, req *a2a.G
 }
 
 func (s *Server) cancelTask(ctx context.Context, auth *loop.AuthContext, req *a2a.CancelTaskRequest) (*a2a.Task, error) {
-	rec, err := s.tasks.cancel(ctx, auth.Principal, string(req.ID))
+	rec, err := s.tasks.Cancel(ctx, auth.Principal, string(req.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +173,7 @@ type taskStream struct {
 // Otherwise a running turn is streamed from its start (its first event is
 // the task), and a task waiting on the client is sent as it is.
 func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a.SubscribeToTaskRequest, lastEventID uint64) (*taskStream, error) {
-	rec, err := s.tasks.load(ctx, auth.Principal, string(req.ID))
+	rec, err := s.tasks.Load(ctx, auth.Principal, string(req.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +184,8 @@ func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a
 		return nil, a2a.NewError(a2a.ErrUnsupportedOperation,
 			fmt.Sprintf("task %q is %s: nothing more will happen to it", rec.ID, rec.Status))
 	}
-	if r := s.tasks.runOf(rec.ID); r != nil {
-		return &taskStream{taskID: rec.ID, after: r.after}, nil
+	if r := s.tasks.Running(rec.ID); r != nil {
+		return &taskStream{taskID: rec.ID, after: r.After}, nil
 	}
 	return &taskStream{taskID: rec.ID, snapshot: toA2ATask(rec, s.historyLength(-1))}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/google/uuid"
 
 	"github.com/looopy-go/looopy/loop"
 )
@@ -70,7 +69,7 @@ func (s *Server) adminTaskRoutes(r fiber.Router) {
 		if err != nil {
 			return err
 		}
-		rec, err = s.tasks.cancel(c.UserContext(), rec.Owner, rec.ID)
+		rec, err = s.tasks.Cancel(c.UserContext(), rec.Owner, rec.ID)
 		if err != nil {
 			return err
 		}
@@ -81,7 +80,7 @@ func (s *Server) adminTaskRoutes(r fiber.Router) {
 		if err != nil {
 			return err
 		}
-		id, err := s.tasks.retry(c.UserContext(), rec)
+		id, err := s.tasks.Retry(c.UserContext(), rec)
 		if err != nil {
 			return err
 		}
@@ -176,7 +175,7 @@ func (s *Server) taskJournal(ctx context.Context, taskID string) ([]loop.Journal
 func (s *Server) adminLoad(ctx context.Context, taskID string) (loop.TaskRecord, error) {
 	rec, err := s.stores.Tasks.LoadTask(ctx, taskID)
 	if errors.Is(err, loop.ErrNotFound) {
-		return rec, taskNotFound(taskID)
+		return rec, &loop.NotFoundError{What: "task", ID: taskID}
 	}
 	if err != nil {
 		return rec, fmt.Errorf("load task %q: %w", taskID, err)
@@ -187,7 +186,7 @@ func (s *Server) adminLoad(ctx context.Context, taskID string) (loop.TaskRecord,
 func (s *Server) adminTask(rec loop.TaskRecord) AdminTask {
 	return AdminTask{ID: rec.ID, ContextID: rec.ContextID, Owner: rec.Owner, Status: rec.Status,
 		Message: rec.Message, Reason: rec.Reason, Iterations: rec.Iterations, Messages: len(rec.History),
-		Running: s.tasks.runOf(rec.ID) != nil, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		Running: s.tasks.Running(rec.ID) != nil, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 		ExpiresAt: rec.ExpiresAt, ParentTaskID: rec.ParentTaskID}
 }
 
@@ -198,47 +197,4 @@ func knownStatus(st loop.TaskStatus) bool {
 		return true
 	}
 	return false
-}
-
-// retry runs a failed task again. Precisely: it starts a new task (new id)
-// in the same context, as the task's owner, whose input is the task's
-// original input, the user messages that opened it (the leading user
-// messages of its history). The failed task stays failed, with its
-// journal: nothing it did is undone or replayed. The context's history
-// already holds the failed turn, so the model sees the input again after
-// it. Only a failed task can be retried, and only when no turn runs on its
-// context. It returns the new task's id.
-func (m *taskManager) retry(ctx context.Context, rec loop.TaskRecord) (string, error) {
-	if rec.Status != loop.TaskFailed {
-		return "", fmt.Errorf("%w: task %q is %s; only a failed task can be retried", loop.ErrInvalid, rec.ID, rec.Status)
-	}
-	var input []loop.Message
-	for _, msg := range rec.History {
-		if msg.Role != loop.RoleUser {
-			break
-		}
-		input = append(input, msg)
-	}
-	if len(input) == 0 {
-		return "", fmt.Errorf("%w: task %q has no user input to run again", loop.ErrInvalid, rec.ID)
-	}
-	agent, err := m.getAgent(ctx, rec.ContextID, rec.Owner)
-	if err != nil {
-		return "", err
-	}
-	taskID := uuid.NewString()
-	r, err := m.register(ctx, taskID, rec.ContextID, rec.Owner)
-	if err != nil {
-		return "", err
-	}
-	now := time.Now().UTC()
-	r.created = now
-	md := map[string]any{"retryOf": rec.ID}
-	next := loop.TaskRecord{ID: taskID, ContextID: rec.ContextID, Owner: rec.Owner, Status: loop.TaskSubmitted,
-		CreatedAt: now, UpdatedAt: now, Metadata: md}
-	auth := &loop.AuthContext{Principal: rec.Owner}
-	m.launch(r, next, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
-		return agent.Turn(ctx, loop.TurnInput{TaskID: taskID, Messages: input, Auth: auth, Sink: sink, Metadata: md})
-	})
-	return taskID, nil
 }

@@ -115,6 +115,20 @@ type LimitsConfig struct {
 	// ResumeConcurrency bounds how many tasks left working by a crash are
 	// resumed at once when the host starts (default 64).
 	ResumeConcurrency int `json:"resumeConcurrency,omitempty"`
+	// MaxRunningPerPrincipal bounds the turns one principal runs at once
+	// (0: unbounded); past it a new turn is refused with a clear error,
+	// so that one principal's slow turns cannot take every turn of the
+	// host.
+	MaxRunningPerPrincipal int `json:"maxRunningPerPrincipal,omitempty"`
+	// HostID names this host in the leases of the tasks it runs. Hosts
+	// sharing stores must have different ids; a host restarted with its
+	// id takes its own tasks back at once. Default: derived from the
+	// machine's host name and the data directory.
+	HostID string `json:"hostId,omitempty"`
+	// LeaseTTL is how long a running task's lease lasts without renewal:
+	// how soon another host may take over the tasks of one that died
+	// (default 30s).
+	LeaseTTL Duration `json:"leaseTTL,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "1m30s" in JSON.
@@ -197,7 +211,8 @@ func (c Config) Validate() error {
 		}
 		seen[k.Key] = true
 	}
-	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 || c.Limits.MaxAgents < 0 {
+	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 || c.Limits.MaxAgents < 0 ||
+		c.Limits.MaxRunningPerPrincipal < 0 || c.Limits.LeaseTTL < 0 {
 		return errors.New("config: limits must not be negative")
 	}
 	if err := c.Observability.validate(); err != nil {

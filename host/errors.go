@@ -8,6 +8,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/errordetails"
 
+	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 )
 
@@ -20,7 +21,7 @@ var (
 	// ErrForbidden: a known credential without the right to do this.
 	ErrForbidden = a2a.ErrUnauthorized
 	// ErrShuttingDown: the host no longer starts turns.
-	ErrShuttingDown = errors.New("host is shutting down")
+	ErrShuttingDown = taskrt.ErrShuttingDown
 )
 
 // errorCode is one row of the table: what an error is called on the wire.
@@ -44,6 +45,7 @@ var errorTable = []errorCode{
 	{a2a.ErrTaskNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{loop.ErrNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{a2a.ErrTaskNotCancelable, -32002, http.StatusConflict, "TASK_NOT_CANCELABLE"},
+	{taskrt.ErrNotCancelable, -32002, http.StatusConflict, "TASK_NOT_CANCELABLE"},
 	{a2a.ErrPushNotificationNotSupported, -32003, http.StatusBadRequest, "PUSH_NOTIFICATION_NOT_SUPPORTED"},
 	{a2a.ErrUnsupportedOperation, -32004, http.StatusBadRequest, "UNSUPPORTED_OPERATION"},
 	{a2a.ErrUnsupportedContentType, -32005, http.StatusUnsupportedMediaType, "CONTENT_TYPE_NOT_SUPPORTED"},
@@ -52,6 +54,7 @@ var errorTable = []errorCode{
 	{loop.ErrBusy, -32000, http.StatusConflict, "CONTEXT_BUSY"},
 	{loop.ErrNotReady, -32000, http.StatusServiceUnavailable, "AGENT_NOT_READY"},
 	{ErrShuttingDown, -32000, http.StatusServiceUnavailable, "SHUTTING_DOWN"},
+	{taskrt.ErrQuota, -32000, http.StatusTooManyRequests, "QUOTA_EXCEEDED"},
 	{a2a.ErrUnauthenticated, -31401, http.StatusUnauthorized, "UNAUTHENTICATED"},
 	{a2a.ErrUnauthorized, -31403, http.StatusForbidden, "UNAUTHORIZED"},
 	{context.DeadlineExceeded, -32000, http.StatusGatewayTimeout, "TIMEOUT"},

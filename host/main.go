@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -209,9 +212,13 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if err != nil {
 		return err
 	}
+	if cfg.Limits.HostID == "" && !cfg.InMemory {
+		cfg.Limits.HostID = hostID(dc.DataDir)
+	}
 	srv, err := NewServer(cfg, Options{
-		tel:       tel,
-		Stores:    Stores{Messages: ts, Agents: ts, Tasks: ts, Events: st.Events(), Checkpoints: ts, Journal: ts},
+		tel: tel,
+		Stores: Stores{Messages: ts, Agents: ts, Tasks: ts, Events: st.Events(), Commit: ts, Checkpoints: ts,
+			Journal: ts, Durable: st, Leases: st, KV: st},
 		Model:     model,
 		Toolsets:  toolsets,
 		Plugins:   admin,
@@ -302,4 +309,16 @@ func newLogger(out io.Writer, format, level string, secrets []string) *slog.Logg
 		h = slog.NewTextHandler(out, opts)
 	}
 	return slog.New(newLogHandler(h, secrets))
+}
+
+// hostID is the default name of this host in leases: the machine's name and
+// the data directory, so that a host restarted on its data takes its own
+// tasks back at once (Badger lets one process at a time open a directory).
+func hostID(dataDir string) string {
+	name, _ := os.Hostname()
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return name + "/" + hex.EncodeToString(sum[:6])
 }

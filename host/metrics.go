@@ -62,9 +62,7 @@ func (s *Server) registerMetrics(m metric.Meter) error {
 		a2a := s.taskStreams.Load()
 		o.ObserveInt64(streams, a2a, a2aAttrs)
 		o.ObserveInt64(streams, s.openStreams.Load()-a2a, looopyAttrs)
-		s.tasks.mu.Lock()
-		nRunning, nAgents := len(s.tasks.running), len(s.tasks.agents)
-		s.tasks.mu.Unlock()
+		nRunning, nAgents := s.tasks.Stats()
 		o.ObserveInt64(running, int64(nRunning))
 		o.ObserveInt64(agents, int64(nAgents))
 		if s.plugins != nil {

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/looopy-go/looopy/artifacts"
+	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
 )
@@ -52,19 +53,18 @@ type Server struct {
 	app       *fiber.App
 	stores    Stores
 	hub       *sse.Hub
-	tasks     *taskManager
+	tasks     *taskrt.Runtime
 	auth      *authenticator
 	toolsets  []loop.Toolset
 	plugins   PluginAdmin
 	artifacts *artifacts.DB
 	log       *slog.Logger
 	ready     atomic.Bool
-	cleanup   *cleanup // removes what finished tasks leave behind
 
 	tel          *telemetry
 	ownTel       bool // tel was made here: Shutdown stops it
 	metrics      hostMetrics
-	usage        *usageTracker
+	usage        *taskrt.Usage
 	metricsToken []byte // sha256 of the /metrics token; nil: open
 	openStreams  atomic.Int64
 
@@ -107,14 +107,13 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if meter == nil {
 		meter = tel.meter
 	}
-	kv, _ := st.Tasks.(usageKV)
-	usage, err := newUsageTracker(kv, cfg.Observability.UsageLimits, meter, log)
+	usage, err := taskrt.NewUsage(st.KV, cfg.Observability.UsageLimits, meter, log)
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
 		MaxIterations: cfg.Agent.MaxIterations, Tracer: tel.tracer, Logger: log,
-		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.budget})
+		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.Budget})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -134,15 +133,25 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		s.metricsToken = sum[:]
 	}
 	s.streamsCtx, s.cancelStreams = context.WithCancel(context.Background())
-	s.tasks = newTaskManager(lp, st, s.hub, cfg.Limits, cfg.Agent, log)
-	s.tasks.artifacts = opts.Artifacts
+	rtc := taskrt.Config{Loop: lp, Stores: st.runtime(), Events: hubEvents{hub: hub, log: st.Events},
+		Owner: cfg.Limits.HostID, LeaseTTL: time.Duration(cfg.Limits.LeaseTTL),
+		TurnTimeout: time.Duration(cfg.Limits.TurnTimeout), TaskTTL: time.Duration(cfg.Limits.TaskTTL),
+		HistoryLimit: cfg.Agent.HistoryLimit, MaxAgents: cfg.Limits.MaxAgents,
+		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
+		TurnContext: withRequestTrace, Logger: log}
+	if opts.Artifacts != nil {
+		rtc.Artifacts = opts.Artifacts
+	}
+	if s.tasks, err = taskrt.New(rtc); err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
 	if err := s.registerMetrics(meter); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	if err := s.tasks.recover(context.Background()); err != nil {
+	if err := s.tasks.Recover(context.Background()); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	s.cleanup = s.startCleanup()
+	s.tasks.StartBackground()
 	s.app = fiber.New(fiber.Config{
 		AppName:               "looopy",
 		BodyLimit:             cfg.Limits.MaxBodyBytes,
@@ -252,8 +261,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- s.app.ShutdownWithContext(context.WithoutCancel(ctx)) }()
-	s.tasks.shutdown(ctx)
-	s.cleanup.stop()
+	s.tasks.Shutdown(ctx)
 	// The turns have ended and their last events are in the log: let the
 	// task streams deliver them (briefly), then end every stream.
 	for deadline := time.Now().Add(2 * time.Second); s.taskStreams.Load() > 0 && time.Now().Before(deadline); {
@@ -513,11 +521,11 @@ func (s *Server) startStream(ctx context.Context, auth *loop.AuthContext, p *a2a
 	if err := checkSendConfig(p); err != nil {
 		return nil, err
 	}
-	st, err := s.tasks.start(ctx, auth, p)
+	st, err := s.start(ctx, auth, p)
 	if err != nil {
 		return nil, err
 	}
-	return &taskStream{taskID: st.run.taskID, after: st.run.after}, nil
+	return &taskStream{taskID: st.Run.TaskID, after: st.Run.After}, nil
 }
 
 // checkContentEncoding refuses a compressed request body. The body limit

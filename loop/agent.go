@@ -21,6 +21,11 @@ type AgentConfig struct {
 	Messages  MessageStore
 	Agents    AgentStore
 	Tasks     TaskStore // optional: a record per turn
+	// Commit, when set, saves each finished turn in one atomic write. It
+	// must keep the same data as Messages, Agents, Tasks and the loop's
+	// Checkpoints (the checkpoint that served is deleted by the commit).
+	// Nil: the turn is saved piece by piece.
+	Commit TurnCommitter
 	// HistoryLimit bounds the messages handed to the model for a turn
 	// (the most recent ones); 0 hands the whole history.
 	HistoryLimit int
@@ -49,6 +54,23 @@ type TurnInput struct {
 	Auth        *AuthContext // for this turn only; never stored
 	Sink        EventSink
 	Metadata    map[string]any
+	// Lease, when set, fences the turn's writes: the turn is saved only
+	// while the lease is held (see TurnCommit.Lease).
+	Lease *Lease
+}
+
+// RunInput runs a task whose record is already stored, working (see
+// Agent.RunTask).
+type RunInput struct {
+	TaskID      string
+	Auth        *AuthContext
+	Sink        EventSink
+	ClientTools []ToolDefinition
+	Lease       *Lease
+	// Resumed says the task ran before (in a process that stopped): the
+	// turn continues from its checkpoint, or from its first model call
+	// without one, and says so in its events. Otherwise the turn starts.
+	Resumed bool
 }
 
 // Agent is the stateful, multi-turn conversation of one contextId over the
@@ -211,18 +233,20 @@ func (a *Agent) Turn(ctx context.Context, in TurnInput) (Outcome, error) {
 		if old, err := a.cfg.Tasks.LoadTask(ctx, in.TaskID); err == nil {
 			rec.CreatedAt = old.CreatedAt // a task continued (input-required) keeps its birth
 			rec.History = append(old.History, in.Messages...)
+			rec.Version = old.Version
 		}
 		if err := a.cfg.Tasks.SaveTask(ctx, rec); err != nil {
 			a.setStatus(AgentReady)
 			return Outcome{}, fmt.Errorf("turn of %q: save task %q: %w", a.cfg.ContextID, in.TaskID, err)
 		}
+		rec.Version++
 	}
-	return a.run(ctx, &rec, in.Messages, Turn{ClientTools: in.ClientTools, Auth: in.Auth, Sink: in.Sink, Metadata: in.Metadata}), nil
+	return a.run(ctx, &rec, in.Messages, Turn{ClientTools: in.ClientTools, Auth: in.Auth, Sink: in.Sink, Metadata: in.Metadata}, in.Lease), nil
 }
 
 // run runs the loop over the history and input, then finishes the turn.
 // The agent is busy; run makes it ready again.
-func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Turn) Outcome {
+func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Turn, lease *Lease) Outcome {
 	a.mu.Lock()
 	history := a.history
 	a.mu.Unlock()
@@ -237,7 +261,7 @@ func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Tur
 	t.Messages = append(append(msgs, history...), input...)
 	t.ContextID, t.TaskID, t.AgentID = a.cfg.ContextID, rec.ID, a.cfg.AgentID
 	t.OnFinish = func(ctx context.Context, o *Outcome) error {
-		return a.finishTurn(ctx, rec, input, o)
+		return a.finishTurn(ctx, rec, input, o, lease)
 	}
 	out := a.cfg.Loop.Run(ctx, t)
 	if out.Err != nil {
@@ -253,61 +277,79 @@ func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Tur
 // whose checkpoint cannot be read ends as failed with the reason; it never
 // stays working.
 func (a *Agent) ResumeTask(ctx context.Context, taskID string, sink EventSink) (Outcome, error) {
+	return a.RunTask(ctx, RunInput{TaskID: taskID, Sink: sink, Resumed: true})
+}
+
+// RunTask runs the turn of a task whose record is stored already, working,
+// with the turn's input as the last TurnInput messages of its History: a
+// task the caller made durable before it acknowledged it, or one that
+// was running when a process stopped (in.Resumed). A resumed task goes on
+// from its last checkpoint: tool calls the journal shows completed are not
+// run again. A task that cannot resume ends as failed with the reason; it
+// never stays working. It needs the Tasks store; resuming needs a loop
+// with Checkpoints.
+func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
+	taskID := in.TaskID
 	cps := a.cfg.Loop.checkpoints
-	if a.cfg.Tasks == nil || cps == nil {
-		return Outcome{}, fmt.Errorf("resume task %q: %w: needs a task store and checkpoints", taskID, ErrInvalid)
+	if a.cfg.Tasks == nil || (in.Resumed && cps == nil) {
+		return Outcome{}, fmt.Errorf("run task %q: %w: needs a task store (and checkpoints to resume)", taskID, ErrInvalid)
 	}
 	rec, err := a.cfg.Tasks.LoadTask(ctx, taskID)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("resume task %q: %w", taskID, err)
+		return Outcome{}, fmt.Errorf("run task %q: %w", taskID, err)
 	}
 	if rec.Status != TaskWorking {
-		return Outcome{}, fmt.Errorf("resume task %q: %w: it is %s, not working", taskID, ErrInvalid, rec.Status)
+		return Outcome{}, fmt.Errorf("run task %q: %w: it is %s, not working", taskID, ErrInvalid, rec.Status)
+	}
+	if rec.ContextID != a.cfg.ContextID {
+		return Outcome{}, fmt.Errorf("run task %q: %w: it belongs to another context", taskID, ErrInvalid)
 	}
 	a.mu.Lock()
 	switch a.meta.Status {
 	case AgentReady:
 	case AgentBusy:
 		a.mu.Unlock()
-		return Outcome{}, fmt.Errorf("resume task %q: %w", taskID, ErrBusy)
+		return Outcome{}, fmt.Errorf("run task %q: %w", taskID, ErrBusy)
 	default:
 		st := a.meta.Status
 		a.mu.Unlock()
-		return Outcome{}, fmt.Errorf("resume task %q: %w (status %s)", taskID, ErrNotReady, st)
+		return Outcome{}, fmt.Errorf("run task %q: %w (status %s)", taskID, ErrNotReady, st)
 	}
 	a.meta.Status = AgentBusy
 	a.mu.Unlock()
 
 	n := min(max(rec.TurnInput, 0), len(rec.History))
 	input := rec.History[len(rec.History)-n:]
-	t := Turn{Sink: sink, Metadata: rec.Metadata}
-	cp, err := cps.LoadCheckpoint(ctx, taskID)
-	switch {
-	case err == nil:
-		if cp.ContextID != a.cfg.ContextID {
-			err = fmt.Errorf("checkpoint belongs to context %q", cp.ContextID)
-		} else {
-			t.Resume, t.ClientTools = &cp, cp.ClientTools
+	t := Turn{Sink: in.Sink, Metadata: rec.Metadata, Auth: in.Auth, ClientTools: in.ClientTools}
+	if in.Resumed {
+		cp, err := cps.LoadCheckpoint(ctx, taskID)
+		switch {
+		case err == nil:
+			if cp.ContextID != a.cfg.ContextID {
+				err = fmt.Errorf("checkpoint belongs to context %q", cp.ContextID)
+			} else {
+				t.Resume, t.ClientTools = &cp, cp.ClientTools
+			}
+		case errors.Is(err, ErrNotFound):
+			// No checkpoint: the turn died before its first model response
+			// was saved, so no tool ran. Start it again from the model call.
+			err = nil
+			t.Resume = &Checkpoint{TaskID: taskID, ContextID: a.cfg.ContextID, Iteration: 1, Stage: StageModel}
 		}
-	case errors.Is(err, ErrNotFound):
-		// No checkpoint: the turn died before its first model response was
-		// saved, so no tool ran. Start it again from the model call.
-		err = nil
-		t.Resume = &Checkpoint{TaskID: taskID, ContextID: a.cfg.ContextID, Iteration: 1, Stage: StageModel}
+		if err != nil {
+			out := Outcome{Status: TaskFailed, Reason: ReasonError,
+				Err: fmt.Errorf("task %q cannot be resumed: %w", taskID, err)}
+			a.failUnresumable(ctx, &rec, input, in.Sink, &out, in.Lease)
+			return out, nil
+		}
 	}
-	if err != nil {
-		out := Outcome{Status: TaskFailed, Reason: ReasonError,
-			Err: fmt.Errorf("task %q cannot be resumed: %w", taskID, err)}
-		a.failUnresumable(ctx, &rec, input, sink, &out)
-		return out, nil
-	}
-	return a.run(ctx, &rec, input, t), nil
+	return a.run(ctx, &rec, input, t, in.Lease), nil
 }
 
 // failUnresumable records and announces the end of a task that cannot
 // resume, so that it never hangs in working.
-func (a *Agent) failUnresumable(ctx context.Context, rec *TaskRecord, input []Message, sink EventSink, out *Outcome) {
-	if err := a.finishTurn(ctx, rec, input, out); err != nil {
+func (a *Agent) failUnresumable(ctx context.Context, rec *TaskRecord, input []Message, sink EventSink, out *Outcome, lease *Lease) {
+	if err := a.finishTurn(ctx, rec, input, out, lease); err != nil {
 		out.Err = errors.Join(out.Err, err)
 	}
 	tr := &turn{t: &Turn{ContextID: a.cfg.ContextID, TaskID: rec.ID}, sink: sink}
@@ -319,7 +361,7 @@ func (a *Agent) failUnresumable(ctx context.Context, rec *TaskRecord, input []Me
 
 // finishTurn records the turn: history, metadata and task record, durably,
 // before the loop announces the end of the turn.
-func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message, o *Outcome) error {
+func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message, o *Outcome, lease *Lease) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	added := len(input) + len(o.Messages)
@@ -351,21 +393,28 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		}
 	}
 	cps := a.cfg.Loop.checkpoints
-	if tc, ok := a.oneStore(); ok && !a.cfg.DisableAutoSave {
+	if tc := a.cfg.Commit; tc != nil && !a.cfg.DisableAutoSave {
 		// One atomic, synced write for the whole turn.
-		c := TurnCommit{ContextID: a.cfg.ContextID, Messages: a.history[len(a.history)-a.unsaved:], Agent: a.meta}
+		c := TurnCommit{ContextID: a.cfg.ContextID, Messages: a.history[len(a.history)-a.unsaved:], Agent: a.meta, Lease: lease}
 		if a.cfg.Tasks != nil {
 			c.Task = rec
 		}
-		if cps != nil && any(cps) == any(tc) {
+		if cps != nil {
 			c.DeleteCheckpoint = rec.ID
 			cps = nil
 		}
 		if err := tc.CommitTurn(ctx, c); err != nil {
 			a.meta.Status, a.meta.Error = AgentFailed, err.Error()
+			// What was added to the cache is not stored: forget it, so
+			// that a later turn does not save it as its own.
+			a.history = a.history[:len(a.history)-added]
+			a.unsaved -= added
 			return fmt.Errorf("save turn: %w", err)
 		}
 		a.unsaved = 0
+		if c.Task != nil {
+			rec.Version++
+		}
 	} else {
 		var errs []error
 		if !a.cfg.DisableAutoSave {
@@ -377,6 +426,8 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		if a.cfg.Tasks != nil {
 			if err := a.cfg.Tasks.SaveTask(ctx, *rec); err != nil {
 				errs = append(errs, fmt.Errorf("save task %q: %w", rec.ID, err))
+			} else {
+				rec.Version++
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
@@ -399,16 +450,6 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		}
 	}
 	return nil
-}
-
-// oneStore returns the store that keeps messages, metadata and tasks when it
-// is one store able to commit a whole turn at once.
-func (a *Agent) oneStore() (TurnCommitter, bool) {
-	tc, ok := a.cfg.Messages.(TurnCommitter)
-	if !ok || any(a.cfg.Agents) != any(tc) || (a.cfg.Tasks != nil && any(a.cfg.Tasks) != any(tc)) {
-		return nil, false
-	}
-	return tc, true
 }
 
 // saveLocked appends the unsaved messages and saves the metadata.

@@ -57,7 +57,7 @@ func benchTurns(b *testing.B, contexts int, set func(db *store.Badger, cfg *loop
 	agents := make([]*loop.Agent, contexts)
 	for i := range agents {
 		agents[i], err = loop.NewAgent(loop.AgentConfig{ContextID: fmt.Sprint("bench-", i), Loop: l,
-			Messages: db, Agents: db, Tasks: db, HistoryLimit: 20})
+			Messages: db, Agents: db, Tasks: db, Commit: db, HistoryLimit: 20})
 		if err != nil {
 			b.Fatal(err)
 		}

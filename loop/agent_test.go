@@ -68,6 +68,9 @@ func echoModel() *fakeModel {
 func newAgent(t *testing.T, s stores, l *loop.Loop, mod func(*loop.AgentConfig)) *loop.Agent {
 	t.Helper()
 	cfg := loop.AgentConfig{ContextID: "ctx-a", AgentID: "demo", Owner: "alice", Loop: l, Messages: s, Agents: s, Tasks: s}
+	if tc, ok := s.(loop.TurnCommitter); ok {
+		cfg.Commit = tc
+	}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -92,3 +92,10 @@ func InterruptedResult(call ToolCall) ToolResult {
 		Content: "tool \"" + call.Name + "\" was interrupted by a restart of the host while it ran; " +
 			"its outcome is unknown and it was not run again because it is not idempotent"}
 }
+
+// DurableLister lists the tasks that have a checkpoint or a journal, so
+// that a cleanup can remove what finished tasks leave behind (journals
+// have no expiry of their own).
+type DurableLister interface {
+	DurableTaskIDs(ctx context.Context) ([]string, error)
+}

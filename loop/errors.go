@@ -19,6 +19,15 @@ var (
 	ErrCorrupt = errors.New("corrupt record")
 	// ErrInvalid: a request or configuration is not valid.
 	ErrInvalid = errors.New("invalid")
+	// ErrConflict: a versioned write lost a race: the stored record is not
+	// the version the writer read (another writer, maybe in another
+	// process, changed it first). Read it again and decide anew.
+	ErrConflict = errors.New("concurrent modification")
+	// ErrLeaseHeld: another owner holds a lease that has not lapsed.
+	ErrLeaseHeld = errors.New("lease held by another owner")
+	// ErrLeaseLost: the lease is no longer held by its owner (it lapsed and
+	// was taken over, or was released): the owner must stop the work.
+	ErrLeaseLost = errors.New("lease lost")
 )
 
 // CorruptError names the key of a stored record that could not be decoded.

@@ -148,6 +148,9 @@ type TaskRecord struct {
 	UpdatedAt    time.Time      `json:"updatedAt"`
 	ExpiresAt    time.Time      `json:"expiresAt,omitzero"` // zero: never
 	Metadata     map[string]any `json:"metadata,omitempty"`
+	// Version is the record's version in its store: 0 for a task not yet
+	// stored, then 1, 2, ... one per write. SaveTask compares it.
+	Version uint64 `json:"version,omitempty"`
 }
 
 // TaskFilter selects tasks for List. Zero fields match everything.
@@ -164,6 +167,12 @@ type TaskFilter struct {
 
 // TaskStore keeps task records. A record whose ExpiresAt has passed is gone:
 // Load returns ErrNotFound and List skips it.
+//
+// Writes are versioned (compare-and-set), so that writers in several
+// processes never overwrite each other blindly: SaveTask stores t only if
+// the stored record has version t.Version (0: no record stored, or one
+// that expired), and then the stored version is t.Version+1. Otherwise it
+// returns an error matching ErrConflict and stores nothing.
 type TaskStore interface {
 	SaveTask(ctx context.Context, t TaskRecord) error
 	LoadTask(ctx context.Context, id string) (TaskRecord, error)
@@ -180,7 +189,9 @@ type LogRecord struct {
 
 // EventLog is a set of append-only logs (streams), each with monotonic
 // sequence numbers starting at 1. It is what makes replay possible: events
-// are appended before they are sent to anyone.
+// are appended before they are sent to anyone. Appends may come from any
+// number of goroutines and processes sharing the log; Wait wakes readers
+// whoever appended.
 type EventLog interface {
 	// Append adds records to the end of a stream and returns the sequence
 	// number of the first; they are durable when Append returns.
@@ -191,6 +202,44 @@ type EventLog interface {
 	Last(ctx context.Context, stream string) (uint64, error)
 	// Expire makes the whole stream disappear after ttl (0: now).
 	Expire(ctx context.Context, stream string, ttl time.Duration) error
+	// Wait blocks until the stream's last sequence number is above after,
+	// and returns it; it returns at once when it already is. It returns
+	// ctx's error when ctx ends first. Appends made through any handle on
+	// the same log (another process, for a shared backend) wake it.
+	Wait(ctx context.Context, stream string, after uint64) (last uint64, err error)
+}
+
+// Lease is the right of one owner (a host process) to work on something
+// (a running task) until Expires. It is held by renewing it before it
+// lapses; another owner may take it only after it has. Token grows with
+// every change of owner: a write fenced by an old token is refused.
+type Lease struct {
+	Key     string    `json:"key"`
+	Owner   string    `json:"owner"`
+	Token   uint64    `json:"token"`
+	Expires time.Time `json:"expires"`
+	// Data is what the owner keeps with the lease (the task's context).
+	Data string `json:"data,omitempty"`
+}
+
+// LeaseStore keeps leases, shared by every process that may do the work.
+// Times are the store's clock; ttl must be positive.
+type LeaseStore interface {
+	// AcquireLease takes the lease of key for owner for ttl: when no one
+	// holds it, when it has lapsed, or when owner holds it already (then
+	// it is renewed, with the same token). Otherwise it returns an error
+	// matching ErrLeaseHeld.
+	AcquireLease(ctx context.Context, key, owner, data string, ttl time.Duration) (Lease, error)
+	// RenewLease extends a held lease by ttl from now. It returns an error
+	// matching ErrLeaseLost when l is no longer held (lapsed and taken, or
+	// released): the holder must stop.
+	RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives a held lease up. Releasing a lease no longer held
+	// is not an error.
+	ReleaseLease(ctx context.Context, l Lease) error
+	// ListLeases returns every lease stored, held or lapsed, by key. A
+	// process starting up finds there the work that was under way.
+	ListLeases(ctx context.Context) ([]Lease, error)
 }
 
 // TurnCommit is everything a finished turn saves.
@@ -201,11 +250,15 @@ type TurnCommit struct {
 	Task      *TaskRecord   // saved when not nil
 	// DeleteCheckpoint names a task whose checkpoint has served; "" for none.
 	DeleteCheckpoint string
+	// Lease, when set, fences the commit: it is refused (ErrLeaseLost) and
+	// nothing is saved unless the lease is still held with this token.
+	Lease *Lease
 }
 
-// TurnCommitter is implemented by stores that can save a whole turn at once:
-// atomically (a crash leaves all of it or none) and with one sync. The Agent
-// uses it when its message store implements it.
+// TurnCommitter saves a whole turn at once: atomically (a crash leaves all
+// of it or none) and, for a durable store, with one sync. It must write to
+// the same data as the message, agent, task and checkpoint stores it is
+// configured with (AgentConfig.Commit). Task is versioned as SaveTask is.
 type TurnCommitter interface {
 	CommitTurn(ctx context.Context, c TurnCommit) error
 }

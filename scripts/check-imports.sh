@@ -17,5 +17,6 @@ deny ./pdk "gofiber|dgraph-io/badger|tetratelabs/wazero|extism/go-sdk|^$mod/(loo
 deny ./store/... "gofiber|tetratelabs/wazero|extism|^$mod/(plugins|host|sse|artifacts)"
 deny ./sse/... "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|^$mod/(store|plugins|host|artifacts)"
 deny ./plugins/... "gofiber|dgraph-io/badger|^$mod/(store|host|sse|artifacts)"
+deny ./host/taskrt "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|a2aproject|^$mod/(store|plugins|sse|artifacts|cmd)|^$mod/host$"
 deny ./artifacts/... "gofiber|tetratelabs/wazero|extism|^$mod/(plugins|host|sse)"
 exit $fail

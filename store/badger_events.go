@@ -15,7 +15,10 @@ import (
 // records under a head evth/<stream> holding the last seq and the stream's
 // expiry. Appends from many goroutines, to one stream or many, share synced
 // commits (see Badger).
-type BadgerEvents struct{ b *Badger }
+type BadgerEvents struct {
+	b       *Badger
+	waiters waiters
+}
 
 var _ loop.EventLog = (*BadgerEvents)(nil)
 
@@ -46,7 +49,17 @@ func (e *BadgerEvents) Append(ctx context.Context, stream string, data ...[]byte
 	if err != nil {
 		return 0, fmt.Errorf("append events to %q: %w", stream, err)
 	}
+	e.waiters.wake(stream)
 	return first, nil
+}
+
+// Wait implements loop.EventLog. Appends through this store wake it; the
+// database is opened by one process at a time, so no append is missed.
+func (e *BadgerEvents) Wait(ctx context.Context, stream string, after uint64) (uint64, error) {
+	if err := e.b.limits.checkID("stream", stream); err != nil {
+		return 0, fmt.Errorf("wait for events: %w", err)
+	}
+	return e.waiters.wait(ctx, stream, after, e.Last)
 }
 
 // Read implements loop.EventLog: a seek to the first wanted record.

@@ -19,10 +19,19 @@ type taskIdent struct {
 	AgentID   string    `json:"agentId,omitempty"`
 	Owner     string    `json:"owner,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Version is the stored record's version, kept here so that a
+	// versioned write compares it without decoding the record.
+	Version uint64 `json:"version,omitempty"`
 }
 
 func identOf(t *loop.TaskRecord) taskIdent {
-	return taskIdent{ContextID: t.ContextID, AgentID: t.AgentID, Owner: t.Owner, CreatedAt: t.CreatedAt}
+	return taskIdent{ContextID: t.ContextID, AgentID: t.AgentID, Owner: t.Owner, CreatedAt: t.CreatedAt, Version: t.Version}
+}
+
+// samePlace reports whether two placements put a task under the same
+// index keys.
+func (ti *taskIdent) samePlace(o *taskIdent) bool {
+	return ti.ContextID == o.ContextID && ti.AgentID == o.AgentID && ti.Owner == o.Owner && ti.CreatedAt.Equal(o.CreatedAt)
 }
 
 func (ti *taskIdent) indexKeys(id string) [][]byte {
@@ -100,7 +109,8 @@ func expirySeconds(t time.Time) uint64 {
 }
 
 // SaveTask implements loop.TaskStore. The record and its index entries
-// expire together at ExpiresAt.
+// expire together at ExpiresAt. The version is compared inside the commit
+// transaction, which serializes every write of the store.
 func (b *Badger) SaveTask(ctx context.Context, t loop.TaskRecord) error {
 	apply, err := b.saveTaskApply(&t)
 	if err != nil {
@@ -118,6 +128,8 @@ func (b *Badger) saveTaskApply(t0 *loop.TaskRecord) (func(*badger.Txn) ([]mutati
 	if err := checkTask(b.limits, &t); err != nil {
 		return nil, fmt.Errorf("save task: %w", err)
 	}
+	read := t.Version
+	t.Version++
 	rec, err := json.Marshal(&t)
 	if err != nil {
 		return nil, fmt.Errorf("save task %q: encode: %w", t.ID, err)
@@ -136,12 +148,24 @@ func (b *Badger) saveTaskApply(t0 *loop.TaskRecord) (func(*badger.Txn) ([]mutati
 	}
 	ik := identKey(t.ID)
 	return func(txn *badger.Txn) ([]mutation, error) {
-		old, _, err := oldIdent(txn, t.ID)
+		old, exists, err := oldIdent(txn, t.ID)
 		if err != nil {
 			return nil, err
 		}
+		var stored uint64
+		if old != nil {
+			stored = old.Version
+		} else if exists {
+			// A record whose placement cannot be read: only a writer
+			// that read version 0 of it (it cannot have read more) may
+			// replace it.
+			stored = 0
+		}
+		if err := versionCheck(t.ID, stored, read); err != nil {
+			return nil, err
+		}
 		ms := make([]mutation, 0, 2+2*len(newKeys))
-		if old != nil && *old != ident {
+		if old != nil && !old.samePlace(&ident) {
 			for _, k := range old.indexKeys(t.ID) {
 				if !containsKey(newKeys, k) {
 					ms = append(ms, del(k))

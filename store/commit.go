@@ -45,6 +45,14 @@ func (b *Badger) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 		key := ckptKey(c.DeleteCheckpoint)
 		applies = append(applies, func(*badger.Txn) ([]mutation, error) { return []mutation{del(key)}, nil })
 	}
+	if c.Lease != nil {
+		l := *c.Lease
+		// The fence comes first: a commit by an owner that lost its
+		// lease writes nothing.
+		applies = append([]func(*badger.Txn) ([]mutation, error){func(txn *badger.Txn) ([]mutation, error) {
+			return nil, leaseHeld(txn, &l)
+		}}, applies...)
+	}
 	err = b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
 		var all []mutation
 		for _, a := range applies {
@@ -63,8 +71,24 @@ func (b *Badger) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 }
 
 // CommitTurn implements loop.TurnCommitter. The memory store has nothing to
-// sync; it applies the parts in order.
+// sync; it checks the lease and the task's version, then applies the parts
+// in order (one commit at a time).
 func (m *Memory) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
+	m.commitMu.Lock()
+	defer m.commitMu.Unlock()
+	if c.Lease != nil {
+		if err := m.leaseHeld(c.Lease); err != nil {
+			return fmt.Errorf("commit turn of %q: %w", c.ContextID, err)
+		}
+	}
+	if c.Task != nil {
+		m.taskMu.Lock()
+		err := m.checkVersionLocked(c.Task)
+		m.taskMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("commit turn of %q: %w", c.ContextID, err)
+		}
+	}
 	if len(c.Messages) > 0 {
 		if err := m.Append(ctx, c.ContextID, c.Messages...); err != nil {
 			return err

@@ -79,7 +79,15 @@ func TestCorruptRecords(t *testing.T) {
 	wantCorrupt("task", "task/t", err)
 	_, err = b.ListTasks(ctx, loop.TaskFilter{})
 	wantCorrupt("task listed", "task/t", err)
-	// A damaged record is replaced by saving the task again.
+	// A damaged record is replaced by deleting it and saving the task
+	// again (its version cannot be read, so a versioned write over it is
+	// refused).
+	if err := b.SaveTask(ctx, loop.TaskRecord{ID: "t", ContextID: "c"}); !errors.Is(err, loop.ErrConflict) {
+		t.Fatalf("SaveTask of version 0 over a damaged record of version 1: err = %v, want ErrConflict", err)
+	}
+	if err := b.DeleteTask(ctx, "t"); err != nil {
+		t.Fatalf("DeleteTask of a damaged record: %v", err)
+	}
 	if err := b.SaveTask(ctx, loop.TaskRecord{ID: "t", ContextID: "c"}); err != nil {
 		t.Fatalf("SaveTask over a damaged record: %v", err)
 	}

@@ -26,6 +26,7 @@ import (
 //	evt/<stream>/<seq:20>               one event log record (raw bytes)
 //	evth/<stream>                       event log head: last seq, expiry (16 bytes)
 //	kv/<namespace>/<key>                a plugin's key-value space (raw bytes)
+//	lease/<key>                         a lease (JSON loop.Lease), no TTL: a lapsed one stays until taken or released
 //
 // <created:19> is the task's CreatedAt in Unix nanoseconds (clamped at 0).
 // History seqs are never reused: Replace writes the new history after the

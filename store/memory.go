@@ -43,6 +43,11 @@ type Memory struct {
 	ckpts   map[string]loop.Checkpoint
 	journal map[string]map[string]loop.JournalEntry // task → call → entry
 
+	commitMu sync.Mutex // one CommitTurn at a time
+
+	leaseMu sync.Mutex
+	leases  map[string]loop.Lease
+
 	events *MemoryEvents
 
 	closeOnce sync.Once
@@ -67,6 +72,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		kv:      map[string]map[string][]byte{},
 		ckpts:   map[string]loop.Checkpoint{},
 		journal: map[string]map[string]loop.JournalEntry{},
+		leases:  map[string]loop.Lease{},
 		stop:    make(chan struct{}),
 	}
 	m.events = &MemoryEvents{limits: m.limits, streams: map[string]*memStream{}}
@@ -268,8 +274,30 @@ func (m *Memory) SaveTask(ctx context.Context, t loop.TaskRecord) error {
 	}
 	t = cloneTask(t)
 	m.taskMu.Lock()
+	defer m.taskMu.Unlock()
+	if err := m.checkVersionLocked(&t); err != nil {
+		return fmt.Errorf("save task: %w", err)
+	}
+	t.Version++
 	m.tasks[t.ID] = t
-	m.taskMu.Unlock()
+	return nil
+}
+
+// checkVersionLocked refuses a write of t over a record of another
+// version. m.taskMu is held.
+func (m *Memory) checkVersionLocked(t *loop.TaskRecord) error {
+	var cur uint64
+	if old, ok := m.tasks[t.ID]; ok && !expired(old.ExpiresAt, time.Now()) {
+		cur = old.Version
+	}
+	return versionCheck(t.ID, cur, t.Version)
+}
+
+// versionCheck is the compare of a versioned task write.
+func versionCheck(id string, stored, read uint64) error {
+	if stored != read {
+		return fmt.Errorf("task %q: stored version %d, written over version %d: %w", id, stored, read, loop.ErrConflict)
+	}
 	return nil
 }
 

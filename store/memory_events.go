@@ -15,6 +15,7 @@ type MemoryEvents struct {
 	limits  Limits
 	mu      sync.RWMutex
 	streams map[string]*memStream
+	waiters waiters
 }
 
 type memStream struct {
@@ -49,7 +50,6 @@ func (e *MemoryEvents) Append(ctx context.Context, stream string, data ...[]byte
 		cp[i] = append([]byte{}, d...)
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	s := e.live(stream, time.Now())
 	if s == nil {
 		s = &memStream{}
@@ -57,7 +57,17 @@ func (e *MemoryEvents) Append(ctx context.Context, stream string, data ...[]byte
 	}
 	first := uint64(len(s.recs)) + 1
 	s.recs = append(s.recs, cp...)
+	e.mu.Unlock()
+	e.waiters.wake(stream)
 	return first, nil
+}
+
+// Wait implements loop.EventLog.
+func (e *MemoryEvents) Wait(ctx context.Context, stream string, after uint64) (uint64, error) {
+	if err := e.limits.checkID("stream", stream); err != nil {
+		return 0, fmt.Errorf("wait for events: %w", err)
+	}
+	return e.waiters.wait(ctx, stream, after, e.Last)
 }
 
 // Read implements loop.EventLog.

@@ -3,6 +3,7 @@ package store_test
 import (
 	"testing"
 
+	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/store"
 	"github.com/looopy-go/looopy/store/storetest"
 )
@@ -62,4 +63,63 @@ func TestBadgerInMemory(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Stores {
 		return openBadger(t, store.Options{InMemory: true})
 	})
+}
+
+// The suites that Stores does not cover, each against every backend.
+func TestDurableSuites(t *testing.T) {
+	backends := map[string]func(t *testing.T) any{
+		"Memory": func(t *testing.T) any {
+			m := store.NewMemory(store.MemoryOptions{})
+			t.Cleanup(func() { m.Close() })
+			return m
+		},
+		"BadgerOnDisk": func(t *testing.T) any {
+			b, err := store.Open(store.Options{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		"BadgerInMemory": func(t *testing.T) any {
+			b, err := store.Open(store.Options{InMemory: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+	}
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Run("Checkpoints", func(t *testing.T) {
+				storetest.RunCheckpoints(t, func(t *testing.T) loop.CheckpointStore { return checkpointsOf(open(t)) })
+			})
+			t.Run("Journal", func(t *testing.T) {
+				storetest.RunJournal(t, func(t *testing.T) storetest.Durable { return durableOf(open(t)) })
+			})
+			t.Run("Leases", func(t *testing.T) {
+				storetest.RunLeases(t, func(t *testing.T) loop.LeaseStore { return open(t).(loop.LeaseStore) })
+			})
+			t.Run("TurnCommit", func(t *testing.T) {
+				storetest.RunTurnCommit(t, func(t *testing.T) storetest.CommitStores { return commitStoresOf(open(t)) })
+			})
+		})
+	}
+}
+
+func durableOf(s any) storetest.Durable        { return s.(storetest.Durable) }
+func checkpointsOf(s any) loop.CheckpointStore { return durableOf(s) }
+
+// commitStoresOf: each backend is one store that commits what it keeps.
+func commitStoresOf(s any) storetest.CommitStores {
+	all := s.(interface {
+		loop.TurnCommitter
+		loop.MessageStore
+		loop.AgentStore
+		loop.TaskStore
+		loop.CheckpointStore
+		loop.LeaseStore
+	})
+	return storetest.CommitStores{Commit: all, Messages: all, Agents: all, Tasks: all, Checkpoints: all, Leases: all}
 }

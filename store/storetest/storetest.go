@@ -27,8 +27,8 @@ type KV interface {
 	KVDelete(ctx context.Context, namespace, key string) error
 }
 
-// Stores is one implementation under test. Every field is required except
-// Reopen.
+// Stores is one implementation under test, for Run. Every field is
+// required except Reopen.
 type Stores struct {
 	Messages loop.MessageStore
 	Agents   loop.AgentStore
@@ -40,45 +40,104 @@ type Stores struct {
 	Reopen func(t *testing.T) Stores
 }
 
-// Run runs the whole suite. open returns fresh, empty stores for one test
-// (and registers their cleanup with t.Cleanup).
-func Run(t *testing.T, open func(t *testing.T) Stores) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s Stores)
-	}{
-		{"Messages/AppendRecentCount", testAppendRecent},
-		{"Messages/RoundTrip", testMessageRoundTrip},
-		{"Messages/Copies", testMessageCopies},
-		{"Messages/Replace", testReplace},
-		{"Messages/Delete", testDelete},
-		{"Messages/Isolation", testMessageIsolation},
-		{"Messages/BadInput", testMessageBadInput},
-		{"Messages/ConcurrentAppend", testConcurrentAppend},
-		{"Messages/ConcurrentReplace", testConcurrentReplace},
-		{"Agents", testAgents},
-		{"Tasks/RoundTrip", testTaskRoundTrip},
-		{"Tasks/Overwrite", testTaskOverwrite},
-		{"Tasks/Filters", testTaskFilters},
-		{"Tasks/Pagination", testTaskPagination},
-		{"Tasks/TTL", testTaskTTL},
-		{"Tasks/BadInput", testTaskBadInput},
-		{"Events/AppendRead", testEvents},
-		{"Events/Expire", testEventExpire},
-		{"Events/Concurrent", testEventsConcurrent},
-		{"KV", testKV},
-		{"Canceled", testCanceled},
-		{"Reopen", testReopen},
-	}
+type namedTest struct {
+	name string
+	fn   func(t *testing.T, s Stores)
+}
+
+// run runs each test on fresh stores from open.
+func run(t *testing.T, open func(t *testing.T) Stores, tests []namedTest) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := open(t)
-			if s.Messages == nil || s.Agents == nil || s.Tasks == nil || s.Events == nil || s.KV == nil {
-				t.Fatal("storetest: open returned Stores with a nil field")
-			}
-			tc.fn(t, s)
+			tc.fn(t, open(t))
 		})
 	}
+}
+
+// RunMessages runs the suite of loop.MessageStore. open returns a fresh,
+// empty store for one test (and registers its cleanup with t.Cleanup).
+func RunMessages(t *testing.T, open func(t *testing.T) loop.MessageStore) {
+	run(t, func(t *testing.T) Stores { return Stores{Messages: open(t)} }, []namedTest{
+		{"AppendRecentCount", testAppendRecent},
+		{"RoundTrip", testMessageRoundTrip},
+		{"Copies", testMessageCopies},
+		{"Replace", testReplace},
+		{"Delete", testDelete},
+		{"Isolation", testMessageIsolation},
+		{"BadInput", testMessageBadInput},
+		{"ConcurrentAppend", testConcurrentAppend},
+		{"ConcurrentReplace", testConcurrentReplace},
+	})
+}
+
+// RunAgents runs the suite of loop.AgentStore.
+func RunAgents(t *testing.T, open func(t *testing.T) loop.AgentStore) {
+	run(t, func(t *testing.T) Stores { return Stores{Agents: open(t)} }, []namedTest{
+		{"SaveLoadDelete", testAgents},
+	})
+}
+
+// RunTasks runs the suite of loop.TaskStore, versioned writes included.
+func RunTasks(t *testing.T, open func(t *testing.T) loop.TaskStore) {
+	run(t, func(t *testing.T) Stores { return Stores{Tasks: open(t)} }, []namedTest{
+		{"RoundTrip", testTaskRoundTrip},
+		{"Overwrite", testTaskOverwrite},
+		{"Filters", testTaskFilters},
+		{"Pagination", testTaskPagination},
+		{"TTL", testTaskTTL},
+		{"BadInput", testTaskBadInput},
+		{"Versions", testTaskVersions},
+		{"VersionRace", testTaskVersionRace},
+	})
+}
+
+// RunEvents runs the suite of loop.EventLog, waiting reads included.
+func RunEvents(t *testing.T, open func(t *testing.T) loop.EventLog) {
+	run(t, func(t *testing.T) Stores { return Stores{Events: open(t)} }, []namedTest{
+		{"AppendRead", testEvents},
+		{"Expire", testEventExpire},
+		{"Concurrent", testEventsConcurrent},
+		{"Wait", testEventWait},
+		{"WaitCanceled", testEventWaitCanceled},
+		{"WaitManyReaders", testEventWaitMany},
+	})
+}
+
+// RunKV runs the suite of the key-value space.
+func RunKV(t *testing.T, open func(t *testing.T) KV) {
+	run(t, func(t *testing.T) Stores { return Stores{KV: open(t)} }, []namedTest{
+		{"GetSetDelete", testKV},
+	})
+}
+
+// Run runs every suite of Stores (each on fresh stores from open), and the
+// tests that span several stores: a canceled context and a restart.
+func Run(t *testing.T, open func(t *testing.T) Stores) {
+	t.Run("Messages", func(t *testing.T) {
+		RunMessages(t, func(t *testing.T) loop.MessageStore { return open(t).Messages })
+	})
+	t.Run("Agents", func(t *testing.T) {
+		RunAgents(t, func(t *testing.T) loop.AgentStore { return open(t).Agents })
+	})
+	t.Run("Tasks", func(t *testing.T) {
+		RunTasks(t, func(t *testing.T) loop.TaskStore { return open(t).Tasks })
+	})
+	t.Run("Events", func(t *testing.T) {
+		RunEvents(t, func(t *testing.T) loop.EventLog { return open(t).Events })
+	})
+	t.Run("KV", func(t *testing.T) {
+		RunKV(t, func(t *testing.T) KV { return open(t).KV })
+	})
+	run(t, func(t *testing.T) Stores {
+		s := open(t)
+		if s.Messages == nil || s.Agents == nil || s.Tasks == nil || s.Events == nil || s.KV == nil {
+			t.Fatal("storetest: open returned Stores with a nil field")
+		}
+		return s
+	}, []namedTest{
+		{"Canceled", testCanceled},
+		{"Reopen", testReopen},
+	})
 }
 
 func msg(role loop.Role, content string) loop.Message {
@@ -479,11 +538,14 @@ func task(id, ctxID string, created int, status loop.TaskStatus) loop.TaskRecord
 	}
 }
 
-func mustSaveTask(t *testing.T, s loop.TaskStore, tr loop.TaskRecord) {
+// mustSaveTask saves tr and returns it as stored (its version one higher).
+func mustSaveTask(t *testing.T, s loop.TaskStore, tr loop.TaskRecord) loop.TaskRecord {
 	t.Helper()
 	if err := s.SaveTask(context.Background(), tr); err != nil {
 		t.Fatalf("SaveTask(%q): %v", tr.ID, err)
 	}
+	tr.Version++
+	return tr
 }
 
 func ids(ts []loop.TaskRecord) []string {
@@ -525,7 +587,7 @@ func testTaskRoundTrip(t *testing.T, s Stores) {
 		ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Second),
 		Metadata:  map[string]any{"k": "v"},
 	}
-	mustSaveTask(t, s.Tasks, tr)
+	tr = mustSaveTask(t, s.Tasks, tr)
 	got, err := s.Tasks.LoadTask(ctx, "t1")
 	if err != nil {
 		t.Fatalf("LoadTask: %v", err)
@@ -554,7 +616,7 @@ func testTaskRoundTrip(t *testing.T, s Stores) {
 func testTaskOverwrite(t *testing.T, s Stores) {
 	tr := task("t", "c-old", 1, loop.TaskWorking)
 	tr.Owner, tr.AgentID = "alice", "a1"
-	mustSaveTask(t, s.Tasks, tr)
+	tr = mustSaveTask(t, s.Tasks, tr)
 	tr.Status = loop.TaskCompleted
 	tr.ContextID, tr.Owner, tr.AgentID = "c-new", "bob", "a2"
 	tr.CreatedAt = tr.CreatedAt.Add(time.Hour)
@@ -712,7 +774,7 @@ func testTaskTTL(t *testing.T, s Stores) {
 	// A saved task whose expiry is removed lives on.
 	keep := task("keep", "ttl", 4, loop.TaskWorking)
 	keep.ExpiresAt = time.Now().Add(time.Second)
-	mustSaveTask(t, s.Tasks, keep)
+	keep = mustSaveTask(t, s.Tasks, keep)
 	keep.ExpiresAt = time.Time{}
 	mustSaveTask(t, s.Tasks, keep)
 	time.Sleep(2100 * time.Millisecond)
@@ -1029,7 +1091,7 @@ func testReopen(t *testing.T, s Stores) {
 	}
 	tr := task("t", "c", 1, loop.TaskCompleted)
 	tr.Owner = "alice"
-	mustSaveTask(t, s.Tasks, tr)
+	tr = mustSaveTask(t, s.Tasks, tr)
 	mustEvents(t, s.Events, "c", "e1", "e2")
 	if err := s.KV.KVSet(ctx, "plug", "k", []byte("v")); err != nil {
 		t.Fatal(err)

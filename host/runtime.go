@@ -1,0 +1,98 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/looopy-go/looopy/host/taskrt"
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/sse"
+)
+
+// Stores are the durable stores of a server. Messages, Agents, Tasks and
+// Events are required; each other field, when nil, turns its feature off
+// (see taskrt.Stores).
+type Stores struct {
+	Messages loop.MessageStore
+	Agents   loop.AgentStore
+	Tasks    loop.TaskStore
+	Events   loop.EventLog
+	// Commit saves a finished turn in one atomic write.
+	Commit loop.TurnCommitter
+	// Checkpoints and Journal make turns durable: a task left working by a
+	// crash resumes when the host starts. Without them such a task fails.
+	Checkpoints loop.CheckpointStore
+	Journal     loop.Journal
+	// Durable lists tasks with checkpoints or journals, for the cleanup.
+	Durable loop.DurableLister
+	// Leases own running tasks across processes.
+	Leases loop.LeaseStore
+	// KV keeps the usage counters of principals (nil: in memory).
+	KV taskrt.UsageKV
+}
+
+func (st Stores) runtime() taskrt.Stores {
+	return taskrt.Stores{Messages: st.Messages, Agents: st.Agents, Tasks: st.Tasks, Commit: st.Commit,
+		Checkpoints: st.Checkpoints, Journal: st.Journal, Durable: st.Durable, Leases: st.Leases}
+}
+
+// hubEvents is the event log of the task runtime: the server's Hub, with
+// the task and context streams it names.
+type hubEvents struct {
+	hub *sse.Hub
+	log loop.EventLog
+}
+
+var _ taskrt.Events = hubEvents{}
+
+func (h hubEvents) Sink(onErr func(loop.Event, error)) loop.EventSink { return h.hub.Sink(onErr) }
+
+func (h hubEvents) Publish(ctx context.Context, e loop.Event) error {
+	_, err := h.hub.PublishTask(ctx, e)
+	return err
+}
+
+func (h hubEvents) Last(ctx context.Context, taskID string) (uint64, error) {
+	return h.hub.Last(ctx, sse.TaskStream(taskID))
+}
+
+func (h hubEvents) LastEvent(ctx context.Context, taskID string) (loop.Event, error) {
+	stream := sse.TaskStream(taskID)
+	last, err := h.log.Last(ctx, stream)
+	if err != nil || last == 0 {
+		return nil, err
+	}
+	recs, err := h.log.Read(ctx, stream, last-1, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	e, err := loop.DecodeEvent(recs[0].Data)
+	if err != nil {
+		return nil, fmt.Errorf("last event of task %q: %w", taskID, err)
+	}
+	return e, nil
+}
+
+func (h hubEvents) Settle(ctx context.Context, taskID, contextID string, terminal bool) error {
+	var errs []error
+	for _, stream := range []string{sse.TaskStream(taskID), sse.ContextStream(contextID)} {
+		if err := h.hub.Flush(ctx, stream); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if terminal {
+		if err := h.hub.Finish(ctx, sse.TaskStream(taskID)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (h hubEvents) KeepContext(ctx context.Context, contextID string, ttl time.Duration) error {
+	return h.log.Expire(ctx, sse.ContextStream(contextID), ttl)
+}

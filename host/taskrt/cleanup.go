@@ -1,0 +1,74 @@
+package taskrt
+
+import (
+	"context"
+	"errors"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// What expires on its own and what the cleanup removes, once a task is
+// finished:
+//   - the task record: at ExpiresAt (TaskTTL after it ended), by the store;
+//   - its event stream: the host's hub gives a finished stream the same
+//     retention;
+//   - its artifacts: ExpireTask when it ends, removed by the artifact sweep;
+//   - its checkpoint: deleted with the turn's last write; one left behind
+//     (a task failed because it could not resume, a task canceled while it
+//     waited) is removed by the cleanup as soon as the task is finished;
+//   - its journal: kept as long as the task record, so an operator can read
+//     it; the cleanup removes it once the record is gone;
+//   - its lease: released once its end is in its stream.
+
+// Sweep removes the journal and checkpoint of every task whose record is
+// gone (expired or deleted), and the checkpoint of every finished task. A
+// task with a turn running here is left alone. It returns how many tasks
+// it cleaned; a failure on one task does not stop the others. Without
+// Stores.Durable (or checkpoints) there is nothing to sweep.
+func (rt *Runtime) Sweep(ctx context.Context) (int, error) {
+	if rt.st.Durable == nil || rt.st.Checkpoints == nil || rt.st.Journal == nil {
+		return 0, nil
+	}
+	ids, err := rt.st.Durable.DurableTaskIDs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	n := 0
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		if rt.Running(id) != nil {
+			continue
+		}
+		rec, err := rt.st.Tasks.LoadTask(ctx, id)
+		gone := errors.Is(err, loop.ErrNotFound)
+		switch {
+		case err != nil && !gone:
+			errs = append(errs, err)
+			continue
+		case !gone && !rec.Status.Terminal():
+			continue // working, or waiting for its client: it still needs them
+		}
+		if !gone {
+			// Finished: only a checkpoint left behind goes (the journal
+			// stays as long as the record).
+			if _, err := rt.st.Checkpoints.LoadCheckpoint(ctx, id); errors.Is(err, loop.ErrNotFound) {
+				continue
+			}
+		}
+		if err := rt.st.Checkpoints.DeleteCheckpoint(ctx, id); err != nil && !errors.Is(err, loop.ErrNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		if gone {
+			if err := rt.st.Journal.DeleteCalls(ctx, id); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}

@@ -1,0 +1,782 @@
+package taskrt
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// Errors of the runtime. The host maps them to protocol errors.
+var (
+	// ErrShuttingDown: the runtime no longer starts turns.
+	ErrShuttingDown = errors.New("host is shutting down")
+	// ErrNotCancelable: the task is finished.
+	ErrNotCancelable = errors.New("task is not cancelable")
+	// ErrQuota: the principal runs as many turns as the operator allows.
+	ErrQuota = errors.New("too many running turns for this principal")
+)
+
+// Stores are the durable stores the runtime works on. Messages, Agents and
+// Tasks are required; each other field, when nil, turns its feature off.
+type Stores struct {
+	Messages loop.MessageStore
+	Agents   loop.AgentStore
+	Tasks    loop.TaskStore
+	// Commit saves a finished turn in one atomic write (it must keep the
+	// same data as the stores above and the checkpoints).
+	Commit loop.TurnCommitter
+	// Checkpoints and Journal make turns durable: a task left working by a
+	// crash resumes where it was. Without them such a task fails.
+	Checkpoints loop.CheckpointStore
+	Journal     loop.Journal
+	// Durable lists the tasks with a checkpoint or journal, for the
+	// cleanup. Nil: they are not cleaned.
+	Durable loop.DurableLister
+	// Leases own running tasks across processes. Nil: one process owns
+	// everything, and a process that dies leaves unannounced ends that
+	// only the next start can repair for tasks still working.
+	Leases loop.LeaseStore
+}
+
+// Events is where the runtime publishes the events of tasks: the host's
+// durable event log (its sse.Hub), per task and per context stream.
+type Events interface {
+	// Sink returns the EventSink of a turn: it queues events for their
+	// streams without waiting; onErr hears of those that could not be
+	// logged.
+	Sink(onErr func(loop.Event, error)) loop.EventSink
+	// Publish appends e to its task's and context's streams; it is durable
+	// when Publish returns.
+	Publish(ctx context.Context, e loop.Event) error
+	// Last returns the id of the last event of a task's stream (0: none).
+	Last(ctx context.Context, taskID string) (uint64, error)
+	// LastEvent returns the last event of a task's stream, nil when it
+	// has none.
+	LastEvent(ctx context.Context, taskID string) (loop.Event, error)
+	// Settle waits until the queued events of a task and its context are
+	// in the log; for a finished task (terminal) it then ends the task's
+	// stream: its subscribers end once they have read everything.
+	Settle(ctx context.Context, taskID, contextID string, terminal bool) error
+	// KeepContext has a context's stream expire ttl after now.
+	KeepContext(ctx context.Context, contextID string, ttl time.Duration) error
+}
+
+// Artifacts is what the runtime needs of the artifact store: the
+// artifacts of a finished task expire with it, and a conversation lists
+// its own.
+type Artifacts interface {
+	loop.ArtifactLister
+	ExpireTask(ctx context.Context, taskID string, ttl time.Duration) error
+}
+
+// Config configures a Runtime. Zero fields take their defaults.
+type Config struct {
+	Loop   *loop.Loop // required
+	Stores Stores
+	Events Events // required
+	// Artifacts, when set, have the artifacts of a finished task expire.
+	Artifacts Artifacts
+	// Owner names this process in leases; two processes sharing stores
+	// must never use the same one. A process restarted with the same name
+	// takes its own leases back at once. Default: random per process.
+	Owner string
+	// LeaseTTL is how long a lease lasts without renewal: how soon another
+	// process may take over the tasks of one that died. Default 30s.
+	LeaseTTL time.Duration
+	// TurnTimeout bounds one turn. Default 10 minutes.
+	TurnTimeout time.Duration
+	// TaskTTL is how long a finished task (and its stream) is kept.
+	// Default 24h.
+	TaskTTL time.Duration
+	// HistoryLimit bounds the messages a turn hands the model.
+	HistoryLimit int
+	// MaxAgents bounds the conversations kept in memory. Default 10,000.
+	MaxAgents int
+	// ResumeConcurrency bounds the turns resumed at once after a restart.
+	// Default 8.
+	ResumeConcurrency int
+	// MaxRunningPerPrincipal bounds the turns one principal runs at once
+	// (0: unbounded), so that one principal's slow turns cannot take every
+	// turn slot of the host.
+	MaxRunningPerPrincipal int
+	// SweepEvery is how often the cleanup (and, with leases, the takeover
+	// of lapsed tasks) runs. Default: TaskTTL/10 within [1s, 10m].
+	SweepEvery time.Duration
+	// TurnContext, when set, derives a turn's context (which the runtime
+	// owns) from the request that started it: e.g. to continue its trace.
+	TurnContext func(turn, request context.Context) context.Context
+	Logger      *slog.Logger
+}
+
+// Runtime runs the tasks of the host. It is safe for concurrent use.
+type Runtime struct {
+	cfg Config
+	st  Stores
+	ev  Events
+	log *slog.Logger
+
+	base      context.Context // parent of every turn; cancelled at the end of a shutdown
+	cancelAll context.CancelFunc
+	stopSweep context.CancelFunc
+	sweepDone chan struct{}
+
+	mu          sync.Mutex
+	agents      map[string]*loop.Agent
+	running     map[string]*Run // by task id
+	busy        map[string]*Run // by context id
+	perOwner    map[string]int  // running turns by principal
+	expiry      map[string]time.Time
+	closing     bool
+	wg          sync.WaitGroup
+	starting    sync.Map // contextId -> *sync.Mutex: one agent start per context at a time
+	recoverOnce sync.Mutex
+}
+
+// Run is a turn in progress.
+type Run struct {
+	TaskID, ContextID, Owner string
+	// After: the turn's events have ids above it in the task's stream.
+	After   uint64
+	Created time.Time
+
+	ctx     context.Context
+	cancel  func(cause error)
+	done    chan struct{}
+	lease   *loop.Lease
+	settled bool // the context was released at the turn's final status
+	outcome loop.Outcome
+	err     error
+}
+
+// Done is closed when the turn has ended and its events are in the log.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// New returns a runtime; StartBackground begins its background work.
+func New(cfg Config) (*Runtime, error) {
+	switch {
+	case cfg.Loop == nil:
+		return nil, fmt.Errorf("new task runtime: %w: no loop", loop.ErrInvalid)
+	case cfg.Events == nil:
+		return nil, fmt.Errorf("new task runtime: %w: no events", loop.ErrInvalid)
+	case cfg.Stores.Messages == nil || cfg.Stores.Agents == nil || cfg.Stores.Tasks == nil:
+		return nil, fmt.Errorf("new task runtime: %w: messages, agents and tasks stores are required", loop.ErrInvalid)
+	}
+	if cfg.Owner == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.Owner = "host-" + hex.EncodeToString(b[:])
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 30 * time.Second
+	}
+	if cfg.TurnTimeout <= 0 {
+		cfg.TurnTimeout = 10 * time.Minute
+	}
+	if cfg.TaskTTL <= 0 {
+		cfg.TaskTTL = 24 * time.Hour
+	}
+	if cfg.MaxAgents <= 0 {
+		cfg.MaxAgents = 10000
+	}
+	if cfg.ResumeConcurrency <= 0 {
+		cfg.ResumeConcurrency = 8
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = min(max(cfg.TaskTTL/10, time.Second), 10*time.Minute)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Runtime{cfg: cfg, st: cfg.Stores, ev: cfg.Events, log: log, base: base, cancelAll: cancel,
+		agents: map[string]*loop.Agent{}, running: map[string]*Run{}, busy: map[string]*Run{},
+		perOwner: map[string]int{}, expiry: map[string]time.Time{}}, nil
+}
+
+// Owner returns the name of this process in leases.
+func (rt *Runtime) Owner() string { return rt.cfg.Owner }
+
+// Stats returns the number of running turns and of conversations in memory.
+func (rt *Runtime) Stats() (running, agents int) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return len(rt.running), len(rt.agents)
+}
+
+// StartRequest asks for a turn.
+type StartRequest struct {
+	Auth *loop.AuthContext // required: the principal
+	// ContextID names the conversation; "" starts a new one.
+	ContextID string
+	// TaskID continues a task that waits on its client; "" starts a new
+	// task.
+	TaskID   string
+	Message  loop.Message
+	Metadata map[string]any
+	// NewTaskID and NewContextID make ids; nil: random.
+	NewID func() string
+}
+
+// Started is a turn that has begun: its task is durable, working.
+type Started struct {
+	Run  *Run
+	Task loop.TaskRecord
+}
+
+// Start begins a turn and returns once its task and input are durable (a
+// client told about the task can always find it, across a crash); the
+// turn runs on in the background.
+func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error) {
+	if req.Auth == nil || req.Auth.Principal == "" {
+		return nil, fmt.Errorf("start task: %w: no principal", loop.ErrInvalid)
+	}
+	newID := req.NewID
+	if newID == nil {
+		newID = randomID
+	}
+	principal := req.Auth.Principal
+	contextID, taskID := req.ContextID, req.TaskID
+	var prev *loop.TaskRecord
+	if taskID != "" {
+		rec, err := rt.Load(ctx, principal, taskID)
+		if err != nil {
+			return nil, err
+		}
+		if contextID != "" && contextID != rec.ContextID {
+			return nil, fmt.Errorf("%w: task %q belongs to another context", loop.ErrInvalid, taskID)
+		}
+		if !rec.Status.Interrupted() {
+			return nil, fmt.Errorf("%w: task %q is %s and takes no more messages; send without taskId to start a new task",
+				loop.ErrInvalid, taskID, rec.Status)
+		}
+		contextID, prev = rec.ContextID, &rec
+	}
+	if contextID == "" {
+		contextID = newID()
+	}
+	if len(contextID) > 200 {
+		return nil, fmt.Errorf("%w: contextId longer than 200 bytes", loop.ErrInvalid)
+	}
+	agent, err := rt.agent(ctx, contextID, principal)
+	if err != nil {
+		return nil, err
+	}
+	if taskID == "" {
+		taskID = newID()
+	}
+	r, err := rt.register(ctx, taskID, contextID, principal)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec := loop.TaskRecord{ID: taskID, ContextID: contextID, Owner: principal, Status: loop.TaskWorking,
+		History: []loop.Message{req.Message}, TurnInput: 1, CreatedAt: now, UpdatedAt: now, Metadata: req.Metadata}
+	if prev != nil {
+		rec = *prev
+		rec.Status, rec.UpdatedAt, rec.Message, rec.Reason = loop.TaskWorking, now, "", ""
+		rec.History = append(append([]loop.Message(nil), prev.History...), req.Message)
+		rec.TurnInput, rec.PendingCalls = 1, nil
+		if req.Metadata != nil {
+			rec.Metadata = req.Metadata
+		}
+	}
+	r.Created = rec.CreatedAt
+	// Durable before anyone hears of it: the lease (with leases), then the
+	// task with its input.
+	if err := rt.own(ctx, r); err != nil {
+		rt.unregister(r)
+		return nil, err
+	}
+	if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
+		rt.disown(r)
+		rt.unregister(r)
+		if errors.Is(err, loop.ErrConflict) {
+			return nil, fmt.Errorf("task %q: %w", taskID, loop.ErrBusy)
+		}
+		return nil, fmt.Errorf("start task %q: %w", taskID, err)
+	}
+	rec.Version++
+	rt.launch(r, rec, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+		return agent.RunTask(ctx, loop.RunInput{TaskID: taskID, Auth: req.Auth, Sink: sink, Lease: r.lease})
+	})
+	return &Started{Run: r, Task: rec}, nil
+}
+
+func randomID() string { return uuid.NewString() }
+
+// own takes the lease of r's task (when the runtime has leases).
+func (rt *Runtime) own(ctx context.Context, r *Run) error {
+	if rt.st.Leases == nil {
+		return nil
+	}
+	l, err := rt.st.Leases.AcquireLease(ctx, r.TaskID, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
+	if errors.Is(err, loop.ErrLeaseHeld) {
+		return fmt.Errorf("task %q runs on another host: %w", r.TaskID, loop.ErrBusy)
+	}
+	if err != nil {
+		return fmt.Errorf("own task %q: %w", r.TaskID, err)
+	}
+	r.lease = &l
+	return nil
+}
+
+// disown releases r's lease.
+func (rt *Runtime) disown(r *Run) {
+	if r.lease == nil {
+		return
+	}
+	if err := rt.st.Leases.ReleaseLease(context.Background(), *r.lease); err != nil {
+		rt.log.LogAttrs(context.Background(), slog.LevelWarn, "lease not released",
+			slog.String("task_id", r.TaskID), slog.String("error", err.Error()))
+	}
+}
+
+// register marks a task as running on its context: one turn per context,
+// and at most MaxRunningPerPrincipal per principal.
+func (rt *Runtime) register(ctx context.Context, taskID, contextID, owner string) (*Run, error) {
+	after, err := rt.ev.Last(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closing {
+		return nil, ErrShuttingDown
+	}
+	if _, ok := rt.busy[contextID]; ok {
+		return nil, fmt.Errorf("context %q: %w", contextID, loop.ErrBusy)
+	}
+	if _, ok := rt.running[taskID]; ok {
+		return nil, fmt.Errorf("task %q: %w", taskID, loop.ErrBusy)
+	}
+	if q := rt.cfg.MaxRunningPerPrincipal; q > 0 && rt.perOwner[owner] >= q {
+		return nil, fmt.Errorf("%w: %d running, the limit is %d; retry when one ends", ErrQuota, rt.perOwner[owner], q)
+	}
+	causeCtx, cancelCause := context.WithCancelCause(rt.base)
+	runCtx, cancelTimeout := context.WithTimeout(causeCtx, rt.cfg.TurnTimeout)
+	cancel := func(cause error) { cancelCause(cause); cancelTimeout() }
+	if rt.cfg.TurnContext != nil {
+		runCtx = rt.cfg.TurnContext(runCtx, ctx)
+	}
+	r := &Run{TaskID: taskID, ContextID: contextID, Owner: owner, After: after, ctx: runCtx, cancel: cancel,
+		done: make(chan struct{})}
+	rt.busy[contextID], rt.running[taskID] = r, r
+	rt.perOwner[owner]++
+	return r, nil
+}
+
+// release frees r's context for the next turn (once).
+func (rt *Runtime) releaseContext(r *Run) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.busy[r.ContextID] == r {
+		delete(rt.busy, r.ContextID)
+	}
+}
+
+// unregister forgets r entirely.
+func (rt *Runtime) unregister(r *Run) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.busy[r.ContextID] == r {
+		delete(rt.busy, r.ContextID)
+	}
+	if rt.running[r.TaskID] == r {
+		delete(rt.running, r.TaskID)
+		if rt.perOwner[r.Owner]--; rt.perOwner[r.Owner] <= 0 {
+			delete(rt.perOwner, r.Owner)
+		}
+	}
+	r.cancel(nil)
+}
+
+// isFinal reports whether e is the status that ends r's turn.
+func isFinal(r *Run, e loop.Event) bool {
+	st, ok := e.(*loop.TaskStatusEvent)
+	return ok && st.TaskID == r.TaskID && st.Status != loop.TaskWorking && st.Status != loop.TaskSubmitted
+}
+
+// launch runs a turn of r on the runtime's context, in a goroutine the
+// runtime owns; rec is the task as stored, for when the turn cannot start.
+func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error)) {
+	taskID, contextID := r.TaskID, r.ContextID
+	pub := rt.ev.Sink(func(e loop.Event, err error) {
+		rt.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
+			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
+	})
+	sink := loop.SinkFunc(func(e loop.Event) {
+		if e.Head().Kind.Internal() {
+			return // internal events are for tracing, not for the log clients read
+		}
+		if isFinal(r, e) {
+			// The turn is saved (the loop announces its end only after
+			// that): the context takes the next turn before anyone can
+			// see this one end.
+			rt.releaseContext(r)
+		}
+		pub.Emit(e)
+	})
+	stopRenew := rt.renew(r)
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		out, err := turn(r.ctx, sink)
+		stopRenew()
+		if err != nil {
+			// The turn did not start: the task fails, and says why.
+			rt.log.LogAttrs(context.Background(), slog.LevelError, "turn not started",
+				slog.String("task_id", taskID), slog.String("error", err.Error()))
+			st := loop.TaskFailed
+			if r.ctx.Err() != nil {
+				st = loop.TaskCanceled
+			}
+			if cur, lerr := rt.st.Tasks.LoadTask(context.Background(), taskID); lerr == nil {
+				rec = cur
+			}
+			if !rec.Status.Terminal() && rec.Version > 0 {
+				rt.releaseContext(r)
+				if ferr := rt.finishStored(context.Background(), rec, st, err.Error()); ferr != nil {
+					rt.log.LogAttrs(context.Background(), slog.LevelError, "task not finished",
+						slog.String("task_id", taskID), slog.String("error", ferr.Error()))
+				}
+			}
+		} else {
+			rt.turnEnded(taskID, contextID, out.Status)
+		}
+		rt.mu.Lock()
+		r.outcome, r.err = out, err
+		if a := rt.agents[contextID]; a != nil && a.Status() == loop.AgentFailed {
+			// Its state could not be saved (or its lease was lost): the
+			// next turn starts it again from the stores.
+			delete(rt.agents, contextID)
+			rt.starting.Delete(contextID)
+		}
+		rt.mu.Unlock()
+		rt.unregister(r)
+		close(r.done)
+		// The end is in the log: the lease, which also marks a task whose
+		// end may be unannounced, goes last.
+		rt.disown(r)
+	}()
+}
+
+// renew keeps r's lease while its turn runs; a lost lease cancels the
+// turn (another process owns the task now). It returns the stop func.
+func (rt *Runtime) renew(r *Run) func() {
+	if r.lease == nil {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(rt.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			l, err := rt.st.Leases.RenewLease(context.Background(), *r.lease, rt.cfg.LeaseTTL)
+			switch {
+			case err == nil:
+				// The token is unchanged: the turn's fence stays valid.
+				r.lease.Expires = l.Expires
+			case errors.Is(err, loop.ErrLeaseLost):
+				rt.log.LogAttrs(context.Background(), slog.LevelError, "lease lost: the task runs elsewhere now",
+					slog.String("task_id", r.TaskID))
+				r.cancel(err)
+				return
+			default:
+				rt.log.LogAttrs(context.Background(), slog.LevelWarn, "lease not renewed",
+					slog.String("task_id", r.TaskID), slog.String("error", err.Error()))
+			}
+		}
+	}()
+	return func() { close(stop); <-done }
+}
+
+// agent returns the started Agent of a context, creating it for owner
+// when the context is new. Another principal's context is not found.
+func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Agent, error) {
+	rt.mu.Lock()
+	a, ok := rt.agents[contextID]
+	rt.mu.Unlock()
+	if !ok {
+		lk, _ := rt.starting.LoadOrStore(contextID, &sync.Mutex{})
+		mu := lk.(*sync.Mutex)
+		mu.Lock()
+		defer mu.Unlock()
+		rt.mu.Lock()
+		a, ok = rt.agents[contextID]
+		rt.mu.Unlock()
+		if !ok {
+			if meta, err := rt.st.Agents.LoadAgent(ctx, contextID); err == nil && meta.Owner != owner {
+				return nil, &loop.NotFoundError{What: "context", ID: contextID}
+			} else if err != nil && !errors.Is(err, loop.ErrNotFound) {
+				return nil, fmt.Errorf("load context %q: %w", contextID, err)
+			}
+			cfg := loop.AgentConfig{ContextID: contextID, Owner: owner, Loop: rt.cfg.Loop,
+				Messages: rt.st.Messages, Agents: rt.st.Agents, Tasks: rt.st.Tasks, Commit: rt.st.Commit,
+				HistoryLimit: rt.cfg.HistoryLimit, TaskTTL: rt.cfg.TaskTTL, Logger: rt.log}
+			if rt.cfg.Artifacts != nil {
+				cfg.Artifacts = rt.cfg.Artifacts
+			}
+			var err error
+			a, err = loop.NewAgent(cfg)
+			if err != nil {
+				return nil, fmt.Errorf("agent of %q: %w", contextID, err)
+			}
+			if err := a.Start(ctx); err != nil {
+				return nil, fmt.Errorf("agent of %q: %w", contextID, err)
+			}
+			rt.mu.Lock()
+			rt.evictLocked()
+			rt.agents[contextID] = a
+			rt.mu.Unlock()
+		}
+	}
+	if a.Metadata().Owner != owner {
+		return nil, &loop.NotFoundError{What: "context", ID: contextID}
+	}
+	return a, nil
+}
+
+// evictLocked keeps the agent cache under MaxAgents: it drops agents
+// without a running turn (their state is in the stores already; the next
+// message starts them again). rt.mu is held.
+func (rt *Runtime) evictLocked() {
+	for id := range rt.agents {
+		if len(rt.agents) < rt.cfg.MaxAgents {
+			return
+		}
+		if _, busy := rt.busy[id]; busy {
+			continue
+		}
+		delete(rt.agents, id)
+		delete(rt.expiry, id)
+		rt.starting.Delete(id)
+	}
+}
+
+// Load returns the record of a task the principal owns. A task of another
+// principal is not found, exactly as a task that does not exist.
+func (rt *Runtime) Load(ctx context.Context, principal, taskID string) (loop.TaskRecord, error) {
+	if taskID == "" {
+		return loop.TaskRecord{}, fmt.Errorf("%w: task id is required", loop.ErrInvalid)
+	}
+	rec, err := rt.st.Tasks.LoadTask(ctx, taskID)
+	if errors.Is(err, loop.ErrNotFound) || (err == nil && rec.Owner != principal) {
+		return loop.TaskRecord{}, &loop.NotFoundError{What: "task", ID: taskID}
+	}
+	if err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task %q: %w", taskID, err)
+	}
+	return rec, nil
+}
+
+// Running returns the running turn of a task, or nil.
+func (rt *Runtime) Running(taskID string) *Run {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.running[taskID]
+}
+
+// Wait blocks until the turn of r ends or ctx does.
+func (rt *Runtime) Wait(ctx context.Context, r *Run) error {
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Cancel stops a task: a running turn is cancelled and awaited; a task
+// waiting on its client is closed as canceled. A finished task is not
+// cancelable (ErrNotCancelable).
+func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.TaskRecord, error) {
+	rec, err := rt.Load(ctx, principal, taskID)
+	if err != nil {
+		return rec, err
+	}
+	if r := rt.Running(taskID); r != nil {
+		r.cancel(context.Canceled)
+		if err := rt.Wait(ctx, r); err != nil {
+			return rec, err
+		}
+		return rt.Load(ctx, principal, taskID)
+	}
+	if rec.Status.Terminal() {
+		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable)
+	}
+	if err := rt.finishStored(ctx, rec, loop.TaskCanceled, "canceled by the client"); err != nil {
+		return rec, err
+	}
+	return rt.Load(ctx, principal, taskID)
+}
+
+// Retry runs a failed task again. Precisely: it starts a new task (new id)
+// in the same context, as the task's owner, whose input is the task's
+// original input, the user messages that opened it (the leading user
+// messages of its history). The failed task stays failed, with its
+// journal: nothing it did is undone or replayed. Only a failed task can be
+// retried, and only when no turn runs on its context. It returns the new
+// task's id.
+func (rt *Runtime) Retry(ctx context.Context, rec loop.TaskRecord) (string, error) {
+	if rec.Status != loop.TaskFailed {
+		return "", fmt.Errorf("%w: task %q is %s; only a failed task can be retried", loop.ErrInvalid, rec.ID, rec.Status)
+	}
+	var input []loop.Message
+	for _, msg := range rec.History {
+		if msg.Role != loop.RoleUser {
+			break
+		}
+		input = append(input, msg)
+	}
+	if len(input) == 0 {
+		return "", fmt.Errorf("%w: task %q has no user input to run again", loop.ErrInvalid, rec.ID)
+	}
+	agent, err := rt.agent(ctx, rec.ContextID, rec.Owner)
+	if err != nil {
+		return "", err
+	}
+	taskID := randomID()
+	r, err := rt.register(ctx, taskID, rec.ContextID, rec.Owner)
+	if err != nil {
+		return "", err
+	}
+	now := time.Now().UTC()
+	next := loop.TaskRecord{ID: taskID, ContextID: rec.ContextID, Owner: rec.Owner, Status: loop.TaskWorking,
+		History: input, TurnInput: len(input), CreatedAt: now, UpdatedAt: now, Metadata: map[string]any{"retryOf": rec.ID}}
+	r.Created = now
+	if err := rt.own(ctx, r); err != nil {
+		rt.unregister(r)
+		return "", err
+	}
+	if err := rt.st.Tasks.SaveTask(ctx, next); err != nil {
+		rt.disown(r)
+		rt.unregister(r)
+		return "", fmt.Errorf("retry task %q: %w", rec.ID, err)
+	}
+	next.Version++
+	auth := &loop.AuthContext{Principal: rec.Owner}
+	rt.launch(r, next, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+		return agent.RunTask(ctx, loop.RunInput{TaskID: taskID, Auth: auth, Sink: sink, Lease: r.lease})
+	})
+	return taskID, nil
+}
+
+// turnEnded settles the task's streams when its turn is over: its events
+// are in the log before the turn counts as ended (a blocking caller
+// returns, a client reads them), and a finished task's stream ends. It
+// keeps the context's stream for the retention time after its last turn.
+func (rt *Runtime) turnEnded(taskID, contextID string, st loop.TaskStatus) {
+	ctx := context.Background()
+	if err := rt.ev.Settle(ctx, taskID, contextID, st.Terminal()); err != nil {
+		rt.log.LogAttrs(ctx, slog.LevelError, "events not settled",
+			slog.String("task_id", taskID), slog.String("error", err.Error()))
+	}
+	if st.Terminal() && rt.cfg.Artifacts != nil {
+		if err := rt.cfg.Artifacts.ExpireTask(ctx, taskID, rt.cfg.TaskTTL); err != nil {
+			rt.log.LogAttrs(ctx, slog.LevelWarn, "artifact expiry not set",
+				slog.String("task_id", taskID), slog.String("error", err.Error()))
+		}
+	}
+	// Setting an expiry touches the whole stream, so it is renewed at most
+	// once per half retention period (records appended later share it).
+	ttl := rt.cfg.TaskTTL
+	rt.mu.Lock()
+	due := time.Since(rt.expiry[contextID]) > ttl/2
+	if due {
+		rt.expiry[contextID] = time.Now()
+	}
+	rt.mu.Unlock()
+	if due {
+		if err := rt.ev.KeepContext(ctx, contextID, ttl); err != nil {
+			rt.log.LogAttrs(ctx, slog.LevelWarn, "context stream expiry not set",
+				slog.String("context_id", contextID), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// finishStored ends a task that has no running turn: it records the final
+// status and publishes it, so that open streams of the task end too.
+func (rt *Runtime) finishStored(ctx context.Context, rec loop.TaskRecord, st loop.TaskStatus, why string) error {
+	rec.Status, rec.Message, rec.UpdatedAt = st, why, time.Now().UTC()
+	rec.TurnInput = 0
+	if st.Terminal() {
+		rec.ExpiresAt = rec.UpdatedAt.Add(rt.cfg.TaskTTL)
+	}
+	reason := loop.ReasonError
+	if st == loop.TaskCanceled {
+		reason = loop.ReasonCanceled
+	}
+	rec.Reason = reason
+	if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
+		return fmt.Errorf("finish task %q: %w", rec.ID, err)
+	}
+	if err := rt.announce(ctx, rec, nil); err != nil {
+		return err
+	}
+	rt.turnEnded(rec.ID, rec.ContextID, st)
+	return nil
+}
+
+// announce publishes the final events of a stored, finished (or
+// interrupted) task: those its stream lacks after last, its last event.
+func (rt *Runtime) announce(ctx context.Context, rec loop.TaskRecord, last loop.Event) error {
+	h := loop.Header{ContextID: rec.ContextID, TaskID: rec.ID, Timestamp: rec.UpdatedAt}
+	if _, had := last.(*loop.TaskStatusEvent); !had || last.(*loop.TaskStatusEvent).Status != rec.Status {
+		h.Kind = loop.KindTaskStatus
+		se := &loop.TaskStatusEvent{Header: h, Status: rec.Status, Message: rec.Message}
+		if rec.Status == loop.TaskWaitingInput && rec.Message == "" {
+			se.Message = rec.Content
+		}
+		if len(rec.PendingCalls) > 0 {
+			se.Metadata = map[string]any{"pendingCalls": rec.PendingCalls}
+		}
+		if err := rt.ev.Publish(ctx, se); err != nil {
+			return fmt.Errorf("announce the end of task %q: %w", rec.ID, err)
+		}
+	}
+	h.Kind = loop.KindTaskComplete
+	tc := &loop.TaskComplete{Header: h, Status: rec.Status, Content: rec.Content, Reason: rec.Reason, Usage: rec.Usage}
+	if err := rt.ev.Publish(ctx, tc); err != nil {
+		return fmt.Errorf("announce the end of task %q: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// Shutdown stops new turns, lets running ones finish until ctx ends, then
+// cancels the rest and waits for them to record their end.
+func (rt *Runtime) Shutdown(ctx context.Context) {
+	rt.mu.Lock()
+	rt.closing = true
+	stop := rt.stopSweep
+	rt.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-rt.sweepDone
+	}
+	done := make(chan struct{})
+	go func() { rt.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		rt.cancelAll()
+		<-done
+	}
+	rt.cancelAll()
+}

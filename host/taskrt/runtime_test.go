@@ -1,0 +1,446 @@
+package taskrt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/store"
+)
+
+// guard bounds a wait that must end; it only turns a hang into a failure.
+const guard = 30 * time.Second
+
+// logEvents publishes straight to a loop.EventLog: every event is
+// appended before Emit returns. It is the simplest Events there is.
+type logEvents struct {
+	log loop.EventLog
+	mu  sync.Mutex
+}
+
+func taskStream(id string) string { return "task/" + id }
+func ctxStream(id string) string  { return "ctx/" + id }
+
+func (l *logEvents) append(e loop.Event) error {
+	b, err := loop.EncodeEvent(e)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := e.Head()
+	if _, err := l.log.Append(context.Background(), taskStream(h.TaskID), b); err != nil {
+		return err
+	}
+	_, err = l.log.Append(context.Background(), ctxStream(h.ContextID), b)
+	return err
+}
+
+func (l *logEvents) Sink(onErr func(loop.Event, error)) loop.EventSink {
+	return loop.SinkFunc(func(e loop.Event) {
+		if err := l.append(e); err != nil && onErr != nil {
+			onErr(e, err)
+		}
+	})
+}
+func (l *logEvents) Publish(_ context.Context, e loop.Event) error { return l.append(e) }
+func (l *logEvents) Last(ctx context.Context, id string) (uint64, error) {
+	return l.log.Last(ctx, taskStream(id))
+}
+func (l *logEvents) LastEvent(ctx context.Context, id string) (loop.Event, error) {
+	evs, err := l.events(ctx, id)
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	return evs[len(evs)-1], nil
+}
+func (l *logEvents) events(ctx context.Context, id string) ([]loop.Event, error) {
+	recs, err := l.log.Read(ctx, taskStream(id), 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []loop.Event
+	for _, r := range recs {
+		e, err := loop.DecodeEvent(r.Data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+func (l *logEvents) Settle(context.Context, string, string, bool) error { return nil }
+func (l *logEvents) KeepContext(ctx context.Context, id string, ttl time.Duration) error {
+	return l.log.Expire(ctx, ctxStream(id), ttl)
+}
+
+// scriptModel answers with "done" after gate (when set) is closed.
+type scriptModel struct {
+	gate  chan struct{}
+	calls sync.WaitGroup
+}
+
+func (m *scriptModel) Generate(ctx context.Context, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+	if m.gate != nil {
+		select {
+		case <-m.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: "done: " + req.Messages[len(req.Messages)-1].Content},
+		FinishReason: loop.FinishStop}, nil
+}
+
+type harness struct {
+	db  *store.Badger
+	ev  *logEvents
+	rt  *Runtime
+	cfg Config
+}
+
+func newHarness(t *testing.T, dir string, model loop.Model, set func(*Config)) *harness {
+	t.Helper()
+	db, err := store.Open(store.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := loop.New(loop.Config{Model: model, Checkpoints: db, Journal: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{db: db, ev: &logEvents{log: db.Events()}}
+	h.cfg = Config{Loop: l, Events: h.ev, Owner: "host-a",
+		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db, Leases: db}}
+	if set != nil {
+		set(&h.cfg)
+	}
+	h.rt, err = New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.close() })
+	return h
+}
+
+func (h *harness) close() {
+	if h.rt != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		h.rt.Shutdown(ctx)
+		cancel()
+		h.rt = nil
+	}
+	if h.db != nil {
+		_ = h.db.Close()
+		h.db = nil
+	}
+}
+
+func user(s string) loop.Message { return loop.Message{Role: loop.RoleUser, Content: s} }
+
+func alice() *loop.AuthContext { return &loop.AuthContext{Principal: "alice"} }
+
+// An acknowledged task is durable: the record, working, with its input,
+// is stored before Start returns, and its lease is held.
+func TestStartIsDurableBeforeItReturns(t *testing.T) {
+	t.Parallel()
+	m := &scriptModel{gate: make(chan struct{})}
+	h := newHarness(t, t.TempDir(), m, nil)
+	ctx := context.Background()
+	st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.db.LoadTask(ctx, st.Run.TaskID)
+	if err != nil {
+		t.Fatalf("task not stored when Start returned: %v", err)
+	}
+	if rec.Status != loop.TaskWorking || len(rec.History) != 1 || rec.History[0].Content != "hi" || rec.TurnInput != 1 {
+		t.Fatalf("stored task = %s %+v turnInput %d; want working with its input", rec.Status, rec.History, rec.TurnInput)
+	}
+	leases, err := h.db.ListLeases(ctx)
+	if err != nil || len(leases) != 1 || leases[0].Key != st.Run.TaskID || leases[0].Owner != "host-a" {
+		t.Fatalf("leases while the turn runs = %+v, %v", leases, err)
+	}
+	close(m.gate)
+	if err := h.rt.Wait(ctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ = h.db.LoadTask(ctx, st.Run.TaskID)
+	if rec.Status != loop.TaskCompleted || rec.Content != "done: hi" {
+		t.Fatalf("task after the turn = %s %q", rec.Status, rec.Content)
+	}
+	waitFor(t, "lease released after the turn", func() bool {
+		l, _ := h.db.ListLeases(ctx)
+		return len(l) == 0
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(guard)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Seeing the end of a turn means the next turn of the context is
+// accepted: the context is released before the final status is published.
+func TestNextTurnAcceptedAtFinalStatus(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), &scriptModel{}, nil)
+	ctx := context.Background()
+	first, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c1", Message: user("one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		// Wait for the final status in the log, as a streaming client
+		// would, then send the next message at once.
+		task := first.Run.TaskID
+		waitFor(t, "final status of "+task, func() bool {
+			e, _ := h.ev.LastEvent(ctx, task)
+			tc, ok := e.(*loop.TaskComplete)
+			return ok && tc.Status == loop.TaskCompleted
+		})
+		next, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c1", Message: user(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatalf("turn %d refused right after the previous one's final status: %v", i, err)
+		}
+		first = next
+	}
+}
+
+// A principal cannot take a context another principal created; the answer
+// is the one of an unknown context.
+func TestForeignContextNotFound(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), &scriptModel{}, nil)
+	ctx := context.Background()
+	st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "shared", Message: user("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.rt.Wait(ctx, st.Run)
+	_, err = h.rt.Start(ctx, StartRequest{Auth: &loop.AuthContext{Principal: "bob"}, ContextID: "shared", Message: user("y")})
+	if !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("bob on alice's context: err = %v, want not found", err)
+	}
+	if _, err := h.rt.Load(ctx, "bob", st.Run.TaskID); !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("bob loading alice's task: err = %v, want not found", err)
+	}
+}
+
+// A principal runs at most MaxRunningPerPrincipal turns at once; another
+// principal is not affected.
+func TestPerPrincipalQuota(t *testing.T) {
+	t.Parallel()
+	m := &scriptModel{gate: make(chan struct{})}
+	h := newHarness(t, t.TempDir(), m, func(c *Config) { c.MaxRunningPerPrincipal = 2 })
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user("3")}); !errors.Is(err, ErrQuota) {
+		t.Fatalf("third running turn of alice: err = %v, want ErrQuota", err)
+	}
+	bob, err := h.rt.Start(ctx, StartRequest{Auth: &loop.AuthContext{Principal: "bob"}, Message: user("b")})
+	if err != nil {
+		t.Fatalf("bob refused while alice is at her quota: %v", err)
+	}
+	close(m.gate)
+	_ = h.rt.Wait(ctx, bob.Run)
+	waitFor(t, "alice's turns end", func() bool { n, _ := h.rt.Stats(); return n == 0 })
+	if _, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user("again")}); err != nil {
+		t.Fatalf("alice refused after her turns ended: %v", err)
+	}
+}
+
+// A task whose turn was committed but whose final events were never
+// written (the process died in between) gets them at the next start, and
+// its lease is released.
+func TestRecoverWritesMissingFinalEvents(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := newHarness(t, dir, &scriptModel{}, nil)
+	ctx := context.Background()
+	// What a process leaves when it dies between the turn's commit and
+	// its final events: the lease, the task completed, and a stream
+	// without its end.
+	l, err := h.db.AcquireLease(ctx, "t1", "host-dead", "c1", time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l
+	now := time.Now().UTC()
+	if err := h.db.SaveTask(ctx, loop.TaskRecord{ID: "t1", ContextID: "c1", Owner: "alice", Status: loop.TaskCompleted,
+		Content: "answer", Reason: loop.ReasonStop, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ev.Publish(ctx, &loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus, TaskID: "t1", ContextID: "c1"},
+		Status: loop.TaskWorking}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the dead host's lease lapses
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.ev.events(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range evs {
+		kinds = append(kinds, string(e.Head().Kind))
+	}
+	want := []string{string(loop.KindTaskStatus), string(loop.KindTaskStatus), string(loop.KindTaskComplete)}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("stream after recovery = %v, want %v", kinds, want)
+	}
+	if st := evs[1].(*loop.TaskStatusEvent); st.Status != loop.TaskCompleted {
+		t.Fatalf("final status written = %s, want completed", st.Status)
+	}
+	if leases, _ := h.db.ListLeases(ctx); len(leases) != 0 {
+		t.Fatalf("leases after recovery = %+v, want none", leases)
+	}
+	// A second pass writes nothing more.
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := h.ev.events(ctx, "t1"); len(again) != len(evs) {
+		t.Fatalf("second recovery wrote %d more events", len(again)-len(evs))
+	}
+}
+
+// A task another live process holds the lease of is not taken over; once
+// the lease lapses, it is.
+func TestRecoverRespectsLiveLeases(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), &scriptModel{}, nil)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	if err := h.db.SaveTask(ctx, loop.TaskRecord{ID: "t2", ContextID: "c2", Owner: "alice", Status: loop.TaskWorking,
+		History: []loop.Message{user("go")}, TurnInput: 1, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.AcquireLease(ctx, "t2", "host-b", "c2", 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := h.db.LoadTask(ctx, "t2"); rec.Status != loop.TaskWorking || h.rt.Running("t2") != nil {
+		t.Fatalf("task of a live host taken over: %s, running here %v", rec.Status, h.rt.Running("t2") != nil)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lapsed task resumed and completed here", func() bool {
+		rec, _ := h.db.LoadTask(ctx, "t2")
+		return rec.Status == loop.TaskCompleted
+	})
+}
+
+// A turn whose lease was taken over stops and saves nothing: the new
+// owner's writes win.
+func TestLostLeaseFencesTheTurn(t *testing.T) {
+	t.Parallel()
+	m := &scriptModel{gate: make(chan struct{})}
+	h := newHarness(t, t.TempDir(), m, func(c *Config) { c.LeaseTTL = 150 * time.Millisecond })
+	ctx := context.Background()
+	st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c3", Message: user("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another host takes the lease over as if this one had stalled: the
+	// store is told the lease lapsed by releasing it and taking it.
+	leases, _ := h.db.ListLeases(ctx)
+	if len(leases) != 1 {
+		t.Fatalf("leases = %+v", leases)
+	}
+	if err := h.db.ReleaseLease(ctx, leases[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.AcquireLease(ctx, st.Run.TaskID, "host-b", "c3", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// The renewal notices within a third of the TTL and cancels the turn.
+	select {
+	case <-st.Run.Done():
+	case <-time.After(guard):
+		t.Fatal("turn not stopped after its lease was lost")
+	}
+	rec, err := h.db.LoadTask(ctx, st.Run.TaskID)
+	if err != nil || rec.Status != loop.TaskWorking {
+		t.Fatalf("task after the old owner stopped = %s, %v; want it left working for its new owner", rec.Status, err)
+	}
+	if n, _ := h.db.Count(ctx, "c3"); n != 0 {
+		t.Fatalf("old owner saved %d messages after losing its lease", n)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), &scriptModel{}, nil)
+	st := h.db
+	ctx := context.Background()
+	seed := func(id string) {
+		if err := st.BeginCall(ctx, loop.JournalEntry{TaskID: id, CallID: "call-1", Key: loop.IdempotencyKey(id, "call-1"),
+			Tool: "ledger_append", StartedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SaveCheckpoint(ctx, loop.Checkpoint{TaskID: id, ContextID: "ctx-" + id, Iteration: 1, Stage: loop.StageModel}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save := func(id string, status loop.TaskStatus) {
+		now := time.Now().UTC()
+		if err := st.SaveTask(ctx, loop.TaskRecord{ID: id, ContextID: "ctx-" + id, Owner: "local",
+			Status: status, CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"deleted", "never", "done", "running", "waiting"} {
+		seed(id)
+	}
+	save("deleted", loop.TaskCompleted)
+	if err := st.DeleteTask(ctx, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	save("done", loop.TaskFailed)
+	save("running", loop.TaskWorking)
+	save("waiting", loop.TaskWaitingInput)
+	h.rt.mu.Lock()
+	h.rt.running["running"] = &Run{TaskID: "running"}
+	h.rt.mu.Unlock()
+	defer func() { h.rt.mu.Lock(); delete(h.rt.running, "running"); h.rt.mu.Unlock() }()
+
+	n, err := h.rt.Sweep(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("sweep: %d tasks, %v; want 3 (deleted, never, done)", n, err)
+	}
+	ids, err := st.DurableTaskIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"done", "running", "waiting"}; !slices.Equal(ids, want) {
+		t.Fatalf("tasks with a journal or checkpoint after the sweep: %v, want %v", ids, want)
+	}
+	if _, err := st.LoadCheckpoint(ctx, "done"); !errors.Is(err, loop.ErrNotFound) {
+		t.Errorf("checkpoint of the finished task: %v, want it gone", err)
+	}
+	if n, err := h.rt.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("second sweep: %d, %v; want 0", n, err)
+	}
+}

@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+var (
+	_ loop.LeaseStore = (*Badger)(nil)
+	_ loop.LeaseStore = (*Memory)(nil)
+)
+
+// pfxLease is the key space of leases: lease/<key> holds a loop.Lease
+// (JSON). Leases carry no Badger TTL: a lapsed lease stays until it is
+// released or taken over, so that a host starting up finds the work that
+// was under way.
+const pfxLease = "lease/"
+
+func leaseKey(key string) []byte { return []byte(pfxLease + escape(key)) }
+
+// leaseDecide is the rule every backend applies: it returns the lease to
+// store for an acquisition (or renewal, renew true) by owner of key, given
+// the stored one (nil: none), or the error to return.
+func leaseDecide(cur *loop.Lease, key, owner, data string, ttl time.Duration, now time.Time, renew *loop.Lease) (loop.Lease, error) {
+	if renew != nil {
+		if cur == nil || cur.Owner != renew.Owner || cur.Token != renew.Token {
+			return loop.Lease{}, fmt.Errorf("renew lease %q: %w", key, loop.ErrLeaseLost)
+		}
+		next := *cur
+		next.Expires = now.Add(ttl)
+		return next, nil
+	}
+	switch {
+	case cur == nil:
+		return loop.Lease{Key: key, Owner: owner, Token: 1, Expires: now.Add(ttl), Data: data}, nil
+	case cur.Owner == owner:
+		return loop.Lease{Key: key, Owner: owner, Token: cur.Token, Expires: now.Add(ttl), Data: data}, nil
+	case now.Before(cur.Expires):
+		return loop.Lease{}, fmt.Errorf("acquire lease %q: %w (owner %q until %s)", key, loop.ErrLeaseHeld,
+			cur.Owner, cur.Expires.UTC().Format(time.RFC3339Nano))
+	default:
+		return loop.Lease{Key: key, Owner: owner, Token: cur.Token + 1, Expires: now.Add(ttl), Data: data}, nil
+	}
+}
+
+func checkLease(l Limits, key, owner string, ttl time.Duration) error {
+	if err := l.checkID("lease key", key); err != nil {
+		return err
+	}
+	if err := l.checkID("lease owner", owner); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("%w: lease ttl %v is not positive", loop.ErrInvalid, ttl)
+	}
+	return nil
+}
+
+func getLease(txn *badger.Txn, key string) (*loop.Lease, error) {
+	v, ok, err := getValue(txn, leaseKey(key))
+	if err != nil || !ok {
+		return nil, err
+	}
+	var l loop.Lease
+	if err := json.Unmarshal(v, &l); err != nil {
+		return nil, corrupt(leaseKey(key), err)
+	}
+	return &l, nil
+}
+
+// leaseApply is the write of an acquisition or renewal.
+func leaseApply(key, owner, data string, ttl time.Duration, renew *loop.Lease, out *loop.Lease) func(*badger.Txn) ([]mutation, error) {
+	return func(txn *badger.Txn) ([]mutation, error) {
+		cur, err := getLease(txn, key)
+		if err != nil {
+			return nil, err
+		}
+		next, err := leaseDecide(cur, key, owner, data, ttl, time.Now(), renew)
+		if err != nil {
+			return nil, err
+		}
+		v, err := json.Marshal(&next)
+		if err != nil {
+			return nil, err
+		}
+		*out = next
+		return []mutation{set(leaseKey(key), v)}, nil
+	}
+}
+
+// leaseHeld is the fence of a commit: the lease must be stored as l.
+func leaseHeld(txn *badger.Txn, l *loop.Lease) error {
+	cur, err := getLease(txn, l.Key)
+	if err != nil {
+		return err
+	}
+	if cur == nil || cur.Owner != l.Owner || cur.Token != l.Token {
+		return fmt.Errorf("lease %q: %w", l.Key, loop.ErrLeaseLost)
+	}
+	return nil
+}
+
+// AcquireLease implements loop.LeaseStore.
+func (b *Badger) AcquireLease(ctx context.Context, key, owner, data string, ttl time.Duration) (loop.Lease, error) {
+	if err := checkLease(b.limits, key, owner, ttl); err != nil {
+		return loop.Lease{}, fmt.Errorf("acquire lease: %w", err)
+	}
+	var l loop.Lease
+	if err := b.write(ctx, &writeOp{apply: leaseApply(key, owner, data, ttl, nil, &l)}); err != nil {
+		return loop.Lease{}, err
+	}
+	return l, nil
+}
+
+// RenewLease implements loop.LeaseStore.
+func (b *Badger) RenewLease(ctx context.Context, held loop.Lease, ttl time.Duration) (loop.Lease, error) {
+	if err := checkLease(b.limits, held.Key, held.Owner, ttl); err != nil {
+		return loop.Lease{}, fmt.Errorf("renew lease: %w", err)
+	}
+	var l loop.Lease
+	if err := b.write(ctx, &writeOp{apply: leaseApply(held.Key, held.Owner, held.Data, ttl, &held, &l)}); err != nil {
+		return loop.Lease{}, err
+	}
+	return l, nil
+}
+
+// ReleaseLease implements loop.LeaseStore.
+func (b *Badger) ReleaseLease(ctx context.Context, held loop.Lease) error {
+	if err := b.limits.checkID("lease key", held.Key); err != nil {
+		return fmt.Errorf("release lease: %w", err)
+	}
+	err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		cur, err := getLease(txn, held.Key)
+		if err != nil || cur == nil || cur.Owner != held.Owner || cur.Token != held.Token {
+			return nil, err
+		}
+		return []mutation{del(leaseKey(held.Key))}, nil
+	}})
+	if err != nil {
+		return fmt.Errorf("release lease %q: %w", held.Key, err)
+	}
+	return nil
+}
+
+// ListLeases implements loop.LeaseStore.
+func (b *Badger) ListLeases(ctx context.Context) ([]loop.Lease, error) {
+	out := []loop.Lease{}
+	err := b.view(ctx, func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(pfxLease), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var l loop.Lease
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &l) }); err != nil {
+				return corrupt(it.Item().KeyCopy(nil), err)
+			}
+			out = append(out, l)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	return out, nil
+}
+
+// AcquireLease implements loop.LeaseStore.
+func (m *Memory) AcquireLease(ctx context.Context, key, owner, data string, ttl time.Duration) (loop.Lease, error) {
+	return m.lease(ctx, key, owner, data, ttl, nil)
+}
+
+// RenewLease implements loop.LeaseStore.
+func (m *Memory) RenewLease(ctx context.Context, held loop.Lease, ttl time.Duration) (loop.Lease, error) {
+	return m.lease(ctx, held.Key, held.Owner, held.Data, ttl, &held)
+}
+
+func (m *Memory) lease(ctx context.Context, key, owner, data string, ttl time.Duration, renew *loop.Lease) (loop.Lease, error) {
+	if err := checkLease(m.limits, key, owner, ttl); err != nil {
+		return loop.Lease{}, fmt.Errorf("lease: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return loop.Lease{}, err
+	}
+	m.leaseMu.Lock()
+	defer m.leaseMu.Unlock()
+	var cur *loop.Lease
+	if l, ok := m.leases[key]; ok {
+		cur = &l
+	}
+	next, err := leaseDecide(cur, key, owner, data, ttl, time.Now(), renew)
+	if err != nil {
+		return loop.Lease{}, err
+	}
+	m.leases[key] = next
+	return next, nil
+}
+
+// ReleaseLease implements loop.LeaseStore.
+func (m *Memory) ReleaseLease(ctx context.Context, held loop.Lease) error {
+	m.leaseMu.Lock()
+	defer m.leaseMu.Unlock()
+	if cur, ok := m.leases[held.Key]; ok && cur.Owner == held.Owner && cur.Token == held.Token {
+		delete(m.leases, held.Key)
+	}
+	return nil
+}
+
+// ListLeases implements loop.LeaseStore.
+func (m *Memory) ListLeases(ctx context.Context) ([]loop.Lease, error) {
+	m.leaseMu.Lock()
+	out := make([]loop.Lease, 0, len(m.leases))
+	for _, l := range m.leases {
+		out = append(out, l)
+	}
+	m.leaseMu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return strings.Compare(out[i].Key, out[j].Key) < 0 })
+	return out, nil
+}
+
+// leaseHeldMemory is the fence of a memory commit.
+func (m *Memory) leaseHeld(l *loop.Lease) error {
+	m.leaseMu.Lock()
+	defer m.leaseMu.Unlock()
+	cur, ok := m.leases[l.Key]
+	if !ok || cur.Owner != l.Owner || cur.Token != l.Token {
+		return fmt.Errorf("lease %q: %w", l.Key, loop.ErrLeaseLost)
+	}
+	return nil
+}
