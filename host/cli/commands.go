@@ -1,0 +1,10 @@
+package cli
+
+// commands is the table of subcommands, in the order "looopy help" lists
+// them. A new command is one line here and one file beside this one.
+func commands() []Command {
+	return []Command{
+		{Name: "serve", Summary: "serve agents over A2A, the web page and the event streams (the default)", Run: serve},
+		{Name: "help", Summary: "list the commands, or show one command's flags", Run: help},
+	}
+}
