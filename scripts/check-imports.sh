@@ -12,11 +12,13 @@ deny() { # package, regex of forbidden dependencies
   fi
 }
 ours="^$mod/(store|plugins|host|sse|artifacts|cmd)"
-deny ./loop "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|$ours"
+deny ./loop "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|redis/go-redis|minio/minio-go|$ours"
 deny ./pdk "gofiber|dgraph-io/badger|tetratelabs/wazero|extism/go-sdk|^$mod/(loop|store|plugins|host|sse|artifacts)"
-deny ./store/... "gofiber|tetratelabs/wazero|extism|^$mod/(plugins|host|sse|artifacts)"
-deny ./sse/... "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|^$mod/(store|plugins|host|artifacts)"
+deny ./store/... "gofiber|tetratelabs/wazero|extism|minio/minio-go|^$mod/(plugins|host|sse|artifacts)"
+# The Redis backend stands beside Badger: it needs neither Badger nor the Badger store.
+deny ./store/redisstore/... "dgraph-io/badger|^$mod/store$"
+deny ./sse/... "gofiber|dgraph-io/badger|redis/go-redis|minio/minio-go|tetratelabs/wazero|extism|^$mod/(store|plugins|host|artifacts)"
 deny ./plugins/... "gofiber|dgraph-io/badger|^$mod/(store|host|sse|artifacts)"
-deny ./host/taskrt "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|a2aproject|^$mod/(store|plugins|sse|artifacts|cmd)|^$mod/host$"
+deny ./host/taskrt "gofiber|dgraph-io/badger|redis/go-redis|minio/minio-go|tetratelabs/wazero|extism|a2aproject|^$mod/(store|plugins|sse|artifacts|cmd)|^$mod/host$"
 deny ./artifacts/... "gofiber|tetratelabs/wazero|extism|^$mod/(plugins|host|sse)"
 exit $fail

@@ -1,0 +1,231 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The scripts run atomically on the server. Keys are computed from the
+// prefix (ARGV[1]) inside them: the store needs one primary (no Cluster).
+
+// luaLib is shared by the scripts: the server's clock and the versioned
+// save of a task record with its listing indexes.
+const luaLib = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- task_version returns the stored version of a task (0: none or expired).
+local function task_version(p, id)
+  return tonumber(redis.call('HGET', p .. 't:' .. id, 'v') or '0')
+end
+
+-- save_task stores a task record whose version was checked, moves its
+-- index entries, and returns the new version.
+local function save_task(p, id, cur, data, member, c, o, g, exp)
+  local tk, xk = p .. 't:' .. id, p .. 'tx:' .. id
+  local old = redis.call('HMGET', xk, 'm', 'c', 'o', 'g')
+  if old[1] then
+    redis.call('ZREM', p .. 'ti:all', old[1])
+    redis.call('ZREM', p .. 'ti:c:' .. old[2], old[1])
+    if old[3] ~= '' then redis.call('ZREM', p .. 'ti:o:' .. old[3], old[1]) end
+    if old[4] ~= '' then redis.call('ZREM', p .. 'ti:g:' .. old[4], old[1]) end
+  end
+  local e = tonumber(exp)
+  if e > 0 and e <= now_ms() then
+    redis.call('DEL', tk, xk)
+    return cur + 1
+  end
+  redis.call('HSET', tk, 'v', string.format('%d', cur + 1), 'd', data)
+  if e > 0 then redis.call('PEXPIREAT', tk, e) else redis.call('PERSIST', tk) end
+  redis.call('HSET', xk, 'm', member, 'c', c, 'o', o, 'g', g)
+  redis.call('ZADD', p .. 'ti:all', 0, member)
+  redis.call('ZADD', p .. 'ti:c:' .. c, 0, member)
+  if o ~= '' then redis.call('ZADD', p .. 'ti:o:' .. o, 0, member) end
+  if g ~= '' then redis.call('ZADD', p .. 'ti:g:' .. g, 0, member) end
+  return cur + 1
+end
+
+-- durable_drop removes a task from the durable set when it has neither a
+-- checkpoint nor a journal.
+local function durable_drop(p, id)
+  if redis.call('EXISTS', p .. 'cp:' .. id, p .. 'jo:' .. id) == 0 then
+    redis.call('SREM', p .. 'dur', id)
+  end
+end
+`
+
+// saveTask: ARGV p, id, version, data, member, context, owner, agent,
+// expiry (ms, 0 none). Returns {1, new version} or {0, stored version}.
+var saveTaskScript = redis.NewScript(luaLib + `
+local p, id = ARGV[1], ARGV[2]
+local cur = task_version(p, id)
+if cur ~= tonumber(ARGV[3]) then return {0, cur} end
+return {1, save_task(p, id, cur, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])}
+`)
+
+// deleteTask: ARGV p, id.
+var deleteTaskScript = redis.NewScript(luaLib + `
+local p, id = ARGV[1], ARGV[2]
+local xk = p .. 'tx:' .. id
+local old = redis.call('HMGET', xk, 'm', 'c', 'o', 'g')
+if old[1] then
+  redis.call('ZREM', p .. 'ti:all', old[1])
+  redis.call('ZREM', p .. 'ti:c:' .. old[2], old[1])
+  if old[3] ~= '' then redis.call('ZREM', p .. 'ti:o:' .. old[3], old[1]) end
+  if old[4] ~= '' then redis.call('ZREM', p .. 'ti:g:' .. old[4], old[1]) end
+end
+redis.call('DEL', p .. 't:' .. id, xk)
+return 1
+`)
+
+// dropIndex removes the index entries of a task whose record expired
+// (nothing when it exists again). ARGV p, id, member.
+var dropIndexScript = redis.NewScript(`
+local p, id = ARGV[1], ARGV[2]
+if redis.call('EXISTS', p .. 't:' .. id) == 1 then return 0 end
+local xk = p .. 'tx:' .. id
+local old = redis.call('HMGET', xk, 'm', 'c', 'o', 'g')
+redis.call('ZREM', p .. 'ti:all', ARGV[3])
+if old[1] then
+  redis.call('ZREM', p .. 'ti:all', old[1])
+  redis.call('ZREM', p .. 'ti:c:' .. old[2], old[1])
+  if old[3] ~= '' then redis.call('ZREM', p .. 'ti:o:' .. old[3], old[1]) end
+  if old[4] ~= '' then redis.call('ZREM', p .. 'ti:g:' .. old[4], old[1]) end
+end
+redis.call('DEL', xk)
+return 1
+`)
+
+// commitTurn: ARGV
+//
+//	1 p, 2 context id of the messages, 3 context id of the agent, 4 agent JSON,
+//	5 lease key ('' none), 6 lease owner, 7 lease token,
+//	8 task id ('' none), 9 version, 10 data, 11 member, 12 context, 13 owner, 14 agent, 15 expiry,
+//	16 checkpoint to delete ('' none), 17.. messages.
+//
+// Returns {'OK', version} or {'LOST'} or {'CONFLICT', stored version}.
+var commitTurnScript = redis.NewScript(luaLib + `
+local p = ARGV[1]
+if ARGV[5] ~= '' then
+  local l = redis.call('HMGET', p .. 'l:' .. ARGV[5], 'o', 't')
+  if (not l[1]) or l[1] ~= ARGV[6] or l[2] ~= ARGV[7] then return {'LOST'} end
+end
+local cur = 0
+if ARGV[8] ~= '' then
+  cur = task_version(p, ARGV[8])
+  if cur ~= tonumber(ARGV[9]) then return {'CONFLICT', cur} end
+end
+local mk = p .. 'm:' .. ARGV[2]
+local i = 17
+while i <= #ARGV do
+  local j = math.min(i + 999, #ARGV)
+  redis.call('RPUSH', mk, unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('SET', p .. 'a:' .. ARGV[3], ARGV[4])
+local v = 0
+if ARGV[8] ~= '' then
+  v = save_task(p, ARGV[8], cur, ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15])
+end
+if ARGV[16] ~= '' then
+  redis.call('DEL', p .. 'cp:' .. ARGV[16])
+  durable_drop(p, ARGV[16])
+end
+return {'OK', v}
+`)
+
+// appendEvents: KEYS stream; ARGV records. Returns the id of the first.
+var appendEventsScript = redis.NewScript(`
+local first
+for i = 1, #ARGV do
+  local id = redis.call('XADD', KEYS[1], '0-*', 'd', ARGV[i])
+  if i == 1 then first = id end
+end
+return first
+`)
+
+// acquireLease: ARGV p, key, owner, data, ttl ms.
+// Returns {1, token, expiry ms} or {0, owner, expiry ms}.
+var acquireLeaseScript = redis.NewScript(luaLib + `
+local p, key, owner = ARGV[1], ARGV[2], ARGV[3]
+local lk = p .. 'l:' .. key
+local now = now_ms()
+local cur = redis.call('HMGET', lk, 'o', 't', 'e')
+local tok
+if not cur[1] then
+  tok = 1
+elseif cur[1] == owner then
+  tok = tonumber(cur[2])
+elseif now < tonumber(cur[3]) then
+  return {0, cur[1], cur[3]}
+else
+  tok = tonumber(cur[2]) + 1
+end
+local exp = now + tonumber(ARGV[5])
+redis.call('HSET', lk, 'o', owner, 't', string.format('%d', tok), 'e', string.format('%d', exp), 'd', ARGV[4])
+redis.call('SADD', p .. 'ls', key)
+return {1, string.format('%d', tok), string.format('%d', exp)}
+`)
+
+// renewLease: ARGV p, key, owner, token, ttl ms. Returns {1, expiry} or {0}.
+var renewLeaseScript = redis.NewScript(luaLib + `
+local lk = ARGV[1] .. 'l:' .. ARGV[2]
+local cur = redis.call('HMGET', lk, 'o', 't', 'd')
+if (not cur[1]) or cur[1] ~= ARGV[3] or cur[2] ~= ARGV[4] then return {0} end
+local exp = now_ms() + tonumber(ARGV[5])
+redis.call('HSET', lk, 'e', string.format('%d', exp))
+return {1, string.format('%d', exp), cur[3] or ''}
+`)
+
+// releaseLease: ARGV p, key, owner, token.
+var releaseLeaseScript = redis.NewScript(`
+local lk = ARGV[1] .. 'l:' .. ARGV[2]
+local cur = redis.call('HMGET', lk, 'o', 't')
+if cur[1] == ARGV[3] and cur[2] == ARGV[4] then
+  redis.call('DEL', lk)
+  redis.call('SREM', ARGV[1] .. 'ls', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// beginCall: ARGV p, task, call, entry JSON.
+var beginCallScript = redis.NewScript(`
+local p, t, c = ARGV[1], ARGV[2], ARGV[3]
+local jk = p .. 'j:' .. t
+if redis.call('HEXISTS', jk, 'b:' .. c) == 0 then
+  redis.call('RPUSH', p .. 'jo:' .. t, c)
+end
+redis.call('HSET', jk, 'b:' .. c, ARGV[4])
+redis.call('HDEL', jk, 'e:' .. c)
+redis.call('SADD', p .. 'dur', t)
+return 1
+`)
+
+// endCall: ARGV p, task, call, end JSON. Returns 0 when never begun.
+var endCallScript = redis.NewScript(`
+local jk = ARGV[1] .. 'j:' .. ARGV[2]
+if redis.call('HEXISTS', jk, 'b:' .. ARGV[3]) == 0 then return 0 end
+redis.call('HSET', jk, 'e:' .. ARGV[3], ARGV[4])
+return 1
+`)
+
+// deleteCalls: ARGV p, task.
+var deleteCallsScript = redis.NewScript(luaLib + `
+redis.call('DEL', ARGV[1] .. 'j:' .. ARGV[2], ARGV[1] .. 'jo:' .. ARGV[2])
+durable_drop(ARGV[1], ARGV[2])
+return 1
+`)
+
+// saveCheckpoint: ARGV p, task, JSON.
+var saveCheckpointScript = redis.NewScript(`
+redis.call('SET', ARGV[1] .. 'cp:' .. ARGV[2], ARGV[3])
+redis.call('SADD', ARGV[1] .. 'dur', ARGV[2])
+return 1
+`)
+
+// deleteCheckpoint: ARGV p, task.
+var deleteCheckpointScript = redis.NewScript(luaLib + `
+redis.call('DEL', ARGV[1] .. 'cp:' .. ARGV[2])
+durable_drop(ARGV[1], ARGV[2])
+return 1
+`)
