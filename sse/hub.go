@@ -58,6 +58,11 @@ type Config struct {
 	Retention time.Duration
 	// Logger receives warnings (undecodable log records). Nil discards.
 	Logger *slog.Logger
+	// Follow says that other processes append to the same log (a backend
+	// shared by several hosts): the Hub then follows every stream that has
+	// subscribers with EventLog.Wait, so that they get events whichever
+	// host published them. Off for a log only this process writes.
+	Follow bool
 }
 
 // Hub appends events to the durable log and wakes the subscribers of each
@@ -76,6 +81,11 @@ type Hub struct {
 	logger    *slog.Logger
 	done      chan struct{}
 	writers   sync.WaitGroup // one per stream with events waiting
+
+	follow     bool
+	followCtx  context.Context // ends with Close
+	stopFollow context.CancelFunc
+	followers  sync.WaitGroup
 
 	mu        sync.Mutex
 	closed    bool
@@ -107,6 +117,7 @@ type stream struct {
 	n        int
 	finished bool
 	subs     map[*Subscription]struct{}
+	unfollow context.CancelFunc // stops the follower (Config.Follow); nil when none runs
 }
 
 // New returns a Hub over cfg.Log.
@@ -124,6 +135,7 @@ func New(cfg Config) (*Hub, error) {
 		retention: cfg.Retention,
 		maxQueue:  cfg.MaxPending,
 		logger:    cfg.Logger,
+		follow:    cfg.Follow,
 		done:      make(chan struct{}),
 		streams:   make(map[string]*stream),
 		finished:  make(map[string]time.Time),
@@ -143,6 +155,7 @@ func New(cfg Config) (*Hub, error) {
 	if h.logger == nil {
 		h.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	h.followCtx, h.stopFollow = context.WithCancel(context.Background())
 	return h, nil
 }
 
@@ -156,6 +169,8 @@ func (h *Hub) Close() error {
 		close(h.done)
 	}
 	h.mu.Unlock()
+	h.stopFollow()
+	h.followers.Wait()
 	h.writers.Wait()
 	return nil
 }

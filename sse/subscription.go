@@ -82,6 +82,13 @@ func (h *Hub) Subscribe(ctx context.Context, streamName string, after uint64, fi
 	st.mu.RLock()
 	last := st.last
 	st.mu.RUnlock()
+	if after > last && h.follow {
+		// Another process may have appended since the stream was loaded.
+		if last, err = h.log.Last(ctx, streamName); err != nil {
+			h.release(st)
+			return nil, fmt.Errorf("subscribe: last event of %q: %w", streamName, err)
+		}
+	}
 	if after > last {
 		h.release(st)
 		return nil, fmt.Errorf("subscribe to %q after %d: %w (its last event is %d)", streamName, after, ErrAhead, last)
@@ -99,6 +106,7 @@ func (h *Hub) Subscribe(ctx context.Context, streamName string, after uint64, fi
 		st.subs = make(map[*Subscription]struct{})
 	}
 	st.subs[s] = struct{}{}
+	h.startFollow(st)
 	st.mu.Unlock()
 	return s, nil
 }
@@ -109,6 +117,10 @@ func (s *Subscription) Close() error {
 		close(s.closed)
 		s.st.mu.Lock()
 		delete(s.st.subs, s)
+		if len(s.st.subs) == 0 && s.st.unfollow != nil {
+			s.st.unfollow()
+			s.st.unfollow = nil
+		}
 		s.st.mu.Unlock()
 		s.hub.release(s.st)
 	})

@@ -137,14 +137,21 @@ func (h *Hub) appendLog(st *stream, batch []pending) (uint64, error) {
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	last := first + uint64(len(batch)) - 1
 	if !st.loaded {
 		// Every earlier append of this stream has completed (they hold
 		// st.pub), so nothing lies between first-1 and first that is not
 		// in the log: the tail covers (first-1, …].
 		st.loaded = true
 		st.from = first - 1
+	} else if st.last != first-1 {
+		// Another process appended to the stream (a log shared by several
+		// hosts): the tail cannot hold records it never saw, so it starts
+		// again after them; subscribers read the rest from the log.
+		st.clearTail(max(st.last, last))
+		st.notifyAll()
+		return first, nil
 	}
-	last := first + uint64(len(batch)) - 1
 	if len(st.subs) > 0 {
 		for i := range batch {
 			it := batch[i].it
