@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/looopy-go/looopy/artifacts"
@@ -19,25 +17,6 @@ import (
 // openArtifacts opens the artifact store in its own Badger database under
 // the data directory (large parts go to artifact-blobs beside it), or in
 // memory.
-func (m *Main) openArtifacts(dataDir string, inMemory bool) (*artifacts.DB, error) {
-	if inMemory {
-		return artifacts.NewMemory(nil, artifacts.Config{Logger: m.log.With("component", "artifacts")}), nil
-	}
-	dir := filepath.Join(dataDir, "artifacts")
-	opts := badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil)
-	db, err := badger.Open(opts)
-	if err != nil {
-		return nil, fmt.Errorf("open artifact database in %s: %w", dir, err)
-	}
-	m.closers = append(m.closers, db.Close)
-	adb, err := artifacts.Open(db, nil, artifacts.Config{Logger: m.log.With("component", "artifacts")})
-	if err != nil {
-		return nil, fmt.Errorf("open artifacts: %w", err)
-	}
-	m.closers = append(m.closers, adb.Close)
-	return adb, nil
-}
-
 // handleArtifact serves GET /artifacts/{id}: the artifact's content as a
 // download (?format=csv or jsonl for datasets). Another principal's
 // artifact is not found.

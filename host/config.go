@@ -30,6 +30,10 @@ type Config struct {
 	// http://<Addr>).
 	PublicURL string `json:"publicUrl,omitempty"`
 
+	// Store selects the engine of the host's state: Badger in DataDir
+	// (default) or Redis shared by several hosts, with S3 for artifacts.
+	Store StoreConfig `json:"store"`
+
 	Agent   AgentConfig   `json:"agent"`
 	Plugins PluginsConfig `json:"plugins"`
 	Model   ModelConfig   `json:"model"`
@@ -216,6 +220,9 @@ func (c Config) Validate() error {
 		return errors.New("config: limits must not be negative")
 	}
 	if err := c.Observability.validate(); err != nil {
+		return err
+	}
+	if err := c.Store.validate(); err != nil {
 		return err
 	}
 	switch c.LogFormat {

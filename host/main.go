@@ -21,7 +21,6 @@ import (
 
 	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
-	"github.com/looopy-go/looopy/store"
 )
 
 // Main is the program: flags and environment over a config file, the
@@ -40,7 +39,7 @@ type Main struct {
 
 	log       *slog.Logger
 	tel       *telemetry
-	store     *store.Badger
+	store     backend
 	server    *Server
 	ln        net.Listener
 	artifacts *artifactBridge
@@ -183,17 +182,12 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if err := os.MkdirAll(dc.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	st, err := store.Open(store.Options{Dir: dc.DataDir, InMemory: cfg.InMemory, Logger: m.log.With("component", "badger")})
-	if err != nil {
-		return fmt.Errorf("open store in %s: %w", dc.DataDir, err)
-	}
-	m.store = st
-	m.closers = append(m.closers, st.Close)
-
-	arts, err := m.openArtifacts(dc.DataDir, cfg.InMemory)
+	st, events, arts, shared, err := m.openBackend(ctx, cfg, dc.DataDir)
 	if err != nil {
 		return err
 	}
+	m.store = st
+
 	m.artifacts = &artifactBridge{db: arts, tasks: st}
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	sweepDone := make(chan struct{})
@@ -217,8 +211,8 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	}
 	srv, err := NewServer(cfg, Options{
 		tel: tel,
-		Stores: Stores{Messages: ts, Agents: ts, Tasks: ts, Events: st.Events(), Commit: ts, Checkpoints: ts,
-			Journal: ts, Durable: st, Leases: st, KV: st},
+		Stores: Stores{Messages: ts, Agents: ts, Tasks: ts, Events: events, Commit: ts, Checkpoints: ts,
+			Journal: ts, Durable: st, Leases: st, KV: st, Shared: shared},
 		Model:     model,
 		Toolsets:  toolsets,
 		Plugins:   admin,

@@ -31,6 +31,9 @@ type Stores struct {
 	Leases loop.LeaseStore
 	// KV keeps the usage counters of principals (nil: in memory).
 	KV taskrt.UsageKV
+	// Shared says that other hosts use the same stores: the event Hub
+	// then follows appends made by them.
+	Shared bool
 }
 
 func (st Stores) runtime() taskrt.Stores {

@@ -117,7 +117,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	hub, err := sse.New(sse.Config{Log: st.Events, Retention: time.Duration(cfg.Limits.TaskTTL), Logger: log})
+	hub, err := sse.New(sse.Config{Log: st.Events, Retention: time.Duration(cfg.Limits.TaskTTL), Logger: log, Follow: st.Shared})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}

@@ -10,14 +10,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/looopy-go/looopy/loop"
-	"github.com/looopy-go/looopy/store"
 )
 
-// tracedStore is the Badger store with spans and a latency histogram on
+// tracedStore is the backend's store with spans and a latency histogram on
 // the writes that matter: the commit of a finished turn and the turn's
-// checkpoints. Every other method is Badger's own.
+// checkpoints. Every other method is the backend's own.
 type tracedStore struct {
-	*store.Badger
+	backend
 	tel      *telemetry
 	duration metric.Float64Histogram
 }
@@ -31,14 +30,14 @@ var (
 
 var storeBuckets = []float64{0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1}
 
-func newTracedStore(b *store.Badger, tel *telemetry) (*tracedStore, error) {
+func newTracedStore(b backend, tel *telemetry) (*tracedStore, error) {
 	d, err := tel.meter.Float64Histogram("looopy.store.write.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of the store's synced writes, by operation (commit_turn, checkpoint)."),
 		metric.WithExplicitBucketBoundaries(storeBuckets...))
 	if err != nil {
 		return nil, fmt.Errorf("store metrics: %w", err)
 	}
-	return &tracedStore{Badger: b, tel: tel, duration: d}, nil
+	return &tracedStore{backend: b, tel: tel, duration: d}, nil
 }
 
 var (
@@ -59,7 +58,7 @@ func (s *tracedStore) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 		}
 		span.SetAttributes(attrs...)
 	}
-	err := s.Badger.CommitTurn(ctx, c)
+	err := s.backend.CommitTurn(ctx, c)
 	s.end(ctx, span, began, opCommit, err)
 	return err
 }
@@ -72,7 +71,7 @@ func (s *tracedStore) SaveCheckpoint(ctx context.Context, cp loop.Checkpoint) er
 		span.SetAttributes(attribute.String("looopy.task_id", cp.TaskID), attribute.Int("looopy.iteration", cp.Iteration),
 			attribute.String("looopy.stage", string(cp.Stage)))
 	}
-	err := s.Badger.SaveCheckpoint(ctx, cp)
+	err := s.backend.SaveCheckpoint(ctx, cp)
 	s.end(ctx, span, began, opCheckpoint, err)
 	return err
 }

@@ -1,0 +1,240 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/artifacts"
+	"github.com/looopy-go/looopy/artifacts/s3blob"
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/store"
+	"github.com/looopy-go/looopy/store/redisstore"
+)
+
+// StoreConfig selects where the host keeps its state. Badger (the default)
+// keeps everything in the data directory of one host; Redis lets several
+// hosts serve one agent service (see README, "Several hosts").
+type StoreConfig struct {
+	// Backend is "badger" (default) or "redis".
+	Backend string `json:"backend,omitempty"`
+	// Redis is used when Backend is "redis".
+	Redis RedisConfig `json:"redis"`
+	// S3, when its bucket is set, keeps the large parts of artifacts in
+	// S3-compatible storage (with either backend). With Redis and no S3,
+	// every part of an artifact is kept in Redis.
+	S3 S3Config `json:"s3"`
+}
+
+// RedisConfig is the Redis server of the "redis" backend (7.0 or later,
+// with appendonly yes and appendfsync always for the promise that nothing
+// acknowledged is lost).
+type RedisConfig struct {
+	// Addr is host:port (default 127.0.0.1:6379).
+	Addr string `json:"addr,omitempty"`
+	// Username (an ACL user) and Password ("env:NAME" reads the
+	// environment) authenticate the host.
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	// DB is the database number (default 0).
+	DB int `json:"db,omitempty"`
+	// Prefix starts every key (default "looopy:"); services sharing one
+	// Redis need different prefixes, hosts of one service the same.
+	Prefix string `json:"prefix,omitempty"`
+	// PoolSize bounds the connections of this host (default 10 per CPU).
+	PoolSize int `json:"poolSize,omitempty"`
+	// AllowNoFsync lets the host start on a Redis that does not fsync
+	// every write (appendonly no, or appendfsync everysec/no): a crash of
+	// the Redis machine may then lose acknowledged tasks and events.
+	AllowNoFsync bool `json:"allowNoFsync,omitempty"`
+}
+
+// S3Config is the object storage of large artifact parts.
+type S3Config struct {
+	// Endpoint is host:port of the S3 service (no scheme).
+	Endpoint string `json:"endpoint,omitempty"`
+	// Bucket holds the parts; empty turns S3 off. It is created when
+	// missing.
+	Bucket string `json:"bucket,omitempty"`
+	Region string `json:"region,omitempty"`
+	// AccessKey and SecretKey, or "env:NAME".
+	AccessKey string `json:"accessKey,omitempty"`
+	SecretKey string `json:"secretKey,omitempty"`
+	// Insecure talks plain HTTP (default HTTPS).
+	Insecure bool `json:"insecure,omitempty"`
+	// Prefix starts every object name (default "artifacts/").
+	Prefix string `json:"prefix,omitempty"`
+	// InlineMax is the largest part kept with the artifact's record, in
+	// bytes (default 1 MiB); larger ones go to S3.
+	InlineMax int64 `json:"inlineMax,omitempty"`
+}
+
+func (c StoreConfig) validate() error {
+	switch c.Backend {
+	case "", "badger":
+	case "redis":
+		if c.Redis.DB < 0 || c.Redis.PoolSize < 0 {
+			return errors.New("config: store.redis: db and poolSize must not be negative")
+		}
+	default:
+		return fmt.Errorf("config: store.backend %q: want badger or redis", c.Backend)
+	}
+	if c.S3.Bucket != "" {
+		if c.S3.Endpoint == "" {
+			return errors.New("config: store.s3.bucket needs store.s3.endpoint")
+		}
+		if strings.Contains(c.S3.Endpoint, "://") {
+			return fmt.Errorf("config: store.s3.endpoint %q: give host:port (insecure selects http)", c.S3.Endpoint)
+		}
+		if c.S3.InlineMax < 0 {
+			return errors.New("config: store.s3.inlineMax must not be negative")
+		}
+	}
+	return nil
+}
+
+// backend is everything one engine keeps for the host.
+type backend interface {
+	loop.MessageStore
+	loop.AgentStore
+	loop.TaskStore
+	loop.TurnCommitter
+	loop.CheckpointStore
+	loop.Journal
+	loop.DurableLister
+	loop.LeaseStore
+	store.KV
+}
+
+// openBackend opens the configured engine: its stores, its event log and
+// the artifact store. shared says that other hosts use the same data.
+func (m *Main) openBackend(ctx context.Context, cfg Config, dataDir string) (b backend, events loop.EventLog, arts *artifacts.DB, shared bool, err error) {
+	blobs, inlineMax, err := m.openBlobs(ctx, cfg.Store.S3)
+	if err != nil {
+		return nil, nil, nil, false, err
+	}
+	artCfg := artifacts.Config{InlineMax: inlineMax, Logger: m.log.With("component", "artifacts")}
+	if cfg.Store.Backend != "redis" {
+		st, err := store.Open(store.Options{Dir: dataDir, InMemory: cfg.InMemory, Logger: m.log.With("component", "badger")})
+		if err != nil {
+			return nil, nil, nil, false, fmt.Errorf("open store in %s: %w", dataDir, err)
+		}
+		m.closers = append(m.closers, st.Close)
+		arts, err := m.openArtifacts(dataDir, cfg.InMemory, blobs, artCfg)
+		if err != nil {
+			return nil, nil, nil, false, err
+		}
+		return st, st.Events(), arts, false, nil
+	}
+	rc := cfg.Store.Redis
+	pw, err := resolveSecret(rc.Password)
+	if err != nil {
+		return nil, nil, nil, false, fmt.Errorf("store.redis.password: %w", err)
+	}
+	addr := rc.Addr
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rs, err := redisstore.Open(ctx, redisstore.Options{Addr: addr, Username: rc.Username, Password: pw, DB: rc.DB,
+		Prefix: rc.Prefix, PoolSize: rc.PoolSize, Logger: m.log.With("component", "redis")})
+	if err != nil {
+		return nil, nil, nil, false, err
+	}
+	m.closers = append(m.closers, rs.Close)
+	if err := m.checkRedisDurability(ctx, rs, rc.AllowNoFsync); err != nil {
+		return nil, nil, nil, false, err
+	}
+	if blobs == nil {
+		m.log.Info("artifacts: no store.s3 bucket, every part is kept in Redis")
+	}
+	arts, err = artifacts.OpenKV(orderedKV{rs.OrderedKV("artifacts")}, blobs, artCfg)
+	if err != nil {
+		return nil, nil, nil, false, fmt.Errorf("open artifacts: %w", err)
+	}
+	m.closers = append(m.closers, arts.Close)
+	return rs, rs.Events(), arts, true, nil
+}
+
+// checkRedisDurability refuses a Redis that would lose acknowledged writes
+// in a crash, unless the operator allowed it.
+func (m *Main) checkRedisDurability(ctx context.Context, rs *redisstore.Store, allow bool) error {
+	ao, fsync, err := rs.Durability(ctx)
+	if err != nil {
+		// Managed services often refuse CONFIG: say what to check.
+		m.log.Warn("redis: cannot read the persistence settings; make sure appendonly is yes and appendfsync always", "err", err)
+		return nil
+	}
+	if ao == "yes" && fsync == "always" {
+		return nil
+	}
+	msg := fmt.Sprintf("redis at %s has appendonly %s, appendfsync %s: a crash of Redis may lose acknowledged tasks and events "+
+		"(set appendonly yes and appendfsync always, or store.redis.allowNoFsync)", rs.Client().Options().Addr, ao, fsync)
+	if !allow {
+		return errors.New("config: " + msg)
+	}
+	m.log.Warn(msg)
+	return nil
+}
+
+// openBlobs opens the S3 blob store when configured (nil otherwise) and
+// returns the inline limit to use with it.
+func (m *Main) openBlobs(ctx context.Context, c S3Config) (artifacts.BlobStore, int64, error) {
+	if c.Bucket == "" {
+		return nil, 0, nil
+	}
+	ak, err := resolveSecret(c.AccessKey)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store.s3.accessKey: %w", err)
+	}
+	sk, err := resolveSecret(c.SecretKey)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store.s3.secretKey: %w", err)
+	}
+	prefix := c.Prefix
+	if prefix == "" {
+		prefix = "artifacts/"
+	}
+	b, err := s3blob.Open(ctx, s3blob.Config{Endpoint: c.Endpoint, Bucket: c.Bucket, Region: c.Region,
+		AccessKey: ak, SecretKey: sk, Insecure: c.Insecure, Prefix: prefix, CreateBucket: true})
+	if err != nil {
+		return nil, 0, err
+	}
+	return b, c.InlineMax, nil
+}
+
+// orderedKV adapts the Redis ordered space to the artifact store's KV.
+type orderedKV struct{ k *redisstore.OrderedKV }
+
+func (o orderedKV) View(fn func(artifacts.KVTxn) error) error {
+	return o.k.View(func(t *redisstore.Txn) error { return fn(t) })
+}
+
+func (o orderedKV) Update(fn func(artifacts.KVTxn) error) error {
+	return o.k.Update(func(t *redisstore.Txn) error { return fn(t) })
+}
+
+// openArtifacts opens the artifact store of the Badger backend: its own
+// Badger database beside the main one, large parts in blobs (nil: files in
+// the data directory).
+func (m *Main) openArtifacts(dataDir string, inMemory bool, blobs artifacts.BlobStore, cfg artifacts.Config) (*artifacts.DB, error) {
+	if inMemory {
+		return artifacts.NewMemory(blobs, cfg), nil
+	}
+	dir := filepath.Join(dataDir, "artifacts")
+	opts := badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil)
+	db, err := badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("open artifact database in %s: %w", dir, err)
+	}
+	m.closers = append(m.closers, db.Close)
+	adb, err := artifacts.Open(db, blobs, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open artifacts: %w", err)
+	}
+	m.closers = append(m.closers, adb.Close)
+	return adb, nil
+}
