@@ -478,6 +478,7 @@ func (rt *Runtime) renew(r *Run) func() {
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	held := *r.lease
 	go func() {
 		defer close(done)
 		t := time.NewTicker(rt.cfg.LeaseTTL / 3)
@@ -488,11 +489,12 @@ func (rt *Runtime) renew(r *Run) func() {
 				return
 			case <-t.C:
 			}
-			l, err := rt.st.Leases.RenewLease(context.Background(), *r.lease, rt.cfg.LeaseTTL)
+			// The turn's commit reads *r.lease as its fence while this
+			// runs: renew from a copy and leave it alone (the token, all
+			// the fence compares, does not change on renewal).
+			_, err := rt.st.Leases.RenewLease(context.Background(), held, rt.cfg.LeaseTTL)
 			switch {
 			case err == nil:
-				// The token is unchanged: the turn's fence stays valid.
-				r.lease.Expires = l.Expires
 			case errors.Is(err, loop.ErrLeaseLost):
 				rt.log.LogAttrs(context.Background(), slog.LevelError, "lease lost: the task runs elsewhere now",
 					slog.String("task_id", r.TaskID))
