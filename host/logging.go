@@ -193,6 +193,9 @@ func configSecrets(cfg Config) []string {
 	}
 	add(cfg.Admin.Token)
 	add(cfg.Observability.MetricsToken)
+	add(cfg.Store.Redis.Password)
+	add(cfg.Store.S3.AccessKey)
+	add(cfg.Store.S3.SecretKey)
 	for _, name := range cfg.Plugins.Secrets {
 		if v := os.Getenv(name); v != "" {
 			out = append(out, v)
