@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -66,6 +67,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open s3 blob store: %w", err)
 	}
 	ok, err := c.BucketExists(ctx, cfg.Bucket)
+	// A server that is still starting (MinIO answers XMinioServerNotInitialized)
+	// gets up to 30 s, so hosts and storage can start together.
+	for deadline := time.Now().Add(30 * time.Second); err != nil && starting(err) && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("open s3 blob store: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		ok, err = c.BucketExists(ctx, cfg.Bucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open s3 blob store: bucket %q at %s: %w", cfg.Bucket, cfg.Endpoint, err)
 	}
@@ -146,6 +157,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("delete blob %q: %w", key, err)
 	}
 	return nil
+}
+
+func starting(err error) bool {
+	resp := minio.ToErrorResponse(err)
+	return resp.Code == "XMinioServerNotInitialized" || resp.StatusCode == http.StatusServiceUnavailable
 }
 
 func notFound(err error) bool {
