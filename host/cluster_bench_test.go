@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,7 @@ func BenchmarkLongCluster(b *testing.B) {
 				clients[i] = &a2aClient{c: client10(b, p.base, "")}
 			}
 			before := commands(b, rdb)
+			beforeStats := commandStats(b, rdb)
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			b.ResetTimer()
@@ -112,6 +114,15 @@ func BenchmarkLongCluster(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tasks/s")
 			if bc.redis {
 				b.ReportMetric(float64(commands(b, rdb)-before)/float64(b.N), "redis-cmds/task")
+				after := commandStats(b, rdb)
+				var parts []string
+				for name, n := range after {
+					if d := n - beforeStats[name]; d > 0 {
+						parts = append(parts, fmt.Sprintf("%s %.1f", name, float64(d)/float64(b.N)))
+					}
+				}
+				slices.Sort(parts)
+				b.Logf("Redis commands per task: %s", strings.Join(parts, ", "))
 			}
 		})
 	}
@@ -121,6 +132,25 @@ type a2aClient struct {
 	c interface {
 		SendMessage(context.Context, *a2a.SendMessageRequest) (a2a.SendMessageResult, error)
 	}
+}
+
+// commandStats is the number of calls of each command (INFO commandstats).
+func commandStats(b *testing.B, rdb *redis.Client) map[string]int64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
 }
 
 // commands is the number of commands Redis has processed.
