@@ -165,6 +165,7 @@ func (s *Server) listTasks(ctx context.Context, auth *loop.AuthContext, req *a2a
 type taskStream struct {
 	taskID   string
 	after    uint64
+	endAt    uint64 // > 0: the stream is complete up to this id (a finished task)
 	snapshot *a2a.Task
 }
 
@@ -178,7 +179,21 @@ func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a
 		return nil, err
 	}
 	if lastEventID > 0 {
-		return &taskStream{taskID: rec.ID, after: lastEventID}, nil
+		last, err := s.hub.Last(ctx, sse.TaskStream(rec.ID))
+		if err != nil {
+			return nil, err
+		}
+		if lastEventID > last {
+			return nil, lastEventAhead(lastEventID, last)
+		}
+		ts := &taskStream{taskID: rec.ID, after: lastEventID}
+		if rec.Status.Terminal() && s.tasks.Running(rec.ID) == nil {
+			// Its end is in the log (the runtime settles a turn's
+			// events before it lets go of the task): replay, then stop,
+			// even for a client that already had the final status.
+			ts.endAt = last
+		}
+		return ts, nil
 	}
 	if rec.Status.Terminal() {
 		return nil, a2a.NewError(a2a.ErrUnsupportedOperation,
@@ -188,6 +203,15 @@ func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a
 		return &taskStream{taskID: rec.ID, after: r.After}, nil
 	}
 	return &taskStream{taskID: rec.ID, snapshot: toA2ATask(rec, s.historyLength(-1))}, nil
+}
+
+// lastEventAhead is the answer to a Last-Event-ID beyond the end of its
+// stream: an id this server never gave, or a stream that expired. The
+// client must not resume from it (it would skip whatever gets that id).
+func lastEventAhead(id, last uint64) error {
+	return fmt.Errorf("%w: Last-Event-ID %d is beyond the end of the stream (its last event is %d): "+
+		"the stream expired or the id is not one this server gave; subscribe again without Last-Event-ID",
+		sse.ErrAhead, id, last)
 }
 
 // parseLastEventID reads a Last-Event-ID header.

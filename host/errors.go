@@ -10,6 +10,7 @@ import (
 
 	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/sse"
 )
 
 // Errors of the host itself. Each is in the table below.
@@ -42,6 +43,7 @@ var errorTable = []errorCode{
 	{a2a.ErrMethodNotFound, -32601, http.StatusNotFound, "METHOD_NOT_FOUND"},
 	{a2a.ErrInvalidParams, -32602, http.StatusBadRequest, "INVALID_PARAMS"},
 	{loop.ErrInvalid, -32602, http.StatusBadRequest, "INVALID_PARAMS"},
+	{sse.ErrAhead, -32602, http.StatusBadRequest, "LAST_EVENT_ID_AHEAD"},
 	{a2a.ErrTaskNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{loop.ErrNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{a2a.ErrTaskNotCancelable, -32002, http.StatusConflict, "TASK_NOT_CANCELABLE"},

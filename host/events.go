@@ -51,9 +51,18 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if after > 0 {
+		last, err := s.hub.Last(c.UserContext(), sse.ContextStream(contextID))
+		if err != nil {
+			return err
+		}
+		if after > last {
+			return lastEventAhead(after, last)
+		}
+	}
 	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
-		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, f, sse.LooopyEncoder{})
+		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, 0, f, sse.LooopyEncoder{})
 		if err != nil && !errors.Is(err, errClientGone) {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "event stream ended with an error",
 				slog.String("context_id", contextID), slog.String("error", err.Error()))

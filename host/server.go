@@ -393,7 +393,7 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 			return
 		}
 		if err == nil {
-			err = s.serveStream(w, conn, sse.TaskStream(stream.taskID), stream.after, sse.Filter{}, enc)
+			err = s.serveStream(w, conn, sse.TaskStream(stream.taskID), stream.after, stream.endAt, sse.Filter{}, enc)
 			if err == nil || errors.Is(err, errClientGone) {
 				return
 			}
@@ -407,7 +407,7 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 
 // serveStream serves the events of a stream after an id until the encoder
 // ends it, the client leaves or the host shuts down.
-func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, after uint64, f sse.Filter, enc sse.Encoder) error {
+func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, after, endAt uint64, f sse.Filter, enc sse.Encoder) error {
 	ctx := s.streamsCtx
 	s.openStreams.Add(1)
 	defer s.openStreams.Add(-1)
@@ -420,6 +420,9 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 		return err
 	}
 	defer sub.Close()
+	if endAt > 0 {
+		sub.StopAt(endAt)
+	}
 	err = sse.Serve(ctx, w, w.Flush, sub, enc, sse.ServeOptions{
 		Heartbeat: time.Duration(s.cfg.Limits.Heartbeat),
 		Abort: func() {

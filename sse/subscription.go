@@ -57,6 +57,7 @@ type Subscription struct {
 	wake   chan struct{} // size 1: "there may be something new"
 
 	cursor   uint64 // id of the last record read
+	stopAt   uint64 // > 0: the subscription ends after this id (see StopAt)
 	buf      []Item
 	pos      int
 	lastTask string // interned task id of replayed records
@@ -134,6 +135,12 @@ func (s *Subscription) Stream() string { return s.st.name }
 // records the filter dropped). Resuming after it loses nothing.
 func (s *Subscription) Cursor() uint64 { return s.cursor }
 
+// StopAt makes the subscription end (Next returns ErrFinished) once it
+// has read every record up to id: for a stream known to be complete (a
+// finished task's, after a restart that forgot it was finished), so that a
+// reader who already has its end is not kept waiting for more.
+func (s *Subscription) StopAt(id uint64) { s.stopAt = id }
+
 // Ready returns a channel that receives when new events may be available.
 func (s *Subscription) Ready() <-chan struct{} { return s.wake }
 
@@ -209,6 +216,9 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 		s.buf = nil
 	}
 	s.buf, s.pos = s.buf[:0], 0
+	if s.stopAt > 0 && s.cursor >= s.stopAt {
+		return false, ErrFinished
+	}
 	st := s.st
 	st.mu.RLock()
 	if s.cursor >= st.from {

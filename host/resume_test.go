@@ -1,0 +1,105 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// streamTask runs one streamed turn ("help") to its end and returns the
+// task id, the context id and every frame.
+func streamTask(t *testing.T, url string) (taskID, contextID string, all []frame) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":"s1","method":"SendStreamingMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"help"}]}}}`
+	resp := openSSE(t, context.Background(), url, "", body)
+	all = readFrames(t, resp.Body, nil)
+	var first struct {
+		Result struct {
+			Task struct {
+				ID        string `json:"id"`
+				ContextID string `json:"contextId"`
+			} `json:"task"`
+		} `json:"result"`
+	}
+	if len(all) == 0 || json.Unmarshal([]byte(all[0].Data), &first) != nil || first.Result.Task.ID == "" {
+		t.Fatalf("stream did not open with the task: %+v", all)
+	}
+	return first.Result.Task.ID, first.Result.Task.ContextID, all
+}
+
+// readAllWithin reads a whole stream; a stream that does not end within
+// the guard fails the test instead of hanging it.
+func readAllWithin(t *testing.T, url, body string, hdr ...string) (int, []frame, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp := openSSE(t, ctx, url, "", body, hdr...)
+	b, err := io.ReadAll(resp.Body)
+	if ctx.Err() != nil {
+		t.Fatalf("stream %s did not end (it hangs): %v", url, err)
+	}
+	return resp.StatusCode, readFrames(t, strings.NewReader(string(b)), nil), string(b)
+}
+
+// SubscribeToTask on a finished task, resumed from any id a client can
+// hold (the first, the one before the end, the final status itself), on
+// both protocols and after a restart (which forgets which streams are
+// finished): the rest is replayed, then the stream ends. It never hangs.
+func TestResumeFinishedTaskNeverHangs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := startHost(t, baseConfig(dir))
+	taskID, _, all := streamTask(t, h.URL())
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h = startHost(t, baseConfig(dir))
+	n := len(all)
+	for _, after := range []int{1, n - 1, n} {
+		for _, proto := range []struct{ path, body string }{
+			{"/", `{"jsonrpc":"2.0","id":"s2","method":"SubscribeToTask","params":{"id":"` + taskID + `"}}`},
+			{"/a2a/v0.3", `{"jsonrpc":"2.0","id":"s2","method":"tasks/resubscribe","params":{"id":"` + taskID + `"}}`},
+		} {
+			_, got, raw := readAllWithin(t, h.URL()+proto.path, proto.body, "Last-Event-ID", fmt.Sprint(after))
+			if len(got) != n-after {
+				t.Fatalf("%s after %d of %d: %d frames, want %d\n%s", proto.path, after, n, len(got), n-after, raw)
+			}
+			if strings.Contains(raw, `"error"`) {
+				t.Fatalf("%s after %d: an error frame: %s", proto.path, after, raw)
+			}
+		}
+	}
+}
+
+// A Last-Event-ID beyond the end of a stream is a clear client error, on
+// A2A 1.0, A2A 0.3 and /events, never an internal error or an empty 200.
+func TestLastEventIDAheadIsAClientError(t *testing.T) {
+	t.Parallel()
+	h := startHost(t, baseConfig(t.TempDir()))
+	taskID, contextID, all := streamTask(t, h.URL())
+	ahead := fmt.Sprint(len(all) + 5)
+	for _, proto := range []struct{ path, body string }{
+		{"/", `{"jsonrpc":"2.0","id":"s2","method":"SubscribeToTask","params":{"id":"` + taskID + `"}}`},
+		{"/a2a/v0.3", `{"jsonrpc":"2.0","id":"s2","method":"tasks/resubscribe","params":{"id":"` + taskID + `"}}`},
+	} {
+		_, got, raw := readAllWithin(t, h.URL()+proto.path, proto.body, "Last-Event-ID", ahead)
+		if len(got) != 1 {
+			t.Fatalf("%s: %d frames, want one error frame: %s", proto.path, len(got), raw)
+		}
+		var r rpcReply
+		if err := json.Unmarshal([]byte(got[0].Data), &r); err != nil || r.Error == nil {
+			t.Fatalf("%s: frame %q is not a JSON-RPC error", proto.path, got[0].Data)
+		}
+		if r.Error.Code != -32602 || !strings.Contains(r.Error.Message, "beyond the end of the stream") {
+			t.Fatalf("%s: error %d %q, want -32602 saying the id is beyond the end", proto.path, r.Error.Code, r.Error.Message)
+		}
+	}
+	status, _, raw := readAllWithin(t, h.URL()+"/events/"+contextID, "", "Last-Event-ID", "100000")
+	if status != 400 || !strings.Contains(raw, "beyond the end of the stream") {
+		t.Fatalf("/events ahead: status %d %s, want 400 saying the id is beyond the end", status, raw)
+	}
+}
