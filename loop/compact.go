@@ -45,7 +45,26 @@ func (KeepRecent) Compact(history []Message, max int) []Message {
 			out = append(out, m)
 		}
 	}
-	return append(out, history[cut:]...)
+	out = append(out, history[cut:]...)
+	return dropOrphanResults(out)
+}
+
+// dropOrphanResults removes the tool results whose call is not in h: a
+// pinned message kept inside a tool exchange can leave results after the
+// cut whose call was before it.
+func dropOrphanResults(h []Message) []Message {
+	called := map[string]bool{}
+	kept := h[:0]
+	for _, m := range h {
+		for _, c := range m.ToolCalls {
+			called[c.ID] = true
+		}
+		if m.Role == RoleTool && !called[m.ToolCallID] {
+			continue
+		}
+		kept = append(kept, m)
+	}
+	return kept
 }
 
 func keepAlways(m Message) bool { return m.Pinned || m.Role == RoleSystem }

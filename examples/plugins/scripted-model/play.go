@@ -168,6 +168,7 @@ func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, er
 		content  strings.Builder
 		calls    []pdk.ToolCall
 		outWords int
+		produced int // bytes of text and thought so far
 	)
 	for k, st := range steps {
 		switch {
@@ -201,6 +202,9 @@ func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, er
 						return nil, scriptError(rule, k, err)
 					}
 					d.Thought = t
+				}
+				if produced += len(d.Content) + len(d.Thought); produced > maxAnswer {
+					return nil, scriptError(rule, k, fmt.Errorf("the answer grows past %d bytes", maxAnswer))
 				}
 				outWords += words(d.Content) + words(d.Thought)
 				if rt.Delta != nil && (d.Content != "" || d.Thought != "") {

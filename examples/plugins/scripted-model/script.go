@@ -13,7 +13,10 @@ import (
 
 // Limits on a script, so that a script cannot make the model run away.
 const (
-	maxRepeat  = 10000
+	maxRepeat = 10000
+	// maxAnswer bounds the text (and thought) one play may produce: a
+	// repeated step over a long input could otherwise build gigabytes.
+	maxAnswer  = 1 << 20
 	maxDelayMs = 10 * 60 * 1000
 )
 

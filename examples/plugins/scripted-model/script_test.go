@@ -450,12 +450,46 @@ func TestParseScriptErrors(t *testing.T) {
 func FuzzParseAndPlay(f *testing.F) {
 	f.Add(string(demoScript), "calc 1+1")
 	f.Add(`{"rules":[{"match":"(.*)","steps":[{"text":"${1:-x}$$ {{input}}","repeat":"$1"}]}]}`, "3")
+	f.Add(`{"rules":[{"match":"^(\\d+)$","steps":[{"text":"{{input}}","repeat":"$1"},{"toolCall":{"name":"t","arguments":{"n":"$1"}}}]}]}`, "10000")
 	f.Fuzz(func(t *testing.T, script, input string) {
 		sc, err := ParseScript([]byte(script))
 		if err != nil {
 			return
 		}
-		_, _ = sc.Play(&pdk.ModelRequest{Messages: []pdk.Message{user(input)}}, Runtime{}) // must not panic
+		req := &pdk.ModelRequest{Messages: []pdk.Message{user(input)}}
+		var streamed strings.Builder
+		resp, err := sc.Play(req, Runtime{Delta: func(d pdk.Delta) error { streamed.WriteString(d.Content); return nil }})
+		if err != nil {
+			var pe *pdk.Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("Play failed with %T %v, want a *pdk.Error the host can report", err, err)
+			}
+			return
+		}
+		// The answer is bounded, what was streamed is the answer, the
+		// finish reason says whether it calls tools, usage adds up.
+		if len(resp.Message.Content) > maxAnswer {
+			t.Fatalf("answer of %d bytes, the bound is %d", len(resp.Message.Content), maxAnswer)
+		}
+		if streamed.String() != resp.Message.Content {
+			t.Fatalf("streamed %q, answered %q", streamed.String(), resp.Message.Content)
+		}
+		if (len(resp.Message.ToolCalls) > 0) != (resp.FinishReason == pdk.FinishToolCalls) {
+			t.Fatalf("finish reason %q with %d tool calls", resp.FinishReason, len(resp.Message.ToolCalls))
+		}
+		for _, c := range resp.Message.ToolCalls {
+			if !json.Valid(c.Arguments) {
+				t.Fatalf("tool call %s has arguments that are not JSON: %q", c.Name, c.Arguments)
+			}
+		}
+		if resp.Usage.TotalTokens != resp.Usage.PromptTokens+resp.Usage.CompletionTokens {
+			t.Fatalf("usage %+v does not add up", resp.Usage)
+		}
+		// The same request always gets the same answer (no hidden state).
+		again, err := sc.Play(req, Runtime{})
+		if err != nil || again.Message.Content != resp.Message.Content || len(again.Message.ToolCalls) != len(resp.Message.ToolCalls) {
+			t.Fatalf("the same request played twice differs: %v", err)
+		}
 	})
 }
 
