@@ -47,7 +47,7 @@ const crashScript = `{"rules":[{"name":"run","match":"^run (\\S+)$","steps":[
 
 const (
 	crashContexts = 40
-	crashRounds   = 4
+	crashRounds   = 6
 	crashCalls    = 5
 	crashAdmin    = "crash-admin"
 )
@@ -110,11 +110,14 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func startProc(t *testing.T, bin, config string, logw io.Writer) *hostProc {
+func startProc(t *testing.T, bin, config string, logw io.Writer, env ...string) *hostProc {
 	t.Helper()
 	addr := freeAddr(t)
 	cmd := exec.Command(bin, "-config", config, "-addr", addr, "-public-url", "http://"+addr)
 	cmd.Stdout, cmd.Stderr = logw, logw
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start host: %v", err)
 	}
@@ -230,7 +233,22 @@ func TestLongCrashRecovery(t *testing.T) {
 		working := countWorking(t, p.base)
 		wait := time.Duration(300+rng.IntN(2200)) * time.Millisecond
 		how := "at random"
-		if round%2 == 0 {
+		if round%3 == 0 {
+			// Kill the instant a client is told about a new task: the
+			// task and its input must be durable already.
+			wait, how = 0, "right after acknowledging a task"
+			tag := fmt.Sprintf("ack%d", round)
+			msg := userMsg("run " + tag)
+			msg.ContextID = "ctx-" + tag
+			r, err := client10(t, p.base, "").SendMessage(ctx, &a2a.SendMessageRequest{Message: msg,
+				Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+			if err != nil {
+				t.Fatalf("send %s: %v", tag, err)
+			}
+			tasks[tag] = string(r.(*a2a.Task).ID)
+			p.kill()
+			watchers.watch(tag)
+		} else if round%2 == 0 {
 			// Aim at a tool call in flight: kill as a ledger line is written.
 			wait = time.Duration(200+rng.IntN(800)) * time.Millisecond
 			how = "as a ledger call wrote its line"
@@ -643,4 +661,190 @@ func taskStreamIDs(t *testing.T, base, taskID string, after uint64) ([]uint64, s
 		t.Fatalf("subscribe to %s: %v", taskID, err)
 	}
 	return sseIDs(t, "task stream of "+taskID, resp, func(string) bool { return false })
+}
+
+// quickScript answers "quick <tag>" with one ledger call and an answer: a
+// short turn, so that every crash point is reached many times.
+const quickScript = `{"rules":[{"name":"quick","match":"^quick (\\S+)$","steps":[
+ {"text":"on $1. ","delayMs":20},
+ {"toolCall":{"name":"ledger_append","arguments":{"entry":"$1"}}},
+ {"text":"finished $1","delayMs":20}]}]}`
+
+// TestLongCrashPoints kills the host (it kills itself, SIGKILL, through
+// LOOOPY_CRASHPOINT) at each point between two writes of a task's life,
+// with tasks started by SendMessage with returnImmediately, by streaming
+// clients and with a live /events follower per conversation; then starts
+// it again on the same data and checks that every task a client was told
+// about is found, ends completed with its input and one ledger line, that
+// its A2A stream (replayed from its first id) ends with the final status,
+// and that each follower saw every id of its stream once, in order.
+func TestLongCrashPoints(t *testing.T) {
+	root := t.TempDir()
+	bin := filepath.Join(root, "looopy")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/host")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build host: %v\n%s", err, out)
+	}
+	points := []string{"lease-taken", "task-saved", "turn-committed", "turn-settled"}
+	for _, point := range points {
+		for _, nth := range []int{1, 4} {
+			t.Run(fmt.Sprintf("%s:%d", point, nth), func(t *testing.T) {
+				crashAt(t, bin, filepath.Join(root, fmt.Sprintf("%s-%d", point, nth)), fmt.Sprintf("%s:%d", point, nth))
+			})
+		}
+	}
+}
+
+func crashAt(t *testing.T, bin, root, crashpoint string) {
+	plugins := filepath.Join(root, "plugins")
+	ledgerData := filepath.Join(plugins, "ledger", "data")
+	crashPlugin(t, plugins, "scripted-model", map[string]any{"script": json.RawMessage(quickScript)}, nil)
+	crashPlugin(t, plugins, "ledger", map[string]any{"dir": ledgerData}, []string{ledgerData})
+	if err := os.MkdirAll(ledgerData, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{
+		"dataDir":   filepath.Join(root, "data"),
+		"pluginDir": plugins,
+		"plugins":   map[string]any{"only": []string{"scripted-model", "ledger"}, "cacheDir": wasmCache},
+		"admin":     map[string]any{"token": crashAdmin},
+		"limits":    map[string]any{"heartbeat": "1s", "shutdownGrace": "1s", "turnTimeout": "5m"},
+		"logFormat": "json",
+	}
+	cb, _ := json.Marshal(cfg)
+	config := filepath.Join(root, "looopy.json")
+	if err := os.WriteFile(config, cb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(root, "host.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	defer func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			if len(b) > 20000 {
+				b = b[len(b)-20000:]
+			}
+			t.Logf("host log (tail):\n%s", b)
+		}
+	}()
+
+	ctx := context.Background()
+	watchers := newStreamWatchers()
+	defer watchers.stop()
+	p := startProc(t, bin, config, logf, "LOOOPY_CRASHPOINT="+crashpoint)
+	watchers.base.Store(&p.base)
+	exited := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(exited) }()
+
+	// Clients start tasks until the host dies; each task a client was
+	// told about is kept.
+	var mu sync.Mutex
+	told := map[string]string{} // tag -> task id
+	var wg sync.WaitGroup
+	for i := 0; i < 12; i++ {
+		tag := fmt.Sprintf("q%02d", i)
+		watchers.watch(tag)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := userMsg("quick " + tag)
+			msg.ContextID = "ctx-" + tag
+			c := client10(t, p.base, "")
+			if i%2 == 0 {
+				r, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: msg,
+					Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+				if err == nil {
+					mu.Lock()
+					told[tag] = string(r.(*a2a.Task).ID)
+					mu.Unlock()
+				} else {
+					t.Logf("send %s: %v", tag, err)
+				}
+				return
+			}
+			for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}) {
+				if err != nil {
+					t.Logf("stream %s: %v", tag, err)
+					return
+				}
+				if task, ok := ev.(*a2a.Task); ok {
+					mu.Lock()
+					told[tag] = string(task.ID)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		p.kill()
+		t.Fatalf("the host never reached %s", crashpoint)
+	}
+	wg.Wait()
+	if len(told) == 0 && !strings.HasPrefix(crashpoint, "lease-taken:1") && !strings.HasPrefix(crashpoint, "task-saved:1") {
+		t.Logf("no client was told about a task before the kill at %s", crashpoint)
+	}
+
+	p = startProc(t, bin, config, logf)
+	defer p.kill()
+	watchers.base.Store(&p.base)
+	c := client10(t, p.base, "")
+	deadline := time.Now().Add(2 * time.Minute)
+	for tag, id := range told {
+		var task *a2a.Task
+		for {
+			task, err = c.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(id)})
+			if err != nil {
+				t.Fatalf("task %s (%s), acknowledged before the kill at %s: %v", tag, id, crashpoint, err)
+			}
+			if task.Status.State.Terminal() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s still %s after 2 minutes", tag, task.Status.State)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if task.Status.State != a2a.TaskStateCompleted {
+			t.Errorf("task %s: %s (%s), want completed", tag, task.Status.State, statusText(task))
+		}
+		if h := historyText(task); len(h) == 0 || h[0] != string(a2a.MessageRoleUser)+": quick "+tag {
+			t.Errorf("task %s: history %q does not open with its input", tag, h)
+		}
+		tids, last := taskStreamIDs(t, p.base, id, 1)
+		checkRising(t, "task stream of "+tag, tids, 1)
+		if !strings.Contains(last, `"statusUpdate"`) || !strings.Contains(strings.ToUpper(last), "COMPLETED") {
+			t.Errorf("task stream of %s: last frame %s, want the completed status", tag, last)
+		}
+	}
+	// Every ledger line belongs to a task that ran; none ran twice.
+	ledger, _ := os.ReadFile(filepath.Join(ledgerData, "ledger.log"))
+	lines := map[string]int{}
+	for _, ln := range strings.Split(strings.TrimSpace(string(ledger)), "\n") {
+		if _, entry, ok := strings.Cut(ln, "\t"); ok {
+			lines[entry]++
+		}
+	}
+	for entry, n := range lines {
+		if n > 1 {
+			t.Errorf("ledger entry %q written %d times", entry, n)
+		}
+	}
+	// The followers of the conversations whose task a client was told
+	// about saw them complete, every id once, in order.
+	seen := watchers.wait(time.Minute)
+	for tag := range told {
+		w := seen[tag]
+		if w == nil || !w.complete {
+			t.Errorf("live client of %s did not see the task complete", tag)
+			continue
+		}
+		checkConsecutive(t, "live stream of "+tag, w.ids, 1)
+	}
+	t.Logf("%s: %d tasks told, %d ledger lines", crashpoint, len(told), len(lines))
 }

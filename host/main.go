@@ -14,12 +14,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-isatty"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/looopy-go/looopy/artifacts"
+	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 )
 
@@ -209,8 +211,13 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if cfg.Limits.HostID == "" && !cfg.InMemory {
 		cfg.Limits.HostID = hostID(dc.DataDir)
 	}
+	cp, err := crashpointFromEnv(os.Getenv(crashpointEnv))
+	if err != nil {
+		return err
+	}
 	srv, err := NewServer(cfg, Options{
-		tel: tel,
+		crashpoint: cp,
+		tel:        tel,
 		Stores: Stores{Messages: ts, Agents: ts, Tasks: ts, Events: events, Commit: ts, Checkpoints: ts,
 			Journal: ts, Durable: st, Leases: st, KV: st, Shared: shared},
 		Model:     model,
@@ -315,4 +322,36 @@ func hostID(dataDir string) string {
 	}
 	sum := sha256.Sum256([]byte(dataDir))
 	return name + "/" + hex.EncodeToString(sum[:6])
+}
+
+// crashpointEnv names a point between two writes of a task's life where
+// the process kills itself (SIGKILL), for the crash tests:
+// LOOOPY_CRASHPOINT=turn-committed:3 dies the third time a turn is saved
+// and its final events are not yet in the log. The points are taskrt's
+// Point constants.
+const crashpointEnv = "LOOOPY_CRASHPOINT"
+
+func crashpointFromEnv(v string) (func(string), error) {
+	if v == "" {
+		return nil, nil
+	}
+	point, nth, _ := strings.Cut(v, ":")
+	n := 1
+	if nth != "" {
+		var err error
+		if n, err = strconv.Atoi(nth); err != nil || n < 1 {
+			return nil, fmt.Errorf("%s=%q: the count after ':' must be a positive number", crashpointEnv, v)
+		}
+	}
+	switch point {
+	case taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnCommitted, taskrt.PointTurnSettled:
+	default:
+		return nil, fmt.Errorf("%s=%q: unknown point %q", crashpointEnv, v, point)
+	}
+	var seen atomic.Int64
+	return func(p string) {
+		if p == point && seen.Add(1) == int64(n) {
+			killSelf()
+		}
+	}, nil
 }

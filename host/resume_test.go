@@ -103,3 +103,27 @@ func TestLastEventIDAheadIsAClientError(t *testing.T) {
 		t.Fatalf("/events ahead: status %d %s, want 400 saying the id is beyond the end", status, raw)
 	}
 }
+
+// A client that sends its next message the moment it reads the final
+// status of the previous turn is never refused as busy: seeing the end of
+// a turn means the context takes the next one.
+func TestNextTurnAcceptedWhenTheFinalStatusIsSeen(t *testing.T) {
+	t.Parallel()
+	h := startHost(t, baseConfig(t.TempDir()))
+	ctx := context.Background()
+	for i := range 30 {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"SendStreamingMessage","params":{"message":{"messageId":"m%d","contextId":"back-to-back","role":"ROLE_USER","parts":[{"text":"hello %d"}]}}}`, i, i, i)
+		resp := openSSE(t, ctx, h.URL(), "", body)
+		frames := readFrames(t, resp.Body, func(f frame) bool {
+			return strings.Contains(f.Data, `"statusUpdate"`) && strings.Contains(f.Data, "TASK_STATE_COMPLETED")
+		})
+		resp.Body.Close()
+		if len(frames) == 0 || strings.Contains(frames[0].Data, `"error"`) {
+			t.Fatalf("turn %d right after the previous one's final status: %+v", i, frames)
+		}
+		last := frames[len(frames)-1].Data
+		if !strings.Contains(last, "TASK_STATE_COMPLETED") {
+			t.Fatalf("turn %d did not complete: %s", i, last)
+		}
+	}
+}

@@ -44,6 +44,9 @@ type Options struct {
 	Logger    *slog.Logger
 
 	tel *telemetry // Main's; nil: the server makes its own from the environment
+	// crashpoint is Main's crash hook for the crash tests (see
+	// crashpointFromEnv); nil in production.
+	crashpoint func(point string)
 }
 
 // Server is the Looopy HTTP server: A2A 1.0 and 0.3, the Looopy event
@@ -138,7 +141,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		TurnTimeout: time.Duration(cfg.Limits.TurnTimeout), TaskTTL: time.Duration(cfg.Limits.TaskTTL),
 		HistoryLimit: cfg.Agent.HistoryLimit, MaxAgents: cfg.Limits.MaxAgents,
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
-		TurnContext: withRequestTrace, Logger: log}
+		TurnContext: withRequestTrace, Crashpoint: opts.crashpoint, Logger: log}
 	if opts.Artifacts != nil {
 		rtc.Artifacts = opts.Artifacts
 	}

@@ -25,6 +25,26 @@ var (
 	ErrQuota = errors.New("too many running turns for this principal")
 )
 
+// The points between two writes of a task's life, for Config.Crashpoint.
+const (
+	// PointLeaseTaken: the task's lease is held, the task not stored yet.
+	PointLeaseTaken = "lease-taken"
+	// PointTaskSaved: the task is stored; no client was told yet.
+	PointTaskSaved = "task-saved"
+	// PointTurnCommitted: the turn is saved; its final events are not
+	// in the log yet.
+	PointTurnCommitted = "turn-committed"
+	// PointTurnSettled: the final events are in the log; the lease is
+	// still held.
+	PointTurnSettled = "turn-settled"
+)
+
+func (rt *Runtime) crashpoint(p string) {
+	if rt.cfg.Crashpoint != nil {
+		rt.cfg.Crashpoint(p)
+	}
+}
+
 // Stores are the durable stores the runtime works on. Messages, Agents and
 // Tasks are required; each other field, when nil, turns its feature off.
 type Stores struct {
@@ -111,6 +131,10 @@ type Config struct {
 	// SweepEvery is how often the cleanup (and, with leases, the takeover
 	// of lapsed tasks) runs. Default: TaskTTL/10 within [1s, 10m].
 	SweepEvery time.Duration
+	// Crashpoint, when set, is called at each point between two writes
+	// of a task's life (see the Point constants). Crash tests make the
+	// process die there; nothing else should set it.
+	Crashpoint func(point string)
 	// TurnContext, when set, derives a turn's context (which the runtime
 	// owns) from the request that started it: e.g. to continue its trace.
 	TurnContext func(turn, request context.Context) context.Context
@@ -159,6 +183,10 @@ type Run struct {
 
 // Done is closed when the turn has ended and its events are in the log.
 func (r *Run) Done() <-chan struct{} { return r.done }
+
+// lost reports that the run's lease was lost: another process owns the
+// task now.
+func (r *Run) lost() bool { return errors.Is(context.Cause(r.ctx), loop.ErrLeaseLost) }
 
 // New returns a runtime; StartBackground begins its background work.
 func New(cfg Config) (*Runtime, error) {
@@ -297,6 +325,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 		rt.unregister(r)
 		return nil, err
 	}
+	rt.crashpoint(PointLeaseTaken)
 	if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
 		rt.disown(r)
 		rt.unregister(r)
@@ -306,6 +335,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 		return nil, fmt.Errorf("start task %q: %w", taskID, err)
 	}
 	rec.Version++
+	rt.crashpoint(PointTaskSaved)
 	rt.launch(r, rec, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
 		return agent.RunTask(ctx, loop.RunInput{TaskID: taskID, Auth: req.Auth, Sink: sink, Lease: r.lease})
 	})
@@ -418,10 +448,14 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 		if e.Head().Kind.Internal() {
 			return // internal events are for tracing, not for the log clients read
 		}
+		if r.lost() {
+			return // the task is another process's now: its stream is theirs
+		}
 		if isFinal(r, e) {
 			// The turn is saved (the loop announces its end only after
 			// that): the context takes the next turn before anyone can
 			// see this one end.
+			rt.crashpoint(PointTurnCommitted)
 			rt.releaseContext(r)
 		}
 		pub.Emit(e)
@@ -432,6 +466,17 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 		defer rt.wg.Done()
 		out, err := turn(r.ctx, sink)
 		stopRenew()
+		if r.lost() {
+			// Nothing of the turn was saved (its commit is fenced by the
+			// lease) and its end belongs to the new owner.
+			rt.mu.Lock()
+			delete(rt.agents, contextID)
+			rt.starting.Delete(contextID)
+			rt.mu.Unlock()
+			rt.unregister(r)
+			close(r.done)
+			return
+		}
 		if err != nil {
 			// The turn did not start: the task fails, and says why.
 			rt.log.LogAttrs(context.Background(), slog.LevelError, "turn not started",
@@ -466,6 +511,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 		close(r.done)
 		// The end is in the log: the lease, which also marks a task whose
 		// end may be unannounced, goes last.
+		rt.crashpoint(PointTurnSettled)
 		rt.disown(r)
 	}()
 }

@@ -388,6 +388,16 @@ func TestLostLeaseFencesTheTurn(t *testing.T) {
 	if n, _ := h.db.Count(ctx, "c3"); n != 0 {
 		t.Fatalf("old owner saved %d messages after losing its lease", n)
 	}
+	// Nor did it announce an end: the stream is the new owner's.
+	evs, _ := h.ev.events(ctx, st.Run.TaskID)
+	for _, e := range evs {
+		if isFinal(st.Run, e) || e.Head().Kind == loop.KindTaskComplete {
+			t.Fatalf("old owner announced %s after losing its lease", e.Head().Kind)
+		}
+	}
+	if leases, _ := h.db.ListLeases(ctx); len(leases) != 1 || leases[0].Owner != "host-b" {
+		t.Fatalf("leases after the old owner stopped = %+v, want host-b's", leases)
+	}
 }
 
 func TestSweep(t *testing.T) {
