@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -527,6 +528,28 @@ func (ws *streamWatchers) wait(d time.Duration) map[string]*watched {
 	return ws.seen
 }
 
+// waitTags returns what each client saw once the clients of tags have
+// seen their task complete, or after d; the other clients are stopped.
+func (ws *streamWatchers) waitTags(tags []string, d time.Duration) map[string]*watched {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ws.mu.Lock()
+		all := true
+		for _, tag := range tags {
+			if w := ws.seen[tag]; w == nil || !w.complete {
+				all = false
+			}
+		}
+		ws.mu.Unlock()
+		if all {
+			break
+		}
+	}
+	ws.stop()
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.seen
+}
+
 func (ws *streamWatchers) stop() {
 	ws.cancel()
 	ws.wg.Wait()
@@ -837,7 +860,7 @@ func crashAt(t *testing.T, bin, root, crashpoint string) {
 	}
 	// The followers of the conversations whose task a client was told
 	// about saw them complete, every id once, in order.
-	seen := watchers.wait(time.Minute)
+	seen := watchers.waitTags(slices.Collect(maps.Keys(told)), 2*time.Minute)
 	for tag := range told {
 		w := seen[tag]
 		if w == nil || !w.complete {

@@ -472,3 +472,7 @@ func trimNL(s string) string {
 	}
 	return s
 }
+
+// Commits returns how many transactions the store has committed since it
+// opened: each is one synced write to disk (a group commit counts once).
+func (b *Badger) Commits() int64 { return b.commits.Load() }

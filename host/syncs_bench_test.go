@@ -1,0 +1,135 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/looopy-go/looopy/host"
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/store"
+)
+
+// toolThenAnswer asks for one tool call, then answers.
+type toolThenAnswer struct{}
+
+func (toolThenAnswer) Generate(_ context.Context, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+	if req.Messages[len(req.Messages)-1].Role == loop.RoleTool {
+		return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: "done"}, FinishReason: loop.FinishStop}, nil
+	}
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant,
+		ToolCalls: []loop.ToolCall{{ID: "c1", Name: "noop", Arguments: []byte(`{}`)}}}, FinishReason: loop.FinishToolCalls}, nil
+}
+
+type noopTools struct{}
+
+func (noopTools) Tools(context.Context) ([]loop.ToolDefinition, error) {
+	return []loop.ToolDefinition{{Name: "noop", Description: "does nothing"}}, nil
+}
+func (noopTools) Call(_ context.Context, c loop.ToolCall, _ *loop.ToolEnv) (loop.ToolResult, error) {
+	return loop.ToolResult{ToolCallID: c.ID, Content: "ok"}, nil
+}
+
+// BenchmarkSyncsPerTask counts the synced writes (Badger commits) of one
+// task with one tool call, from the request to the release of its lease,
+// for a blocking SendMessage, a streamed one and one with
+// returnImmediately. Tasks run one at a time, so no group commit merges
+// two tasks' writes; syncs/task is the figure.
+func BenchmarkSyncsPerTask(b *testing.B) {
+	for _, leases := range []bool{true, false} {
+		for _, mode := range []string{"SendMessage", "streaming", "returnImmediately"} {
+			b.Run(fmt.Sprintf("%s/leases=%v", mode, leases), func(b *testing.B) {
+				st, err := store.Open(store.Options{Dir: b.TempDir()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Close()
+				opts := host.Options{Model: toolThenAnswer{}, Toolsets: []loop.Toolset{noopTools{}},
+					Stores: host.Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events(), Commit: st,
+						Checkpoints: st, Journal: st, Durable: st, KV: st}}
+				if leases {
+					opts.Stores.Leases = st
+				}
+				srv, err := host.NewServer(host.Config{}, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() { _ = srv.Serve(ln) }()
+				defer func() { _ = srv.Shutdown(context.Background()) }()
+				url := "http://" + ln.Addr().String()
+				c := benchClient(b, url)
+				ctx := context.Background()
+				// settled waits until the task's lease is gone: its last write.
+				settled := func(id string) {
+					if !leases {
+						time.Sleep(20 * time.Millisecond) // the stream's expiry, its last write
+						return
+					}
+					for deadline := time.Now().Add(30 * time.Second); ; {
+						leases, err := st.ListLeases(ctx)
+						if err != nil {
+							b.Fatal(err)
+						}
+						held := false
+						for _, l := range leases {
+							held = held || l.Key == id
+						}
+						if !held {
+							return
+						}
+						if time.Now().After(deadline) {
+							b.Fatalf("task %s never settled", id)
+						}
+						time.Sleep(time.Millisecond)
+					}
+				}
+				var commits int64
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					before := st.Commits()
+					msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("go"))
+					var id string
+					switch mode {
+					case "SendMessage", "returnImmediately":
+						cfg := &a2a.SendMessageConfig{ReturnImmediately: mode == "returnImmediately"}
+						r, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: msg, Config: cfg})
+						if err != nil {
+							b.Fatal(err)
+						}
+						id = string(r.(*a2a.Task).ID)
+					case "streaming":
+						for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}) {
+							if err != nil {
+								b.Fatal(err)
+							}
+							if t, ok := ev.(*a2a.Task); ok {
+								id = string(t.ID)
+							}
+						}
+					}
+					for {
+						t, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(id)})
+						if err != nil {
+							b.Fatal(err)
+						}
+						if t.Status.State.Terminal() {
+							break
+						}
+						time.Sleep(time.Millisecond)
+					}
+					settled(id)
+					commits += st.Commits() - before
+				}
+				b.ReportMetric(float64(commits)/float64(b.N), "syncs/task")
+			})
+		}
+	}
+}
