@@ -176,6 +176,10 @@ type TaskFilter struct {
 type TaskStore interface {
 	SaveTask(ctx context.Context, t TaskRecord) error
 	LoadTask(ctx context.Context, id string) (TaskRecord, error)
+	// LoadTaskOf is LoadTask for one owner: a task of another owner is not
+	// found, answered as fast as an unknown id (the owner is checked
+	// before the record is read or decoded).
+	LoadTaskOf(ctx context.Context, id, owner string) (TaskRecord, error)
 	// ListTasks returns matching tasks, newest first (by CreatedAt, then ID).
 	ListTasks(ctx context.Context, f TaskFilter) ([]TaskRecord, error)
 	DeleteTask(ctx context.Context, id string) error

@@ -210,6 +210,36 @@ func (b *Badger) LoadTask(ctx context.Context, id string) (loop.TaskRecord, erro
 	return t, nil
 }
 
+// LoadTaskOf implements loop.TaskStore: the owner is read from the task's
+// small placement entry first, so another owner's task is refused without
+// reading its record.
+func (b *Badger) LoadTaskOf(ctx context.Context, id, owner string) (loop.TaskRecord, error) {
+	if err := b.limits.checkID("task id", id); err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task: %w", err)
+	}
+	var t loop.TaskRecord
+	err := b.view(ctx, func(txn *badger.Txn) error {
+		if v, ok, err := getValue(txn, identKey(id)); err != nil {
+			return err
+		} else if ok {
+			if ti, err := decodeIdent(v); err == nil && ti.Owner != owner {
+				return &loop.NotFoundError{What: "task", ID: id}
+			}
+		}
+		var ok bool
+		var err error
+		t, ok, err = getTask(txn, id, time.Now())
+		if err == nil && (!ok || t.Owner != owner) {
+			err = &loop.NotFoundError{What: "task", ID: id}
+		}
+		return err
+	})
+	if err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task: %w", err)
+	}
+	return t, nil
+}
+
 // getTask reads a live task record.
 func getTask(txn *badger.Txn, id string, now time.Time) (loop.TaskRecord, bool, error) {
 	k := taskKey(id)

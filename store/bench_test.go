@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -248,4 +249,39 @@ func BenchmarkSaveTask(b *testing.B) {
 			cpu.report(b)
 		})
 	})
+}
+
+// BenchmarkLoadTaskOf: loading a large task (1 MiB of history) as its
+// owner, as another principal, and an unknown id. The foreign load must
+// cost what the unknown one does: the owner is checked before the record
+// is read.
+func BenchmarkLoadTaskOf(b *testing.B) {
+	db, err := store.Open(store.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	hist := make([]loop.Message, 256)
+	for i := range hist {
+		hist[i] = loop.Message{Role: loop.RoleUser, Content: strings.Repeat("x", 4096)}
+	}
+	now := time.Now().UTC()
+	if err := db.SaveTask(ctx, loop.TaskRecord{ID: "big", ContextID: "c", Owner: "alice", Status: loop.TaskCompleted,
+		History: hist, CreatedAt: now, UpdatedAt: now}); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ name, id, owner string }{
+		{"owner", "big", "alice"}, {"foreign", "big", "mallory"}, {"unknown", "nope", "mallory"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, err := db.LoadTaskOf(ctx, c.id, c.owner)
+				if (err == nil) != (c.name == "owner") {
+					b.Fatalf("LoadTaskOf(%s, %s): %v", c.id, c.owner, err)
+				}
+			}
+		})
+	}
 }

@@ -331,6 +331,23 @@ func (m *Memory) LoadTask(ctx context.Context, id string) (loop.TaskRecord, erro
 	return cloneTask(t), nil
 }
 
+// LoadTaskOf implements loop.TaskStore.
+func (m *Memory) LoadTaskOf(ctx context.Context, id, owner string) (loop.TaskRecord, error) {
+	if err := m.limits.checkID("task id", id); err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task: %w", err)
+	}
+	m.taskMu.RLock()
+	t, ok := m.tasks[id]
+	m.taskMu.RUnlock()
+	if !ok || t.Owner != owner || expired(t.ExpiresAt, time.Now()) {
+		return loop.TaskRecord{}, fmt.Errorf("load task: %w", &loop.NotFoundError{What: "task", ID: id})
+	}
+	return cloneTask(t), nil
+}
+
 // ListTasks implements loop.TaskStore.
 func (m *Memory) ListTasks(ctx context.Context, f loop.TaskFilter) ([]loop.TaskRecord, error) {
 	if err := ctx.Err(); err != nil {

@@ -624,8 +624,8 @@ func (rt *Runtime) Load(ctx context.Context, principal, taskID string) (loop.Tas
 	if taskID == "" {
 		return loop.TaskRecord{}, fmt.Errorf("%w: task id is required", loop.ErrInvalid)
 	}
-	rec, err := rt.st.Tasks.LoadTask(ctx, taskID)
-	if errors.Is(err, loop.ErrNotFound) || (err == nil && rec.Owner != principal) {
+	rec, err := rt.st.Tasks.LoadTaskOf(ctx, taskID, principal)
+	if errors.Is(err, loop.ErrNotFound) {
 		return loop.TaskRecord{}, &loop.NotFoundError{What: "task", ID: taskID}
 	}
 	if err != nil {

@@ -113,6 +113,30 @@ func (s *Store) LoadTask(ctx context.Context, id string) (loop.TaskRecord, error
 	return t, nil
 }
 
+// LoadTaskOf implements loop.TaskStore: the owner is read from the task's
+// index hash first, so another owner's task is refused without fetching or
+// decoding its record.
+func (s *Store) LoadTaskOf(ctx context.Context, id, owner string) (loop.TaskRecord, error) {
+	if err := s.checkID("task id", id); err != nil {
+		return loop.TaskRecord{}, fmt.Errorf("load task: %w", err)
+	}
+	if err := ctxErr(ctx, "load task"); err != nil {
+		return loop.TaskRecord{}, err
+	}
+	o, err := s.rdb.HGet(ctx, s.identKey(id), "o").Result()
+	switch {
+	case err == nil && o != owner:
+		return loop.TaskRecord{}, &loop.NotFoundError{What: "task", ID: id}
+	case err != nil && !errors.Is(err, redis.Nil):
+		return loop.TaskRecord{}, wrap("load task", err)
+	}
+	t, err := s.LoadTask(ctx, id)
+	if err == nil && t.Owner != owner {
+		return loop.TaskRecord{}, &loop.NotFoundError{What: "task", ID: id}
+	}
+	return t, err
+}
+
 // decodeTask decodes the reply of HMGET v d (ok false: no record). A
 // record past its ExpiresAt is gone even before Redis removes it.
 func (s *Store) decodeTask(id string, vals []any) (loop.TaskRecord, bool, error) {

@@ -88,6 +88,7 @@ func RunTasks(t *testing.T, open func(t *testing.T) loop.TaskStore) {
 		{"BadInput", testTaskBadInput},
 		{"Versions", testTaskVersions},
 		{"VersionRace", testTaskVersionRace},
+		{"Owner", testTaskOwner},
 	})
 }
 

@@ -92,3 +92,29 @@ func testTaskVersionRace(t *testing.T, s Stores) {
 		t.Fatalf("after the race: version %d, %v; want %d", got.Version, err, base.Version+1)
 	}
 }
+
+// testTaskOwner: LoadTaskOf finds the owner's task and answers another
+// owner exactly as it answers an unknown id.
+func testTaskOwner(t *testing.T, s Stores) {
+	ctx := context.Background()
+	tr := task("owned", "c", 1, loop.TaskCompleted)
+	tr.Owner = "alice"
+	tr.History = []loop.Message{msg(loop.RoleUser, "secret")}
+	mustSaveTask(t, s.Tasks, tr)
+	got, err := s.Tasks.LoadTaskOf(ctx, "owned", "alice")
+	if err != nil || got.Owner != "alice" || len(got.History) != 1 {
+		t.Fatalf("LoadTaskOf(owner) = %+v, %v", got, err)
+	}
+	_, foreign := s.Tasks.LoadTaskOf(ctx, "owned", "bob")
+	_, unknown := s.Tasks.LoadTaskOf(ctx, "nope", "bob")
+	var nf1, nf2 *loop.NotFoundError
+	if !errors.As(foreign, &nf1) || !errors.As(unknown, &nf2) {
+		t.Fatalf("LoadTaskOf(another owner) = %v, LoadTaskOf(unknown) = %v; want both not found", foreign, unknown)
+	}
+	if nf1.What != nf2.What {
+		t.Fatalf("foreign and unknown differ: %v / %v", foreign, unknown)
+	}
+	if _, err := s.Tasks.LoadTaskOf(ctx, "owned", ""); !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("LoadTaskOf with no owner: err = %v, want not found", err)
+	}
+}
