@@ -176,7 +176,6 @@ type Run struct {
 	cancel  func(cause error)
 	done    chan struct{}
 	lease   *loop.Lease
-	settled bool // the context was released at the turn's final status
 	outcome loop.Outcome
 	err     error
 }

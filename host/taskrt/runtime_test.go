@@ -454,3 +454,29 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("second sweep: %d, %v; want 0", n, err)
 	}
 }
+
+// A turn longer than its lease keeps the lease by renewing it, and its
+// commit (fenced by the lease) goes through.
+func TestRenewedLeaseKeepsTheTurn(t *testing.T) {
+	t.Parallel()
+	m := &scriptModel{gate: make(chan struct{})}
+	h := newHarness(t, t.TempDir(), m, func(c *Config) { c.LeaseTTL = 30 * time.Millisecond })
+	ctx := context.Background()
+	st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user("long")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := h.db.ListLeases(ctx)
+	time.Sleep(200 * time.Millisecond) // several lease lifetimes
+	now, _ := h.db.ListLeases(ctx)
+	if len(first) != 1 || len(now) != 1 || !now[0].Expires.After(first[0].Expires) || now[0].Token != first[0].Token {
+		t.Fatalf("leases %+v then %+v: want one lease, renewed with the same token", first, now)
+	}
+	close(m.gate)
+	if err := h.rt.Wait(ctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := h.db.LoadTask(ctx, st.Run.TaskID); rec.Status != loop.TaskCompleted {
+		t.Fatalf("task after a renewed turn = %s, want completed", rec.Status)
+	}
+}
