@@ -668,6 +668,20 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 	if rec.Status.Terminal() {
 		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable)
 	}
+	if rec.Status == loop.TaskWorking && rt.st.Leases != nil {
+		// Not running here: another host may run it (stores shared by
+		// several hosts). Only the holder of its lease may end it; a
+		// lapsed lease is taken, so that the owner, if it comes back,
+		// is fenced.
+		l, err := rt.st.Leases.AcquireLease(ctx, taskID, rt.cfg.Owner, rec.ContextID, rt.cfg.LeaseTTL)
+		if errors.Is(err, loop.ErrLeaseHeld) {
+			return rec, fmt.Errorf("task %q runs on another host (%v); cancel it through that host: %w", taskID, err, ErrNotCancelable)
+		}
+		if err != nil {
+			return rec, fmt.Errorf("cancel task %q: %w", taskID, err)
+		}
+		defer func() { _ = rt.st.Leases.ReleaseLease(context.WithoutCancel(ctx), l) }()
+	}
 	if err := rt.finishStored(ctx, rec, loop.TaskCanceled, "canceled by the client"); err != nil {
 		return rec, err
 	}

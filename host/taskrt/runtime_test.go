@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -478,5 +479,36 @@ func TestRenewedLeaseKeepsTheTurn(t *testing.T) {
 	}
 	if rec, _ := h.db.LoadTask(ctx, st.Run.TaskID); rec.Status != loop.TaskCompleted {
 		t.Fatalf("task after a renewed turn = %s, want completed", rec.Status)
+	}
+}
+
+// A task running on another host is not canceled here: the answer says
+// so instead of reporting a cancellation that the running turn would never
+// see. Once that host's lease lapses (it died), the cancel takes the lease
+// and ends the task.
+func TestCancelOfATaskRunningElsewhere(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), &scriptModel{}, nil)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	if err := h.db.SaveTask(ctx, loop.TaskRecord{ID: "t3", ContextID: "c3", Owner: "alice", Status: loop.TaskWorking,
+		History: []loop.Message{user("go")}, TurnInput: 1, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.AcquireLease(ctx, "t3", "host-b", "c3", 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.rt.Cancel(ctx, "alice", "t3"); !errors.Is(err, ErrNotCancelable) || !strings.Contains(err.Error(), "another host") {
+		t.Fatalf("Cancel of a task another host runs: err = %v, want ErrNotCancelable naming it", err)
+	}
+	if rec, _ := h.db.LoadTask(ctx, "t3"); rec.Status != loop.TaskWorking {
+		t.Fatalf("task of a live host changed to %s", rec.Status)
+	}
+	waitFor(t, "cancel after the other host's lease lapsed", func() bool {
+		rec, err := h.rt.Cancel(ctx, "alice", "t3")
+		return err == nil && rec.Status == loop.TaskCanceled
+	})
+	if ls, _ := h.db.ListLeases(ctx); len(ls) != 0 {
+		t.Fatalf("leases left after the cancel: %+v", ls)
 	}
 }
