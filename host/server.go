@@ -142,6 +142,14 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		HistoryLimit: cfg.Agent.HistoryLimit, MaxAgents: cfg.Limits.MaxAgents,
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
 		TurnContext: withRequestTrace, Crashpoint: opts.crashpoint, Logger: log}
+	if st.Shared {
+		// Other hosts may die with tasks in flight: look for lapsed
+		// leases as often as one can lapse.
+		rtc.TakeoverEvery = rtc.LeaseTTL
+		if rtc.TakeoverEvery <= 0 {
+			rtc.TakeoverEvery = 30 * time.Second
+		}
+	}
 	if opts.Artifacts != nil {
 		rtc.Artifacts = opts.Artifacts
 	}

@@ -13,8 +13,9 @@ import (
 )
 
 // Recover takes over the tasks that no live process owns: at startup,
-// those a previous process left; later (StartBackground runs it periodically when
-// there are leases), those of a process that died. For each:
+// those a previous process left; later (StartBackground runs it every
+// Config.TakeoverEvery, for stores shared by several processes), those of
+// a process that died. For each:
 //   - a working task resumes from its last checkpoint (its stream goes on
 //     under the same ids); without checkpoints, or when it cannot resume,
 //     it fails with the reason, so no task ever stays working;
@@ -205,8 +206,8 @@ func (rt *Runtime) resume(ctx context.Context, rec loop.TaskRecord, gate <-chan 
 }
 
 // StartBackground begins the runtime's background work: the cleanup of what
-// finished tasks leave behind and, with leases, the periodic takeover of
-// tasks whose owner died. Shutdown stops it.
+// finished tasks leave behind and, with leases and Config.TakeoverEvery,
+// the periodic takeover of tasks whose owner died. Shutdown stops it.
 func (rt *Runtime) StartBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
 	rt.mu.Lock()
@@ -216,10 +217,11 @@ func (rt *Runtime) StartBackground() {
 		defer close(rt.sweepDone)
 		tick := time.NewTicker(rt.cfg.SweepEvery)
 		defer tick.Stop()
-		lease := time.NewTicker(rt.cfg.LeaseTTL)
-		defer lease.Stop()
-		if rt.st.Leases == nil {
-			lease.Stop()
+		var takeover <-chan time.Time
+		if rt.st.Leases != nil && rt.cfg.TakeoverEvery > 0 {
+			t := time.NewTicker(rt.cfg.TakeoverEvery)
+			defer t.Stop()
+			takeover = t.C
 		}
 		for {
 			select {
@@ -231,7 +233,7 @@ func (rt *Runtime) StartBackground() {
 				} else if n > 0 {
 					rt.log.LogAttrs(ctx, slog.LevelDebug, "cleanup of finished tasks", slog.Int("tasks", n))
 				}
-			case <-lease.C:
+			case <-takeover:
 				if err := rt.Recover(ctx); err != nil && ctx.Err() == nil {
 					rt.log.LogAttrs(ctx, slog.LevelWarn, "takeover of lapsed tasks", slog.String("error", err.Error()))
 				}

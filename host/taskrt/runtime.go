@@ -128,9 +128,14 @@ type Config struct {
 	// (0: unbounded), so that one principal's slow turns cannot take every
 	// turn slot of the host.
 	MaxRunningPerPrincipal int
-	// SweepEvery is how often the cleanup (and, with leases, the takeover
-	// of lapsed tasks) runs. Default: TaskTTL/10 within [1s, 10m].
+	// SweepEvery is how often the cleanup runs. Default: TaskTTL/10
+	// within [1s, 10m].
 	SweepEvery time.Duration
+	// TakeoverEvery, when positive (and there are leases), is how often
+	// Recover runs again to take over the tasks of processes that died:
+	// for stores shared by several processes. Zero: only at startup (one
+	// process owns the stores, and a pass would scan every task).
+	TakeoverEvery time.Duration
 	// Crashpoint, when set, is called at each point between two writes
 	// of a task's life (see the Point constants). Crash tests make the
 	// process die there; nothing else should set it.
