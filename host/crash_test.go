@@ -162,7 +162,9 @@ func TestLongCrashRecovery(t *testing.T) {
 		t.Fatalf("build host: %v\n%s", err, out)
 	}
 	plugins := filepath.Join(root, "plugins")
-	ledgerData := filepath.Join(plugins, "ledger", "data")
+	// the ledger writes beside the plugin folder, in the grants folder the
+	// host allows by default (never inside the plugin folder)
+	ledgerData := filepath.Join(root, "grants", "ledger")
 	crashPlugin(t, plugins, "scripted-model", map[string]any{"script": json.RawMessage(crashScript)}, nil)
 	crashPlugin(t, plugins, "ledger", map[string]any{"dir": ledgerData}, []string{ledgerData})
 	if err := os.MkdirAll(ledgerData, 0o755); err != nil {

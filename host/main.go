@@ -47,6 +47,9 @@ type Main struct {
 	artifacts *artifactBridge
 	served    chan error
 	closers   []func() error
+	// configFile is the config file ParseFlags read: no plugin is granted
+	// the folder holding it.
+	configFile string
 }
 
 // NewMain returns a Main with the default configuration.
@@ -84,6 +87,7 @@ func (m *Main) ParseFlags(args []string) error {
 		if err != nil {
 			return err
 		}
+		m.configFile = *configPath
 		cfg = c
 	}
 	set := func(dst *string, flagVal, env string) {

@@ -15,15 +15,22 @@ import (
 )
 
 // PluginsConfig is what the operator lets plugins have at most (see
-// plugins.Policy). Zero grants nothing beyond each plugin's own folder.
+// plugins.Policy). Zero grants no host, no secret, and folders only inside
+// the grants folder beside the plugin folder.
 type PluginsConfig struct {
 	// AllowedHosts are the host patterns plugins may be granted ("*": any).
 	AllowedHosts []string `json:"allowedHosts,omitempty"`
 	// AllowPrivateNetwork lets plugins that ask reach private addresses.
 	AllowPrivateNetwork bool `json:"allowPrivateNetwork,omitempty"`
-	// PathRoots are folders under which plugins may be granted paths. The
-	// plugin folder is always one.
+	// PathRoots are folders under which plugins may be granted folders
+	// (default: the folder "grants" beside the plugin folder). A grant is
+	// resolved through its links when the plugin loads and must land
+	// inside one of them.
 	PathRoots []string `json:"pathRoots,omitempty"`
+	// Reserved are more paths no plugin is ever granted, nor a folder
+	// inside or containing one. The plugin folder, the data folder, the
+	// compilation cache and the config file are always reserved.
+	Reserved []string `json:"reserved,omitempty"`
 	// Secrets are the environment variables plugins may read as secrets.
 	Secrets []string `json:"secrets,omitempty"`
 	// Only, when set, loads just these plugins (folder names) of the folder.
@@ -65,12 +72,24 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 	if cacheDir == "" {
 		cacheDir = filepath.Join(dc.DataDir, "wasm-cache")
 	}
+	roots := cfg.Plugins.PathRoots
+	if len(roots) == 0 {
+		roots = []string{filepath.Join(filepath.Dir(abs), "grants")}
+	}
+	// What the host owns is never granted: the plugins (a plugin could read
+	// or change another, or drop a new one in), the data (Badger, the
+	// artifacts), the compiled code, the config (the admin token).
+	reserved := append([]string{abs, dc.DataDir, cacheDir}, cfg.Plugins.Reserved...)
+	if m.configFile != "" {
+		reserved = append(reserved, m.configFile)
+	}
 	reg, err := plugins.New(plugins.Config{
 		CacheDir: cacheDir,
 		Policy: plugins.Policy{
 			AllowedHosts:        cfg.Plugins.AllowedHosts,
 			AllowPrivateNetwork: cfg.Plugins.AllowPrivateNetwork,
-			PathRoots:           append([]string{abs}, cfg.Plugins.PathRoots...),
+			PathRoots:           roots,
+			Reserved:            reserved,
 			Secrets:             cfg.Plugins.Secrets,
 		},
 		Egress:    egress,

@@ -183,16 +183,8 @@ func newExtismDriver(ctx context.Context, p *Plugin, bin []byte, cache wazero.Co
 	for name, v := range g.Secrets {
 		man.Config["secret:"+name] = v
 	}
-	if len(g.Paths) > 0 {
-		man.AllowedPaths = map[string]string{}
-		for _, pg := range g.Paths {
-			key := pg.Path
-			if pg.ReadOnly {
-				key = "ro:" + key
-			}
-			man.AllowedPaths[key] = pg.Path
-		}
-	}
+	// Folders are not given to Extism (its mounts follow links out of
+	// them): each instance's module config mounts the confined roots.
 	var funcs []extism.HostFunction
 	for name, mk := range extismHostFuncs {
 		if g.HostFunctions[name] {
@@ -229,6 +221,9 @@ func (d *extismDriver) newInstance(ctx context.Context) (instance, error) {
 		WithSysWalltime().WithSysNanotime().WithNanosleep(in.sleep).
 		WithRandSource(rand.Reader).
 		WithStdout(in.stdout).WithStderr(in.stderr)
+	if fs := mountGrants(d.p.roots); fs != nil {
+		mc = mc.WithFSConfig(fs)
+	}
 	plug, err := d.compiled.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: mc})
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)

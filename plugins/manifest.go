@@ -53,6 +53,10 @@ type Capabilities struct {
 type PathGrant struct {
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	// Resolved is, in a Grant, the folder Path named when the plugin
+	// loaded, every link followed: what the guest's file operations are
+	// confined to.
+	Resolved string `json:"-"`
 }
 
 // Duration is a time.Duration that reads "30s" or a number of milliseconds.

@@ -56,8 +56,9 @@ type Plugin struct {
 	egress    *Egress
 	artifacts ArtifactWriter
 
-	drv  driver
-	pool *pool
+	drv   driver
+	pool  *pool
+	roots []*grantRoot // the granted folders, opened at load
 
 	refs     atomic.Int64
 	closeMu  sync.Mutex
@@ -136,6 +137,7 @@ func (p *Plugin) shutdown() {
 	if err := p.drv.close(context.Background()); err != nil {
 		p.log.Warn("close plugin runtime", "err", err)
 	}
+	closeRoots(p.roots)
 	p.log.Info("plugin closed")
 }
 
@@ -180,6 +182,15 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	if len(g.Refused) > 0 {
 		p.log.Warn("capabilities asked for and not granted", "refused", g.Refused)
 	}
+	if p.roots, err = openRoots(g.Paths); err != nil {
+		return nil, err
+	}
+	keepRoots := false
+	defer func() {
+		if !keepRoots {
+			closeRoots(p.roots)
+		}
+	}()
 
 	rtCfg := wazero.NewRuntimeConfig().
 		WithCloseOnContextDone(true).
@@ -214,7 +225,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		if err := instantiateHostModule(ctx, rt, g.HostFunctions); err != nil {
 			return nil, fmt.Errorf("host functions: %w", err)
 		}
-		p.drv = &looopyDriver{p: p, rt: rt, compiled: cm, modCfg: moduleConfig(m, g)}
+		p.drv = &looopyDriver{p: p, rt: rt, compiled: cm, modCfg: moduleConfig(m, g, p.roots)}
 	case "extism":
 		_ = rt.Close(ctx)
 		drv, err := newExtismDriver(ctx, p, bin, env.cache)
@@ -224,6 +235,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		p.drv = drv
 	}
 	closeRT = false
+	keepRoots = true // from here on, the plugin's shutdown closes them
 	p.pool = newPool(g.Instances, p.newInstance)
 	p.refs.Store(1)
 	defer func() {
@@ -338,7 +350,7 @@ func compileSchema(tool string, schema json.RawMessage) (_ *jsonschema.Schema, e
 // moduleConfig is the WASI sandbox of a Looopy-ABI instance: no arguments,
 // no environment but the config and secrets, no folder unless granted, real
 // clocks, crypto randomness.
-func moduleConfig(m *Manifest, g Grant) wazero.ModuleConfig {
+func moduleConfig(m *Manifest, g Grant, roots []*grantRoot) wazero.ModuleConfig {
 	cfg := wazero.NewModuleConfig().
 		WithStartFunctions("_initialize").
 		WithSysWalltime().WithSysNanotime().
@@ -350,15 +362,7 @@ func moduleConfig(m *Manifest, g Grant) wazero.ModuleConfig {
 	for name, v := range g.Secrets {
 		cfg = cfg.WithEnv(pdk.EnvSecretPrefix+name, v)
 	}
-	if len(g.Paths) > 0 {
-		fs := wazero.NewFSConfig()
-		for _, pg := range g.Paths {
-			if pg.ReadOnly {
-				fs = fs.WithReadOnlyDirMount(pg.Path, pg.Path)
-			} else {
-				fs = fs.WithDirMount(pg.Path, pg.Path)
-			}
-		}
+	if fs := mountGrants(roots); fs != nil {
 		cfg = cfg.WithFSConfig(fs)
 	}
 	return cfg

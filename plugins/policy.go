@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -33,7 +34,16 @@ type Policy struct {
 	// private addresses.
 	AllowPrivateNetwork bool
 	// PathRoots are the folders under which plugins may be granted paths.
+	// A requested path is resolved (every link followed) when the plugin
+	// loads, and granted only when what it resolves to lies inside one of
+	// them (resolved the same way).
 	PathRoots []string
+	// Reserved are the paths the host owns: the plugin folder, the data
+	// folder, the config file, caches. A grant that is one of them, lies
+	// inside one or contains one is refused, whatever PathRoots says. Each
+	// plugin's own folder and the registry's compilation cache are always
+	// reserved.
+	Reserved []string
 	// ReadOnlyPaths forces every granted path read-only.
 	ReadOnlyPaths bool
 	// Secrets are the environment variables plugins may name as secrets
@@ -85,13 +95,18 @@ func (p Policy) Grant(m *Manifest, lookupEnv func(string) (string, bool)) Grant 
 			g.Refused = append(g.Refused, "private network")
 		}
 	}
-	for _, pg := range c.AllowedPaths {
-		clean := filepath.Clean(pg.Path)
-		if !underAny(p.PathRoots, clean) {
-			g.Refused = append(g.Refused, "path "+clean)
-			continue
+	if len(c.AllowedPaths) > 0 {
+		roots := resolveAll(p.PathRoots)
+		reserved := resolveAll(append([]string{m.Dir}, p.Reserved...))
+		for _, pg := range c.AllowedPaths {
+			clean := filepath.Clean(pg.Path)
+			resolved, why := resolveGrant(clean, roots, reserved)
+			if why != "" {
+				g.Refused = append(g.Refused, "path "+clean+" ("+why+")")
+				continue
+			}
+			g.Paths = append(g.Paths, PathGrant{Path: clean, ReadOnly: pg.ReadOnly || p.ReadOnlyPaths, Resolved: resolved})
 		}
-		g.Paths = append(g.Paths, PathGrant{Path: clean, ReadOnly: pg.ReadOnly || p.ReadOnlyPaths})
 	}
 
 	g.MemoryPages = limit(c.MemoryPages, DefaultMemoryPages, p.MaxMemoryPages)
@@ -189,14 +204,68 @@ func isIPPattern(h string) bool {
 	return h != ""
 }
 
-func underAny(roots []string, p string) bool {
+// resolveGrant resolves a requested folder through every link and checks
+// it: it must be a folder inside one of the (resolved) roots, and must not
+// be, lie inside or contain a (resolved) reserved path. It returns the
+// resolved path, or why the grant is refused.
+func resolveGrant(path string, roots, reserved []string) (string, string) {
+	if !filepath.IsAbs(path) {
+		return "", "not an absolute path"
+	}
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", "does not resolve to a folder"
+	}
+	if fi, err := os.Stat(resolved); err != nil || !fi.IsDir() {
+		return "", "does not resolve to a folder"
+	}
+	inRoot := false
 	for _, r := range roots {
-		r = filepath.Clean(r)
-		if p == r || strings.HasPrefix(p, r+string(filepath.Separator)) {
-			return true
+		if within(resolved, r) {
+			inRoot = true
+			break
 		}
 	}
-	return false
+	if !inRoot {
+		if resolved != path {
+			return "", "resolves to " + resolved + ", outside the folders the policy allows"
+		}
+		return "", "outside the folders the policy allows"
+	}
+	for _, r := range reserved {
+		if within(resolved, r) || within(r, resolved) {
+			return "", "the host owns " + r
+		}
+	}
+	return resolved, ""
+}
+
+// resolveAll resolves paths through their links; a path that does not
+// exist (yet) is kept as written, cleaned and made absolute.
+func resolveAll(paths []string) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		out = append(out, filepath.Clean(p))
+	}
+	return out
+}
+
+// within reports whether p is root or lies inside it (both clean and
+// absolute).
+func within(p, root string) bool {
+	if p == root || root == string(filepath.Separator) {
+		return true
+	}
+	return strings.HasPrefix(p, root+string(filepath.Separator))
 }
 
 // String summarizes a grant for the log.

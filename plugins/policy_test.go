@@ -1,6 +1,8 @@
 package plugins
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,16 +20,22 @@ func manifestFor(t *testing.T, caps string, rest string) *Manifest {
 }
 
 func TestGrantIsRequestedIntersectAllowed(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	for _, d := range []string{"in", "out"} {
+		if err := os.MkdirAll(filepath.Join(data, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	m := manifestFor(t, `{
 		"allowedHosts": ["api.example.com", "x.other.org", "*.example.com", "10.0.0.1:8080"],
 		"allowPrivateNetwork": true,
-		"allowedPaths": [{"path": "/data/in", "readOnly": true}, {"path": "/data/out"}, {"path": "/etc"}, {"path": "/data/../etc"}],
+		"allowedPaths": [{"path": "`+data+`/in", "readOnly": true}, {"path": "`+data+`/out"}, {"path": "/etc"}, {"path": "`+data+`/../etc"}],
 		"memoryPages": 4096, "callTimeout": "2m", "outputLimit": 100, "instances": 64,
 		"hostFunctions": ["log", "kv_get", "http_request"]}`,
 		`,"secrets":{"key":"API_KEY","other":"OTHER"}`)
 	p := Policy{
 		AllowedHosts:   []string{"*.example.com", "10.0.0.1"},
-		PathRoots:      []string{"/data"},
+		PathRoots:      []string{data},
 		Secrets:        []string{"API_KEY"},
 		HostFunctions:  []string{"log", "kv_get"},
 		MaxMemoryPages: 1024,
@@ -43,7 +51,7 @@ func TestGrantIsRequestedIntersectAllowed(t *testing.T) {
 	if g.AllowPrivate {
 		t.Error("private network granted without the policy")
 	}
-	if want := []PathGrant{{"/data/in", true}, {"/data/out", false}}; !slices.Equal(g.Paths, want) {
+	if want := []PathGrant{{data + "/in", true, data + "/in"}, {data + "/out", false, data + "/out"}}; !slices.Equal(g.Paths, want) {
 		t.Errorf("paths = %v, want %v", g.Paths, want)
 	}
 	if g.MemoryPages != 1024 || g.CallTimeout != time.Minute || g.OutputLimit != 100 || g.Instances != 8 {
@@ -56,7 +64,7 @@ func TestGrantIsRequestedIntersectAllowed(t *testing.T) {
 		t.Errorf("secrets = %v", g.Secrets)
 	}
 	refused := strings.Join(g.Refused, ",")
-	for _, w := range []string{"host x.other.org", "private network", "path /etc", "host function http_request", "secret other"} {
+	for _, w := range []string{"host x.other.org", "private network", "path /etc (outside", "path " + filepath.Dir(data) + "/etc (does not resolve", "host function http_request", "secret other"} {
 		if !strings.Contains(refused, w) {
 			t.Errorf("refused %q lacks %q", refused, w)
 		}

@@ -165,9 +165,14 @@ func New(cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugins: %w", err)
 	}
+	policy := cfg.Policy
+	if cfg.CacheDir != "" {
+		// the compiled code of every plugin: never granted
+		policy.Reserved = append(slices.Clone(policy.Reserved), cfg.CacheDir)
+	}
 	r := &Registry{
 		env: loadEnv{
-			cache: cache, policy: cfg.Policy, lookupEnv: lookup, log: log,
+			cache: cache, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
 		},
 		onEvent:  cfg.OnEvent,

@@ -8,10 +8,14 @@
 # folder grants must be absolute paths, so both are written here:
 #   "sha256": ""      becomes the digest of the freshly built .wasm
 #   @PLUGIN_DIR@      becomes the example's absolute folder
-# Folders a template grants under @PLUGIN_DIR@ are created if missing.
+#   @GRANTS_DIR@      becomes the absolute examples/grants: the folder beside
+#                     the plugin folder under which the host grants folders by
+#                     default (never inside the plugin folder: the host owns it)
+# Folders a template grants under @GRANTS_DIR@ are created if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shopt -s nullglob
+grants=$(mkdir -p examples/grants && cd examples/grants && pwd)
 for mod in examples/plugins/*/go.mod; do
   dir=$(dirname "$mod")
   name=$(basename "$dir")
@@ -26,12 +30,12 @@ for mod in examples/plugins/*/go.mod; do
   [ -f "$tmpl" ] || continue
   abs=$(cd "$dir" && pwd)
   sum=$(sha256sum "$out" | cut -d' ' -f1)
-  manifest=$(sed -e "s|\"sha256\": *\"[0-9a-f]*\"|\"sha256\": \"$sum\"|" -e "s|@PLUGIN_DIR@|$abs|g" "$tmpl")
+  manifest=$(sed -e "s|\"sha256\": *\"[0-9a-f]*\"|\"sha256\": \"$sum\"|" -e "s|@PLUGIN_DIR@|$abs|g" -e "s|@GRANTS_DIR@|$grants|g" "$tmpl")
   if [ ! -f "$dir/plugin.json" ] || [ "$manifest" != "$(cat "$dir/plugin.json")" ]; then
     printf '%s\n' "$manifest" > "$dir/plugin.json.tmp" && mv "$dir/plugin.json.tmp" "$dir/plugin.json"
   fi
-  # Create the folders the manifest grants inside the example.
-  { grep -o "\"path\": *\"$abs/[^\"]*\"" "$dir/plugin.json" || true; } | sed 's/.*"\(.*\)"$/\1/' | while read -r p; do
+  # Create the folders the manifest grants under the grants folder.
+  { grep -o "\"path\": *\"$grants/[^\"]*\"" "$dir/plugin.json" || true; } | sed 's/.*"\(.*\)"$/\1/' | while read -r p; do
     mkdir -p "$p"
   done
 done
