@@ -173,18 +173,6 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 		return tel.Shutdown(ctx)
 	})
 
-	if listen {
-		ln, err := net.Listen("tcp", dc.Addr)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w", dc.Addr, err)
-		}
-		m.ln = ln
-		m.closers = append(m.closers, func() error { return ignoreClosed(ln.Close()) })
-		if cfg.PublicURL == "" {
-			cfg.PublicURL = "http://" + ln.Addr().String()
-		}
-	}
-
 	if err := os.MkdirAll(dc.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -206,6 +194,21 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if err != nil {
 		return err
 	}
+	// Listen once the plugins are loaded (each load is bounded by its
+	// timeout): until then a client is refused at once rather than left
+	// hanging, and /readyz answering means the host is ready.
+	if listen {
+		ln, err := net.Listen("tcp", dc.Addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", dc.Addr, err)
+		}
+		m.ln = ln
+		m.closers = append(m.closers, func() error { return ignoreClosed(ln.Close()) })
+		if cfg.PublicURL == "" {
+			cfg.PublicURL = "http://" + ln.Addr().String()
+		}
+	}
+
 	toolsets = append(toolsets, artifacts.NewTools(arts))
 	// The turn's commit and checkpoints get spans and a latency histogram.
 	ts, err := newTracedStore(st, tel)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/looopy-go/looopy/loop"
@@ -38,6 +39,11 @@ type PluginsConfig struct {
 	// NoWatch turns hot reload off: the folder is read once at start.
 	// (Only also reads it once.)
 	NoWatch bool `json:"noWatch,omitempty"`
+	// LoadTimeout bounds the guest code loading a plugin runs (its start
+	// section, _initialize, describe; default 10s): a plugin past it is
+	// refused and reported, and holds up neither the other plugins nor the
+	// start of the host.
+	LoadTimeout Duration `json:"loadTimeout,omitempty"`
 	// CacheDir is wazero's compilation cache (default <data>/wasm-cache).
 	CacheDir string `json:"cacheDir,omitempty"`
 }
@@ -91,6 +97,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			PathRoots:           roots,
 			Reserved:            reserved,
 			Secrets:             cfg.Plugins.Secrets,
+			LoadTimeout:         time.Duration(cfg.Plugins.LoadTimeout),
 		},
 		Egress:    egress,
 		KV:        m.store,
@@ -129,6 +136,10 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("plugin folder: %w", err)
 		}
+		// Side by side: a plugin slow to load (at worst its load timeout)
+		// holds up no other.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 4)
 		for _, e := range entries {
 			if !e.IsDir() || (len(cfg.Plugins.Only) > 0 && !slices.Contains(cfg.Plugins.Only, e.Name())) {
 				continue
@@ -136,8 +147,15 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			if _, err := os.Stat(filepath.Join(abs, e.Name(), plugins.ManifestFile)); err != nil {
 				continue
 			}
-			_, _ = reg.Load(ctx, filepath.Join(abs, e.Name())) // failures reported through OnEvent
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				_, _ = reg.Load(ctx, filepath.Join(abs, e.Name())) // failures reported through OnEvent
+			}()
 		}
+		wg.Wait()
 	}
 	log.Info("plugins loaded", "folder", abs, "count", len(reg.List()), "took", time.Since(start).String())
 	admin := &pluginAdmin{reg: reg, dir: abs}

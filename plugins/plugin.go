@@ -37,6 +37,10 @@ var (
 	ErrOutputLimit = errors.New("plugin output over its limit")
 	// ErrUnloaded: the plugin was unloaded.
 	ErrUnloaded = errors.New("plugin unloaded")
+	// ErrLoadTimeout: the guest's code run while loading (start section,
+	// _initialize, describe) did not finish within the load timeout; the
+	// plugin was refused.
+	ErrLoadTimeout = errors.New("plugin load ran past its timeout")
 )
 
 // Plugin is one loaded version of a plugin: its compiled module, its pool of
@@ -244,15 +248,19 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		}
 	}()
 
-	// describe must answer, and match the manifest.
-	first, err := p.newInstance(ctx)
+	// describe must answer, and match the manifest. Instantiating (the
+	// start section, _initialize) and describing run guest code: both are
+	// bounded by the load timeout and stop when the load is cancelled.
+	lctx, cancel := context.WithTimeout(ctx, env.policy.loadTimeout())
+	defer cancel()
+	first, err := p.newInstance(lctx)
 	if err != nil {
-		return nil, err
+		return nil, loadStepError(ctx, lctx, "instantiate (start section, _initialize)", env.policy.loadTimeout(), err)
 	}
-	out, err := first.call(ctx, pdk.OpDescribe, []byte("{}"))
+	out, err := first.call(lctx, pdk.OpDescribe, []byte("{}"))
 	if err != nil {
 		first.close()
-		return nil, fmt.Errorf("describe: %w", err)
+		return nil, loadStepError(ctx, lctx, "describe", env.policy.loadTimeout(), err)
 	}
 	if err := json.Unmarshal(out, &p.desc); err != nil {
 		first.close()
@@ -264,6 +272,18 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		return nil, err
 	}
 	return p, nil
+}
+
+// loadStepError says why a load step that ran guest code failed: the load
+// was cancelled, the step ran past the load timeout, or the guest failed.
+func loadStepError(parent, lctx context.Context, step string, timeout time.Duration, err error) error {
+	switch {
+	case parent.Err() != nil:
+		return fmt.Errorf("%s: load cancelled: %w", step, parent.Err())
+	case errors.Is(lctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%s did not finish within %s: %w", step, timeout, ErrLoadTimeout)
+	}
+	return fmt.Errorf("%s: %w", step, err)
 }
 
 // indexTools checks describe's answer against the manifest and compiles each

@@ -17,6 +17,9 @@ const (
 	DefaultCallTimeout = 30 * time.Second
 	DefaultOutputLimit = 1 << 20
 	DefaultInstances   = 4
+	// DefaultLoadTimeout bounds the guest code a load runs (start section,
+	// _initialize, describe).
+	DefaultLoadTimeout = 10 * time.Second
 	// MinGoMemoryPages is what a Go guest needs to start at all.
 	MinGoMemoryPages = 44
 )
@@ -57,6 +60,17 @@ type Policy struct {
 	MaxCallTimeout time.Duration
 	MaxOutputLimit int64
 	MaxInstances   int
+	// LoadTimeout bounds the guest code loading a plugin runs: its start
+	// section and _initialize, then describe (default DefaultLoadTimeout).
+	// A plugin past it is refused.
+	LoadTimeout time.Duration
+}
+
+func (p Policy) loadTimeout() time.Duration {
+	if p.LoadTimeout > 0 {
+		return p.LoadTimeout
+	}
+	return DefaultLoadTimeout
 }
 
 // Grant is a plugin's effective capabilities: requested ∩ allowed, with the

@@ -97,7 +97,13 @@ type Registry struct {
 	onEvent func(Event)
 	log     *slog.Logger
 
-	loadMu sync.Mutex // one load or unload at a time
+	// ctx is done when the registry closes: loads still running stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	loadMu    sync.Mutex // one swap (the end of a load) or unload at a time
+	sourcesMu sync.Mutex
+	loadingMu map[string]*sync.Mutex // manifest path -> one load of it at a time
 
 	mu       sync.RWMutex
 	plugins  map[string]*Plugin
@@ -105,6 +111,7 @@ type Registry struct {
 	failures map[string]failure
 	index    *toolIndex
 	closed   bool
+	loading  map[string]time.Time // manifest path -> when its load began
 }
 
 type failure struct {
@@ -175,13 +182,16 @@ func New(cfg Config) (*Registry, error) {
 			cache: cache, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
 		},
-		onEvent:  cfg.OnEvent,
-		log:      log,
-		plugins:  map[string]*Plugin{},
-		sources:  map[string]string{},
-		failures: map[string]failure{},
-		index:    &toolIndex{tools: map[string]toolRef{}},
+		onEvent:   cfg.OnEvent,
+		log:       log,
+		plugins:   map[string]*Plugin{},
+		sources:   map[string]string{},
+		failures:  map[string]failure{},
+		index:     &toolIndex{tools: map[string]toolRef{}},
+		loadingMu: map[string]*sync.Mutex{},
+		loading:   map[string]time.Time{},
 	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if cfg.Meter != nil {
 		if err := r.registerGauges(cfg.Meter); err != nil {
 			return nil, fmt.Errorf("plugins: %w", err)
@@ -193,6 +203,7 @@ func New(cfg Config) (*Registry, error) {
 // Close unloads every plugin (each closes when its running calls end) and
 // closes the compilation cache.
 func (r *Registry) Close() error {
+	r.cancel() // loads still running stop at once
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
 	r.mu.Lock()
@@ -214,15 +225,29 @@ func (r *Registry) Close() error {
 // Load reads the plugin at path (a manifest, or a folder holding
 // plugin.json), compiles and validates it, and makes it the serving version
 // of its name. On failure the previous version, if any, keeps serving.
+//
+// Loads of different plugins run at the same time; loads of one manifest
+// run one after the other. The guest's code that loading runs (its start
+// section, _initialize, describe) must finish within the policy's load
+// timeout, and stops when ctx is done or the registry closes: a plugin that
+// loops forever there is refused (ErrLoadTimeout) without holding up
+// anything else.
 func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
-	r.loadMu.Lock()
-	defer r.loadMu.Unlock()
 	start := time.Now()
-	ctx, span := r.startLoad(ctx, path)
 	source, _ := filepath.Abs(path)
 	if fi, err := os.Stat(source); err == nil && fi.IsDir() {
 		source = filepath.Join(source, ManifestFile)
 	}
+	unlock := r.lockSource(source)
+	defer unlock()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	unwatch := context.AfterFunc(r.ctx, stop)
+	defer unwatch()
+	ctx, span := r.startLoad(ctx, path)
+	r.setLoading(source, start)
+	defer r.setLoading(source, time.Time{})
+
 	m, err := ReadManifest(source)
 	if err == nil {
 		err = r.checkOpen()
@@ -231,8 +256,10 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 	if err == nil {
 		p, err = loadPlugin(ctx, &r.env, m)
 	}
+	var old *Plugin
 	if err == nil {
-		if err = r.checkConflicts(p); err != nil {
+		old, err = r.swap(p, m, source)
+		if err != nil {
 			p.release()
 			err = fmt.Errorf("plugin %q (%s): %w", m.Name, source, err)
 		}
@@ -249,7 +276,33 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 		r.emit(ev)
 		return Info{}, err
 	}
+	ev := Event{Kind: EventLoaded, Name: m.Name, Version: m.Version, Source: source, Duration: time.Since(start)}
+	if old != nil {
+		ev.Previous = old.Version()
+		old.release()
+	}
+	r.log.InfoContext(ctx, "plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
+		"previous", ev.Previous, "grant", p.grant.String(), "took", ev.Duration)
+	r.endLoad(ctx, span, ev)
+	r.emit(ev)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.info(p), nil
+}
+
+// swap makes a loaded plugin the serving version of its name and returns
+// the version it replaced.
+func (r *Registry) swap(p *Plugin, m *Manifest, source string) (*Plugin, error) {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	if err := r.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := r.checkConflicts(p); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	old := r.plugins[m.Name]
 	r.plugins[m.Name] = p
 	for src, n := range r.sources {
@@ -261,17 +314,43 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 	delete(r.failures, m.Name)
 	delete(r.failures, source)
 	r.rebuildLocked()
-	r.mu.Unlock()
-	ev := Event{Kind: EventLoaded, Name: m.Name, Version: m.Version, Source: source, Duration: time.Since(start)}
-	if old != nil {
-		ev.Previous = old.Version()
-		old.release()
+	return old, nil
+}
+
+// lockSource serializes the loads of one manifest.
+func (r *Registry) lockSource(source string) (unlock func()) {
+	r.sourcesMu.Lock()
+	mu := r.loadingMu[source]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		r.loadingMu[source] = mu
 	}
-	r.log.InfoContext(ctx, "plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
-		"previous", ev.Previous, "grant", p.grant.String(), "took", ev.Duration)
-	r.endLoad(ctx, span, ev)
-	r.emit(ev)
-	return r.info(p), nil
+	r.sourcesMu.Unlock()
+	mu.Lock()
+	return mu.Unlock
+}
+
+// setLoading records that a manifest is being loaded (zero: no longer).
+func (r *Registry) setLoading(source string, since time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if since.IsZero() {
+		delete(r.loading, source)
+	} else {
+		r.loading[source] = since
+	}
+}
+
+// Loading lists the manifests being loaded now.
+func (r *Registry) Loading() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.loading))
+	for src := range r.loading {
+		out = append(out, src)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Unload removes a plugin by name. Calls and turns that pinned it finish

@@ -29,6 +29,9 @@ type WatchConfig struct {
 	Logger *slog.Logger // nil: the registry's
 }
 
+// scanParallel is how many plugins a scan loads at once.
+const scanParallel = 4
+
 // Watcher keeps a Registry in step with a plugin folder: a new or changed
 // plugin is loaded (and replaces the old version only once it validated), a
 // removed one is unloaded.
@@ -164,13 +167,24 @@ func (w *Watcher) Scan(ctx context.Context) {
 		paths = append(paths, mf)
 	}
 	sort.Strings(paths)
+	// Changed plugins load side by side: one whose load is slow (or runs
+	// into its load timeout) holds up no other.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, scanParallel)
 	for _, mf := range paths {
 		if w.known[mf] == found[mf] {
 			continue
 		}
 		w.known[mf] = found[mf]
-		_, _ = w.r.Load(ctx, mf) // the registry logs and reports failures
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, _ = w.r.Load(ctx, mf) // the registry logs and reports failures
+		}()
 	}
+	wg.Wait()
 	for mf := range w.known {
 		if _, ok := found[mf]; !ok {
 			delete(w.known, mf)
