@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/looopy-go/looopy/host"
 )
@@ -57,5 +58,21 @@ func TestExampleConfigStartsWithSecretsSet(t *testing.T) {
 		if strings.Contains(out, v) {
 			t.Fatalf("the value of %s reached the log", name)
 		}
+	}
+}
+
+// The operator sets the plugins' budgets, load timeout and reserved paths
+// in the config file; a misspelt budget is an error.
+func TestPluginBudgetsInConfig(t *testing.T) {
+	c, err := host.ParseConfig([]byte(`{"plugins":{"loadTimeout":"3s","reserved":["/srv/secrets"],"budgets":{"logBytesPerCall":1024,"kvQuotaBytes":-1,"maxTools":8}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Plugins.Budgets
+	if b.LogBytesPerCall != 1024 || b.KVQuotaBytes != -1 || b.MaxTools != 8 || c.Plugins.LoadTimeout != host.Duration(3*time.Second) || c.Plugins.Reserved[0] != "/srv/secrets" {
+		t.Fatalf("plugins config = %+v", c.Plugins)
+	}
+	if _, err := host.ParseConfig([]byte(`{"plugins":{"budgets":{"logBytesPerCal":1}}}`)); err == nil {
+		t.Fatal("a misspelt budget was accepted")
 	}
 }

@@ -44,6 +44,11 @@ type PluginsConfig struct {
 	// refused and reported, and holds up neither the other plugins nor the
 	// start of the host.
 	LoadTimeout Duration `json:"loadTimeout,omitempty"`
+	// Budgets bound what each plugin writes through the host: log,
+	// events, key-value, artifacts, HTTP, tool definitions (plugins.Budgets:
+	// a zero field is its default, a negative one no limit), e.g.
+	// {"kvQuotaBytes": 134217728, "maxTools": 64}.
+	Budgets plugins.Budgets `json:"budgets"`
 	// CacheDir is wazero's compilation cache (default <data>/wasm-cache).
 	CacheDir string `json:"cacheDir,omitempty"`
 }
@@ -98,6 +103,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			Reserved:            reserved,
 			Secrets:             cfg.Plugins.Secrets,
 			LoadTimeout:         time.Duration(cfg.Plugins.LoadTimeout),
+			Budgets:             cfg.Plugins.Budgets,
 		},
 		Egress:    egress,
 		KV:        m.store,

@@ -77,7 +77,11 @@ var extismHostFuncs = map[string]func() extism.HostFunction{
 			case pdk.LevelError:
 				level = slog.LevelError
 			}
-			s.p.log.Log(ctx, level, lastLine(msg, 16<<10))
+			msg = lastLine(msg, 16<<10)
+			if !s.spendLog(ctx, len(msg)) {
+				return
+			}
+			s.p.log.Log(ctx, level, msg)
 		}, []extism.ValueType{extism.ValueTypeI64, extism.ValueTypeI64}, nil)
 	},
 	pdk.HostEmit: func() extism.HostFunction {
@@ -88,7 +92,12 @@ var extismHostFuncs = map[string]func() extism.HostFunction{
 				stack[0] = extism.EncodeI64(-1)
 				return
 			}
-			switch pdk.EmitKind(int64(stack[0])) {
+			kind := pdk.EmitKind(int64(stack[0]))
+			if s.spendEvent(len(data), kind != pdk.EmitDelta) != nil {
+				stack[0] = extism.EncodeI64(-1)
+				return
+			}
+			switch kind {
 			case pdk.EmitDelta:
 				var d pdk.Delta
 				if json.Unmarshal(data, &d) == nil && s.onDelta != nil {
@@ -137,7 +146,7 @@ var extismHostFuncs = map[string]func() extism.HostFunction{
 			if s == nil || err1 != nil || err2 != nil || s.p.kv == nil || len(key) > maxKVKey || len(val) > maxKVValue {
 				return
 			}
-			if err := s.p.kv.KVSet(ctx, s.p.Name(), key, val); err != nil {
+			if err := s.kvSet(ctx, key, val); err != nil {
 				s.p.log.Warn("kv set", "key", key, "err", err)
 			}
 		}, []extism.ValueType{extism.ValueTypeI64, extism.ValueTypeI64}, nil)
@@ -149,7 +158,7 @@ var extismHostFuncs = map[string]func() extism.HostFunction{
 			if s == nil || err != nil || s.p.kv == nil {
 				return
 			}
-			if err := s.p.kv.KVDelete(ctx, s.p.Name(), key); err != nil && !errors.Is(err, loop.ErrNotFound) {
+			if err := s.kvDelete(ctx, key); err != nil && !errors.Is(err, loop.ErrNotFound) {
 				s.p.log.Warn("kv delete", "key", key, "err", err)
 			}
 		}, []extism.ValueType{extism.ValueTypeI64}, nil)

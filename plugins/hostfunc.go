@@ -61,6 +61,7 @@ type callState struct {
 	register   []byte
 	http       map[int32]io.ReadCloser
 	nextHandle int32
+	spent      spent // what this call wrote, against the plugin's budgets
 }
 
 type callStateKey struct{}
@@ -81,6 +82,7 @@ func (s *callState) reset() {
 	}
 	s.register = s.register[:0]
 	s.env, s.onDelta, s.toolCallID, s.deltas, s.subCalls = nil, nil, "", 0, 0
+	s.spent = spent{}
 }
 
 func (s *callState) setRegister(b []byte) { s.register = append(s.register[:0], b...) }
@@ -167,6 +169,9 @@ func hostLogFn(ctx context.Context, mod api.Module, stack []uint64) {
 	case pdk.LevelError:
 		level = slog.LevelError
 	}
+	if !s.spendLog(ctx, len(msg)) {
+		return
+	}
 	attrs := []any{}
 	if s.env != nil {
 		attrs = append(attrs, "contextId", s.env.ContextID, "taskId", s.env.TaskID)
@@ -190,7 +195,12 @@ func hostEmitFn(ctx context.Context, mod api.Module, stack []uint64) {
 		ret(s.fail("emit: payload out of bounds or over %d bytes", maxHostPayload))
 		return
 	}
-	switch pdk.EmitKind(int32(stack[0])) {
+	kind := pdk.EmitKind(int32(stack[0]))
+	if err := s.spendEvent(len(data), kind != pdk.EmitDelta); err != nil {
+		ret(s.fail("emit: %v", err))
+		return
+	}
+	switch kind {
 	case pdk.EmitDelta:
 		var d pdk.Delta
 		if err := json.Unmarshal(data, &d); err != nil {
@@ -319,7 +329,7 @@ func hostKVSetFn(ctx context.Context, mod api.Module, stack []uint64) {
 	case s.p.kv == nil:
 		ret(s.fail("kv set: this host has no key-value store"))
 	default:
-		if err := s.p.kv.KVSet(ctx, s.p.Name(), string(key), append([]byte(nil), val...)); err != nil {
+		if err := s.kvSet(ctx, string(key), append([]byte(nil), val...)); err != nil {
 			ret(s.fail("kv set: %v", err))
 			return
 		}
@@ -339,7 +349,7 @@ func hostKVDeleteFn(ctx context.Context, mod api.Module, stack []uint64) {
 	case s.p.kv == nil:
 		ret(s.fail("kv delete: this host has no key-value store"))
 	default:
-		if err := s.p.kv.KVDelete(ctx, s.p.Name(), string(key)); err != nil && !errors.Is(err, loop.ErrNotFound) {
+		if err := s.kvDelete(ctx, string(key)); err != nil && !errors.Is(err, loop.ErrNotFound) {
 			ret(s.fail("kv delete: %v", err))
 			return
 		}
@@ -363,6 +373,10 @@ func hostHTTPRequestFn(ctx context.Context, mod api.Module, stack []uint64) {
 		ret(s.fail("http: this host has no egress broker"))
 		return
 	}
+	if b := s.p.budgets.HTTPRequestsPerCall; s.spent.httpRequests >= b {
+		ret(s.fail("http: %v", overBudget("too many requests in one call", b)))
+		return
+	}
 	if len(s.http) >= maxHTTPHandles {
 		ret(s.fail("http: more than %d responses open; close some", maxHTTPHandles))
 		return
@@ -372,6 +386,7 @@ func hostHTTPRequestFn(ctx context.Context, mod api.Module, stack []uint64) {
 		ret(s.fail("http: request: %v", err))
 		return
 	}
+	s.spent.httpRequests++
 	resp, err := s.p.egress.Do(ctx, &req, s.p.egressGrant())
 	if err != nil {
 		ret(s.fail("http: %v", err))
@@ -407,6 +422,14 @@ func hostHTTPReadFn(ctx context.Context, mod api.Module, stack []uint64) {
 	if n > 1<<20 {
 		n = 1 << 20
 	}
+	left := s.p.budgets.HTTPBytesPerCall - s.spent.httpBytes
+	if left <= 0 && n > 0 {
+		ret(s.fail("http read: %v", overBudget("response bytes read in one call", s.p.budgets.HTTPBytesPerCall)))
+		return
+	}
+	if int64(n) > left {
+		n = uint32(left)
+	}
 	buf, ok := mod.Memory().Read(uint32(stack[1]), n)
 	if !ok {
 		ret(s.fail("http read: buffer out of bounds"))
@@ -417,6 +440,11 @@ func hostHTTPReadFn(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	// Read straight into guest memory; the body is bounded by the grant.
+	defer func() {
+		if r := int32(stack[0]); r > 0 {
+			s.spent.httpBytes += int64(r)
+		}
+	}()
 	got, err := body.Read(buf)
 	if got > 0 {
 		ret(int64(got))
@@ -556,6 +584,15 @@ func artifactWrite(ctx context.Context, s *callState, data []byte) ([]byte, erro
 	if s.p.artifacts == nil {
 		return nil, errors.New("this host stores no artifacts")
 	}
+	bud := &s.p.budgets
+	if s.spent.artWrites+1 > bud.ArtifactWritesPerCall {
+		return nil, overBudget("too many artifact writes in one call", bud.ArtifactWritesPerCall)
+	}
+	if s.spent.artBytes+int64(len(data)) > bud.ArtifactBytesPerCall {
+		return nil, overBudget("artifact bytes written in one call", bud.ArtifactBytesPerCall)
+	}
+	s.spent.artWrites++
+	s.spent.artBytes += int64(len(data))
 	var w pdk.ArtifactWrite
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, err

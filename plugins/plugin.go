@@ -72,6 +72,10 @@ type Plugin struct {
 	calls, failures atomic.Int64
 	lastErr         atomic.Pointer[string]
 
+	budgets Budgets    // with defaults filled in
+	logRate rateWindow // the plugin's log bytes this minute
+	kvQuota *kvQuota   // shared by every version of the plugin
+
 	tel      *telemetry
 	attrs    attribute.Set // plugin, version: the labels of its metrics
 	memPages atomic.Int64  // the largest memory an instance has had
@@ -155,6 +159,7 @@ type loadEnv struct {
 	egress    *Egress
 	artifacts ArtifactWriter
 	tel       *telemetry
+	kvQuotas  *kvQuotas
 }
 
 // loadPlugin reads, verifies, compiles and validates a plugin. It returns a
@@ -181,6 +186,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		log: env.log.With("plugin", m.Name, "version", m.Version),
 		kv:  env.kv, egress: env.egress, artifacts: env.artifacts,
 		loadedAt: time.Now(), tel: env.tel,
+		budgets: env.policy.Budgets.withDefaults(), kvQuota: env.kvQuotas.of(m.Name),
 		attrs: attribute.NewSet(attribute.String("plugin", m.Name), attribute.String("version", m.Version)),
 	}
 	if len(g.Refused) > 0 {
@@ -294,9 +300,15 @@ func (p *Plugin) indexTools() error {
 		return fmt.Errorf("describe says kind %q, the manifest %q", d.Kind, p.man.Kind)
 	}
 	p.tools = map[string]*pluginTool{}
+	if n := len(d.Tools); n > p.budgets.MaxTools {
+		return fmt.Errorf("describe: %d tools, over the limit of %d per plugin: %w", n, p.budgets.MaxTools, ErrBudget)
+	}
 	add := func(def loop.ToolDefinition, agent bool) error {
 		if def.Name == "" {
 			return errors.New("describe: a tool without a name")
+		}
+		if n := int64(len(def.Name) + len(def.Description) + len(def.Parameters)); n > p.budgets.MaxSchemaBytes {
+			return fmt.Errorf("describe: tool %q: definition of %d bytes, over the limit of %d: %w", def.Name, n, p.budgets.MaxSchemaBytes, ErrBudget)
 		}
 		if _, dup := p.tools[def.Name]; dup {
 			return fmt.Errorf("describe: tool %q listed twice", def.Name)
@@ -356,6 +368,10 @@ func compileSchema(tool string, schema json.RawMessage) (_ *jsonschema.Schema, e
 		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)
 	}
 	c := jsonschema.NewCompiler()
+	// A schema may refer only inside itself: no file, no URL is ever read
+	// (a $ref to file:///... would read the host's files and quote them in
+	// errors).
+	c.UseLoader(jsonschema.SchemeURLLoader{})
 	url := "mem://tool/" + tool + ".json"
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)

@@ -60,6 +60,9 @@ type Policy struct {
 	MaxCallTimeout time.Duration
 	MaxOutputLimit int64
 	MaxInstances   int
+	// Budgets bound what each plugin writes through the host (log,
+	// events, key-value, artifacts, HTTP, tool definitions).
+	Budgets Budgets
 	// LoadTimeout bounds the guest code loading a plugin runs: its start
 	// section and _initialize, then describe (default DefaultLoadTimeout).
 	// A plugin past it is refused.

@@ -181,6 +181,7 @@ func New(cfg Config) (*Registry, error) {
 		env: loadEnv{
 			cache: cache, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
+			kvQuotas: &kvQuotas{},
 		},
 		onEvent:   cfg.OnEvent,
 		log:       log,
@@ -460,13 +461,19 @@ func (r *Registry) checkOpen() error {
 	return nil
 }
 
-// checkConflicts refuses a plugin offering a tool another plugin offers.
+// checkConflicts refuses a plugin offering a tool another plugin offers,
+// or one whose tools would take the host over its total of tools.
 func (r *Registry) checkConflicts(p *Plugin) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	total := len(p.tools)
 	for name, other := range r.plugins {
 		if name == p.Name() {
 			continue
+		}
+		total += len(other.tools)
+		if max := p.budgets.MaxToolsTotal; total > max {
+			return fmt.Errorf("the plugins would offer more than %d tools together: %w", max, ErrBudget)
 		}
 		for t := range p.tools {
 			if _, dup := other.tools[t]; dup {
