@@ -10,6 +10,7 @@ import (
 
 	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/plugins"
 	"github.com/looopy-go/looopy/sse"
 )
 
@@ -54,6 +55,9 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	if err != nil {
 		return nil, err
 	}
+	// The turn's plugin calls count as this principal's (a fair share of
+	// each plugin's instances).
+	ctx = plugins.WithPrincipal(ctx, auth.Principal)
 	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: req.Message.ContextID,
 		TaskID: string(req.Message.TaskID), Message: msg, Metadata: req.Metadata})
 }

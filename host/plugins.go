@@ -208,3 +208,14 @@ func (p *pluginAdmin) Load(ctx context.Context, name string) error {
 func (p *pluginAdmin) Unload(ctx context.Context, name string) error {
 	return p.reg.Unload(ctx, name)
 }
+
+// turnContext derives a turn's context from the request that started it:
+// the request's trace, and its principal, so that the turn's plugin calls
+// get that principal's fair share of each plugin's instances.
+func turnContext(turn, req context.Context) context.Context {
+	turn = withRequestTrace(turn, req)
+	if p := plugins.PrincipalOf(req); p != "" {
+		turn = plugins.WithPrincipal(turn, p)
+	}
+	return turn
+}

@@ -141,7 +141,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		TurnTimeout: time.Duration(cfg.Limits.TurnTimeout), TaskTTL: time.Duration(cfg.Limits.TaskTTL),
 		HistoryLimit: cfg.Agent.HistoryLimit, MaxAgents: cfg.Limits.MaxAgents,
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
-		TurnContext: withRequestTrace, Crashpoint: opts.crashpoint, Logger: log}
+		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log}
 	if st.Shared {
 		// Other hosts may die with tasks in flight: look for lapsed
 		// leases as often as one can lapse.

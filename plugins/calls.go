@@ -52,6 +52,9 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 	if err != nil {
 		return loop.ToolResult{}, fmt.Errorf("plugin %q: encode tool call: %w", p.Name(), err)
 	}
+	if env != nil && env.Auth != nil && PrincipalOf(ctx) == "" {
+		ctx = WithPrincipal(ctx, env.Auth.Principal)
+	}
 	var res loop.ToolResult
 	err = p.invoke(ctx, pdk.OpToolCall, in, func(st *callState) {
 		st.env, st.toolCallID = env, call.ID

@@ -10,54 +10,203 @@ import (
 // unloaded while a caller waited).
 var errPoolClosed = errors.New("plugin unloaded")
 
+type principalKey struct{}
+
+// WithPrincipal returns a context whose plugin calls count as principal's
+// when a plugin's instances are shared out: while callers wait for an
+// instance, each principal waiting gets the next free one in turn, so one
+// principal's many slow calls cannot starve another's. The host derives
+// each turn's context with it.
+func WithPrincipal(ctx context.Context, principal string) context.Context {
+	return context.WithValue(ctx, principalKey{}, principal)
+}
+
+// PrincipalOf returns the principal WithPrincipal put in ctx ("" when none).
+func PrincipalOf(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(string)
+	return p
+}
+
 // pool is a bounded set of instances of one plugin version. An instance
 // serves one call at a time: get takes it out of the pool, put gives it back
 // (or discards it when its call failed badly).
+//
+// When every instance is busy, callers wait in one queue per principal, and
+// a freed instance goes to the principals in turn (round robin), first come
+// first served within one principal.
 type pool struct {
 	newInstance func(ctx context.Context) (instance, error)
-	idle        chan instance
-	slots       chan struct{} // one token per live instance
+	size        int
 
 	mu     sync.Mutex
+	idle   []instance
+	live   int // instances that exist or are being made
 	closed bool
 	done   chan struct{}
+	queues map[string][]*waiter
+	ring   []string // principals with waiters, in turn order
+	next   int      // index in ring of the principal served next
+}
+
+// waiter is a caller waiting for an instance; it receives one, or the right
+// to make one (a freed slot).
+type waiter struct {
+	principal string
+	ch        chan handoff
+}
+
+type handoff struct {
+	in     instance
+	create bool
 }
 
 func newPool(size int, newInstance func(ctx context.Context) (instance, error)) *pool {
-	return &pool{
-		newInstance: newInstance,
-		idle:        make(chan instance, size),
-		slots:       make(chan struct{}, size),
-		done:        make(chan struct{}),
-	}
+	return &pool{newInstance: newInstance, size: size, done: make(chan struct{}), queues: map[string][]*waiter{}}
 }
 
 // get returns an idle instance, a new one while the pool is below its size,
 // or waits for one to come back.
 func (p *pool) get(ctx context.Context) (instance, error) {
-	select {
-	case in := <-p.idle:
-		return in, nil
-	default:
-	}
-	select {
-	case in := <-p.idle:
-		return in, nil
-	case p.slots <- struct{}{}:
-		if p.isClosed() {
-			<-p.slots
-			return nil, errPoolClosed
-		}
-		in, err := p.newInstance(ctx)
-		if err != nil {
-			<-p.slots
-			return nil, err
-		}
-		return in, nil
-	case <-p.done:
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
 		return nil, errPoolClosed
+	}
+	if len(p.ring) == 0 {
+		if n := len(p.idle); n > 0 {
+			in := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return in, nil
+		}
+		if p.live < p.size {
+			p.live++
+			p.mu.Unlock()
+			return p.create(ctx)
+		}
+	}
+	w := &waiter{principal: PrincipalOf(ctx), ch: make(chan handoff, 1)}
+	p.enqueueLocked(w)
+	p.mu.Unlock()
+
+	select {
+	case h := <-w.ch:
+		return p.take(ctx, h)
 	case <-ctx.Done():
+		p.abandon(w)
 		return nil, ctx.Err()
+	case <-p.done:
+		p.abandon(w)
+		return nil, errPoolClosed
+	}
+}
+
+// take turns a handoff into an instance: the instance itself, or a new one
+// made in the slot handed over.
+func (p *pool) take(ctx context.Context, h handoff) (instance, error) {
+	if !h.create {
+		return h.in, nil
+	}
+	return p.create(ctx)
+}
+
+// create makes an instance in a slot already counted in live.
+func (p *pool) create(ctx context.Context) (instance, error) {
+	in, err := p.newInstance(ctx)
+	if err != nil {
+		p.mu.Lock()
+		p.live--
+		p.dispatchLocked()
+		p.mu.Unlock()
+		return nil, err
+	}
+	return in, nil
+}
+
+// abandon takes a waiter out of its queue; when an instance was handed to
+// it meanwhile, the instance goes back.
+func (p *pool) abandon(w *waiter) {
+	p.mu.Lock()
+	q := p.queues[w.principal]
+	for i, x := range q {
+		if x == w {
+			p.queues[w.principal] = append(q[:i:i], q[i+1:]...)
+			if len(p.queues[w.principal]) == 0 {
+				p.dropPrincipalLocked(w.principal)
+			}
+			p.mu.Unlock()
+			return
+		}
+	}
+	p.mu.Unlock()
+	// Already handed something: give it back.
+	h := <-w.ch
+	if h.create {
+		p.mu.Lock()
+		p.live--
+		p.dispatchLocked()
+		p.mu.Unlock()
+		return
+	}
+	p.put(h.in, true)
+}
+
+func (p *pool) enqueueLocked(w *waiter) {
+	if len(p.queues[w.principal]) == 0 {
+		// A principal newly waiting joins the ring last in turn order
+		// (just before the one served next): it waits at most one turn
+		// of each principal already waiting.
+		p.ring = append(p.ring, "")
+		copy(p.ring[p.next+1:], p.ring[p.next:])
+		p.ring[p.next] = w.principal
+		if len(p.ring) > 1 {
+			p.next++
+		}
+	}
+	p.queues[w.principal] = append(p.queues[w.principal], w)
+}
+
+func (p *pool) dropPrincipalLocked(principal string) {
+	delete(p.queues, principal)
+	for i, x := range p.ring {
+		if x == principal {
+			p.ring = append(p.ring[:i], p.ring[i+1:]...)
+			if i < p.next {
+				p.next--
+			}
+			break
+		}
+	}
+	if p.next >= len(p.ring) {
+		p.next = 0
+	}
+}
+
+// nextWaiterLocked pops the first waiter of the principal whose turn it is.
+func (p *pool) nextWaiterLocked() *waiter {
+	if len(p.ring) == 0 {
+		return nil
+	}
+	principal := p.ring[p.next]
+	q := p.queues[principal]
+	w := q[0]
+	p.queues[principal] = q[1:]
+	if len(q) == 1 {
+		p.dropPrincipalLocked(principal)
+	} else {
+		p.next = (p.next + 1) % len(p.ring)
+	}
+	return w
+}
+
+// dispatchLocked hands a free slot to the next waiter, if any.
+func (p *pool) dispatchLocked() {
+	if p.closed || p.live >= p.size {
+		return
+	}
+	if w := p.nextWaiterLocked(); w != nil {
+		p.live++
+		w.ch <- handoff{create: true}
 	}
 }
 
@@ -65,35 +214,43 @@ func (p *pool) get(ctx context.Context) (instance, error) {
 func (p *pool) put(in instance, healthy bool) {
 	p.mu.Lock()
 	if healthy && !p.closed {
-		select {
-		case p.idle <- in:
+		if w := p.nextWaiterLocked(); w != nil {
+			w.ch <- handoff{in: in}
 			p.mu.Unlock()
 			return
-		default:
 		}
+		p.idle = append(p.idle, in)
+		p.mu.Unlock()
+		return
 	}
+	p.live--
+	p.dispatchLocked()
 	p.mu.Unlock()
 	in.close()
-	<-p.slots
 }
 
 // add puts a fresh instance into the pool, when there is room (prewarming).
 func (p *pool) add(in instance) {
-	select {
-	case p.slots <- struct{}{}:
-		p.put(in, true)
-	default:
+	p.mu.Lock()
+	if p.closed || p.live >= p.size {
+		p.mu.Unlock()
 		in.close()
+		return
 	}
+	p.live++
+	p.mu.Unlock()
+	p.put(in, true)
 }
 
-func (p *pool) isClosed() bool {
+// stats returns the instances that exist, those idle, and the size.
+func (p *pool) stats() (live, idle, size int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.closed
+	return p.live, len(p.idle), p.size
 }
 
-// close closes the idle instances; those in use are closed when they come back.
+// close closes the idle instances; those in use are closed when they come
+// back, and waiters get errPoolClosed.
 func (p *pool) close() {
 	p.mu.Lock()
 	if p.closed {
@@ -102,14 +259,22 @@ func (p *pool) close() {
 	}
 	p.closed = true
 	close(p.done)
+	idle := p.idle
+	p.idle = nil
+	p.live -= len(idle)
 	p.mu.Unlock()
-	for {
-		select {
-		case in := <-p.idle:
-			in.close()
-			<-p.slots
-		default:
-			return
-		}
+	for _, in := range idle {
+		in.close()
 	}
+}
+
+// waiting is how many callers wait for an instance.
+func (p *pool) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, q := range p.queues {
+		n += len(q)
+	}
+	return n
 }

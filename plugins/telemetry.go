@@ -68,9 +68,10 @@ func (r *Registry) registerGauges(meter metric.Meter) error {
 		defer r.mu.RUnlock()
 		for _, p := range r.plugins {
 			attrs := metric.WithAttributeSet(p.attrs)
-			o.ObserveInt64(live, int64(len(p.pool.slots)), attrs)
-			o.ObserveInt64(idle, int64(len(p.pool.idle)), attrs)
-			o.ObserveInt64(size, int64(cap(p.pool.slots)), attrs)
+			nLive, nIdle, nSize := p.pool.stats()
+			o.ObserveInt64(live, int64(nLive), attrs)
+			o.ObserveInt64(idle, int64(nIdle), attrs)
+			o.ObserveInt64(size, int64(nSize), attrs)
 			o.ObserveInt64(mem, p.memPages.Load(), attrs)
 		}
 		return nil
