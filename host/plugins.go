@@ -94,6 +94,9 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 	if m.configFile != "" {
 		reserved = append(reserved, m.configFile)
 	}
+	// The key-value quota starts from what the store holds, where the
+	// backend can tell (Badger); elsewhere from zero at each start.
+	kvUsage, _ := m.store.(plugins.KVUsager)
 	reg, err := plugins.New(plugins.Config{
 		CacheDir: cacheDir,
 		Policy: plugins.Policy{
@@ -107,6 +110,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 		},
 		Egress:    egress,
 		KV:        m.store,
+		KVUsage:   kvUsage,
 		Artifacts: m.artifacts,
 		OnEvent: func(e plugins.Event) {
 			if e.Err != nil {

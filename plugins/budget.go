@@ -184,7 +184,7 @@ func (w *rateWindow) take(n, perMinute int64) bool {
 	return true
 }
 
-// KVUsager is a key-value store that can tell how much a namespace holds;
+// KVUsager tells how much a key-value namespace holds (Config.KVUsage);
 // with it a plugin's quota counts what earlier runs of the host stored.
 type KVUsager interface {
 	KVUsage(ctx context.Context, ns string) (keys, bytes int64, err error)
@@ -231,7 +231,7 @@ func (s *callState) kvSet(ctx context.Context, key string, val []byte) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.known {
-		if u, ok := p.kv.(KVUsager); ok {
+		if u := p.kvUsage; u != nil {
 			keys, bytes, err := u.KVUsage(ctx, p.Name())
 			if err != nil {
 				return fmt.Errorf("quota: %w", err)

@@ -127,7 +127,7 @@ func TestKVBudgetAndQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	budgets := Budgets{KVQuotaBytes: 3 << 20, KVQuotaKeys: 1500}
-	r := loadFlood(t, Config{KV: db, Policy: Policy{Budgets: budgets}}, nil)
+	r := loadFlood(t, Config{KV: db, KVUsage: db, Policy: Policy{Budgets: budgets}}, nil)
 	over := func(args, want string) {
 		t.Helper()
 		res := mustCall(t, r, "flood", args)
@@ -146,7 +146,15 @@ func TestKVBudgetAndQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	_ = dir
+
+	// A restart on the same store: the quota starts from what it holds.
+	db, err = store.Open(store.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	r = loadFlood(t, Config{KV: db, KVUsage: db, Policy: Policy{Budgets: budgets}}, nil)
+	over(`{"channel":"kv","n":600,"size":1,"start":5000}`, "holds too many keys")
 }
 
 // describe: a plugin offering a thousand tools, or a tool whose schema

@@ -75,6 +75,7 @@ type Plugin struct {
 	budgets Budgets    // with defaults filled in
 	logRate rateWindow // the plugin's log bytes this minute
 	kvQuota *kvQuota   // shared by every version of the plugin
+	kvUsage KVUsager
 
 	tel      *telemetry
 	attrs    attribute.Set // plugin, version: the labels of its metrics
@@ -160,6 +161,7 @@ type loadEnv struct {
 	artifacts ArtifactWriter
 	tel       *telemetry
 	kvQuotas  *kvQuotas
+	kvUsage   KVUsager
 }
 
 // loadPlugin reads, verifies, compiles and validates a plugin. It returns a
@@ -186,7 +188,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		log: env.log.With("plugin", m.Name, "version", m.Version),
 		kv:  env.kv, egress: env.egress, artifacts: env.artifacts,
 		loadedAt: time.Now(), tel: env.tel,
-		budgets: env.policy.Budgets.withDefaults(), kvQuota: env.kvQuotas.of(m.Name),
+		budgets: env.policy.Budgets.withDefaults(), kvQuota: env.kvQuotas.of(m.Name), kvUsage: env.kvUsage,
 		attrs: attribute.NewSet(attribute.String("plugin", m.Name), attribute.String("version", m.Version)),
 	}
 	if len(g.Refused) > 0 {

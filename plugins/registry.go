@@ -31,6 +31,9 @@ type Config struct {
 	Egress *Egress
 	// KV backs the plugins' key-value spaces; nil: kv_* answer an error.
 	KV KV
+	// KVUsage tells what each plugin's key-value space already holds, the
+	// start of its quota (nil: each run of the host counts from zero).
+	KVUsage KVUsager
 	// Artifacts backs artifact_write; nil: it answers an error.
 	Artifacts ArtifactWriter
 	// LookupEnv resolves the secrets manifests name; nil: os.LookupEnv.
@@ -181,7 +184,7 @@ func New(cfg Config) (*Registry, error) {
 		env: loadEnv{
 			cache: cache, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
-			kvQuotas: &kvQuotas{},
+			kvQuotas: &kvQuotas{}, kvUsage: cfg.KVUsage,
 		},
 		onEvent:   cfg.OnEvent,
 		log:       log,
