@@ -100,9 +100,9 @@ type Registry struct {
 	onEvent func(Event)
 	log     *slog.Logger
 
-	// ctx is done when the registry closes: loads still running stop.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// closing is closed when the registry closes: loads still running stop.
+	closing   chan struct{}
+	closeOnce sync.Once
 
 	loadMu    sync.Mutex // one swap (the end of a load) or unload at a time
 	sourcesMu sync.Mutex
@@ -195,7 +195,7 @@ func New(cfg Config) (*Registry, error) {
 		loadingMu: map[string]*sync.Mutex{},
 		loading:   map[string]time.Time{},
 	}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.closing = make(chan struct{})
 	if cfg.Meter != nil {
 		if err := r.registerGauges(cfg.Meter); err != nil {
 			return nil, fmt.Errorf("plugins: %w", err)
@@ -207,7 +207,7 @@ func New(cfg Config) (*Registry, error) {
 // Close unloads every plugin (each closes when its running calls end) and
 // closes the compilation cache.
 func (r *Registry) Close() error {
-	r.cancel() // loads still running stop at once
+	r.closeOnce.Do(func() { close(r.closing) }) // loads still running stop at once
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
 	r.mu.Lock()
@@ -246,8 +246,13 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 	defer unlock()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	unwatch := context.AfterFunc(r.ctx, stop)
-	defer unwatch()
+	go func(done <-chan struct{}) {
+		select {
+		case <-r.closing:
+			stop()
+		case <-done:
+		}
+	}(ctx.Done())
 	ctx, span := r.startLoad(ctx, path)
 	r.setLoading(source, start)
 	defer r.setLoading(source, time.Time{})
