@@ -64,6 +64,7 @@ func TestSpinningLoadBlocksNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.Close() }) // stops the spinning load if the test ends early
 	spin := install(t, dir, "initspin", fixtureWasm(t, "initspin"), nil)
 	done := make(chan error, 1)
 	go func() {
