@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/looopy-go/looopy/loop"
 )
@@ -123,6 +124,12 @@ func newRegistry(t testing.TB, cfg Config) *Registry {
 	if cfg.CacheDir == "" {
 		// one compilation cache for the whole run: each guest compiles once
 		cfg.CacheDir = filepath.Join(buildDir, "cache")
+	}
+	if cfg.Policy.LoadTimeout == 0 {
+		// Loads are bounded by a hang guard here, not by the default: a Go
+		// guest's _initialize under the race detector on a loaded machine
+		// can take seconds. Tests of the timeout set their own.
+		cfg.Policy.LoadTimeout = 5 * time.Minute
 	}
 	r, err := New(cfg)
 	if err != nil {
