@@ -31,6 +31,13 @@ type PluginStatus struct {
 	Error    string   `json:"error,omitempty"`
 	Calls    int64    `json:"calls"`
 	Failures int64    `json:"failures"`
+	// Sandboxed is true for Wasm plugins; outside MCP servers are not.
+	Sandboxed bool `json:"sandboxed"`
+	// Grant is what a Wasm plugin was granted.
+	Grant  *GrantView `json:"grant,omitempty"`
+	Source string     `json:"source,omitempty"`
+	Since  string     `json:"since,omitempty"`
+	Note   string     `json:"note,omitempty"`
 }
 
 // errNoPlugins: the admin API was asked about plugins with no runtime.

@@ -45,6 +45,11 @@ func (s *Server) skills(ctx context.Context) []a2a.AgentSkill {
 	var out []a2a.AgentSkill
 	seen := map[string]bool{}
 	for _, ts := range s.toolsets {
+		tags, note := []string{"tool"}, ""
+		if sb, ok := ts.(interface{ Sandboxed() bool }); ok && !sb.Sandboxed() {
+			// An outside MCP server's tool: the card says it runs unconfined.
+			tags, note = []string{"tool", "mcp", "not-sandboxed"}, " (from an outside MCP server: NOT sandboxed)"
+		}
 		tools, err := ts.Tools(ctx)
 		if err != nil {
 			s.log.WarnContext(ctx, "toolset left off the agent card", "error", err.Error())
@@ -59,7 +64,7 @@ func (s *Server) skills(ctx context.Context) []a2a.AgentSkill {
 			if desc == "" {
 				desc = "the " + t.Name + " tool"
 			}
-			out = append(out, a2a.AgentSkill{ID: t.Name, Name: t.Name, Description: desc, Tags: []string{"tool"}})
+			out = append(out, a2a.AgentSkill{ID: t.Name, Name: t.Name, Description: desc + note, Tags: tags})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/looopy-go/looopy/pdk"
 )
 
 // Config is the whole configuration of the host. A zero field means its
@@ -36,10 +38,13 @@ type Config struct {
 
 	Agent   AgentConfig   `json:"agent"`
 	Plugins PluginsConfig `json:"plugins"`
-	Model   ModelConfig   `json:"model"`
-	Auth    AuthConfig    `json:"auth"`
-	Admin   AdminConfig   `json:"admin"`
-	Limits  LimitsConfig  `json:"limits"`
+	// MCP: the host's tools served over MCP, and outside MCP servers as
+	// toolsets of the agent.
+	MCP    MCPConfig    `json:"mcp"`
+	Model  ModelConfig  `json:"model"`
+	Auth   AuthConfig   `json:"auth"`
+	Admin  AdminConfig  `json:"admin"`
+	Limits LimitsConfig `json:"limits"`
 	// Observability: the /metrics token and usage limits per principal.
 	// Spans are exported as the standard OTEL_* environment says.
 	Observability ObservabilityConfig `json:"observability"`
@@ -135,30 +140,10 @@ type LimitsConfig struct {
 	LeaseTTL Duration `json:"leaseTTL,omitempty"`
 }
 
-// Duration is a time.Duration that reads and writes as "1m30s" in JSON.
-type Duration time.Duration
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads "1m30s" or a number of nanoseconds.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("duration %q: %w", s, err)
-		}
-		*d = Duration(v)
-		return nil
-	}
-	var n int64
-	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("duration must be a string like \"30s\" or nanoseconds: %s", b)
-	}
-	*d = Duration(n)
-	return nil
-}
+// Duration is the one duration format of the config and of plugin
+// manifests: a string like "30s" or "1m30s" (see pdk.Duration). A bare
+// number is refused with an error that says so.
+type Duration = pdk.Duration
 
 // Default values.
 const (
@@ -223,6 +208,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Store.validate(); err != nil {
+		return err
+	}
+	if err := c.MCP.validate(); err != nil {
 		return err
 	}
 	switch c.LogFormat {

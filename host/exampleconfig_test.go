@@ -24,6 +24,7 @@ func TestExampleConfigStartsWithSecretsSet(t *testing.T) {
 		"LOOOPY_KEY_BOB":     "bob-key-0123456789",
 		"LOOOPY_ADMIN_TOKEN": "admin-token-0123456789",
 		"OPENAI_API_KEY":     "sk-openai-0123456789",
+		"NOTES_TOKEN":        "notes-token-0123456789",
 	}
 	for k, v := range secrets {
 		t.Setenv(k, v)

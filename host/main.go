@@ -194,6 +194,20 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if err != nil {
 		return err
 	}
+	sandboxed := loop.Toolset(nil)
+	if len(toolsets) > 0 {
+		sandboxed = toolsets[0] // the plugin registry: what /mcp serves
+	}
+	mcpTools, err := m.startMCPClients(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for _, t := range mcpTools {
+		toolsets = append(toolsets, t)
+	}
+	if admin, ok := admin.(*pluginAdmin); ok {
+		admin.mcp = mcpTools
+	}
 	// Listen once the plugins are loaded (each load is bounded by its
 	// timeout): until then a client is refused at once rather than left
 	// hanging, and /readyz answering means the host is ready.
@@ -232,6 +246,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 		Plugins:   admin,
 		Artifacts: arts,
 		Logger:    m.log,
+		MCPTools:  sandboxed,
 	})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/looopy-go/looopy/host/mcp"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/plugins"
 )
@@ -51,6 +52,10 @@ type PluginsConfig struct {
 	Budgets plugins.Budgets `json:"budgets"`
 	// CacheDir is wazero's compilation cache (default <data>/wasm-cache).
 	CacheDir string `json:"cacheDir,omitempty"`
+	// MaxCallTimeout is the longest callTimeout a manifest may have
+	// (default 30s). One that asks for more gets this, and the log and
+	// /admin/plugins say it was capped.
+	MaxCallTimeout Duration `json:"maxCallTimeout,omitempty"`
 }
 
 // loadPlugins loads every plugin of the plugin folder into a registry and
@@ -107,6 +112,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			Secrets:             cfg.Plugins.Secrets,
 			LoadTimeout:         time.Duration(cfg.Plugins.LoadTimeout),
 			Budgets:             cfg.Plugins.Budgets,
+			MaxCallTimeout:      time.Duration(cfg.Plugins.MaxCallTimeout),
 		},
 		Egress:    egress,
 		KV:        m.store,
@@ -183,6 +189,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 type pluginAdmin struct {
 	reg *plugins.Registry
 	dir string
+	mcp []*mcp.Toolset // outside MCP servers, listed among the plugins
 }
 
 var _ PluginAdmin = (*pluginAdmin)(nil)
@@ -190,9 +197,16 @@ var _ PluginAdmin = (*pluginAdmin)(nil)
 func (p *pluginAdmin) Plugins(ctx context.Context) ([]PluginStatus, error) {
 	var out []PluginStatus
 	for _, in := range p.reg.List() {
-		out = append(out, PluginStatus{Name: in.Name, Version: in.Version, Kind: in.Kind, SHA256: in.SHA256,
+		ps := PluginStatus{Name: in.Name, Version: in.Version, Kind: in.Kind, SHA256: in.SHA256,
 			Tools: in.Tools, Healthy: in.Health == "ok", State: in.State, Health: in.Health, Error: in.LastError,
-			Calls: in.Calls, Failures: in.Failures})
+			Calls: in.Calls, Failures: in.Failures, Sandboxed: true, Source: in.Source}
+		if pl, ok := p.reg.Plugin(in.Name); ok && in.State == "serving" {
+			ps.Grant = grantView(pl.Grant())
+		}
+		out = append(out, ps)
+	}
+	for _, t := range p.mcp {
+		out = append(out, mcpStatus(t.Status()))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/looopy-go/looopy/artifacts"
+	"github.com/looopy-go/looopy/host/mcp"
 	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
@@ -42,6 +43,9 @@ type Options struct {
 	// Artifacts, when set, is served at GET /artifacts/{id}.
 	Artifacts *artifacts.DB
 	Logger    *slog.Logger
+	// MCPTools, when set, are served to MCP clients at /mcp: the host's
+	// Wasm-sandboxed tools (never an outside MCP server's).
+	MCPTools loop.Toolset
 
 	tel *telemetry // Main's; nil: the server makes its own from the environment
 	// crashpoint is Main's crash hook for the crash tests (see
@@ -63,6 +67,7 @@ type Server struct {
 	artifacts *artifacts.DB
 	log       *slog.Logger
 	ready     atomic.Bool
+	mcp       *mcp.Server
 
 	tel          *telemetry
 	ownTel       bool // tel was made here: Shutdown stops it
@@ -163,6 +168,11 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	s.tasks.StartBackground()
+	if !cfg.MCP.Disabled {
+		if s.mcp, err = s.newMCPServer(opts.MCPTools, opts.Model); err != nil {
+			return nil, fmt.Errorf("new server: %w", err)
+		}
+	}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "looopy",
 		BodyLimit:             cfg.Limits.MaxBodyBytes,
@@ -219,6 +229,9 @@ func (s *Server) register(r fiber.Router, mounted bool) {
 	r.Get("/healthz", h(func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) }))
 	r.Get("/readyz", h(s.handleReady))
 	r.Get("/metrics", h(s.handleMetrics))
+	if s.mcp != nil {
+		r.All("/mcp", s.mcpHandler())
+	}
 	admin := r.Group("/admin")
 	if mounted {
 		admin.Use(func(c *fiber.Ctx) error {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/looopy-go/looopy/pdk"
 )
@@ -59,33 +58,9 @@ type PathGrant struct {
 	Resolved string `json:"-"`
 }
 
-// Duration is a time.Duration that reads "30s" or a number of milliseconds.
-type Duration time.Duration
-
-// UnmarshalJSON accepts "1m30s" or milliseconds.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("duration %q: %w", s, err)
-		}
-		*d = Duration(v)
-		return nil
-	}
-	var ms int64
-	if err := json.Unmarshal(b, &ms); err != nil {
-		return fmt.Errorf("duration: want a string like \"30s\" or milliseconds: %w", err)
-	}
-	*d = Duration(time.Duration(ms) * time.Millisecond)
-	return nil
-}
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+// Duration is the one duration format of manifests and the host's config:
+// a string like "30s" (see pdk.Duration); a bare number is refused.
+type Duration = pdk.Duration
 
 var (
 	nameRE    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)

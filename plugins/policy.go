@@ -130,6 +130,16 @@ func (p Policy) Grant(m *Manifest, lookupEnv func(string) (string, bool)) Grant 
 	g.CallTimeout = limit(time.Duration(c.CallTimeout), DefaultCallTimeout, p.MaxCallTimeout)
 	g.OutputLimit = limit(c.OutputLimit, DefaultOutputLimit, p.MaxOutputLimit)
 	g.Instances = limit(c.Instances, DefaultInstances, p.MaxInstances)
+	// A limit asked for above the policy's maximum is capped, and said so.
+	capped := func(what string, asked, got any, over bool) {
+		if over {
+			g.Refused = append(g.Refused, fmt.Sprintf("%s %v capped at %v by the host's policy", what, asked, got))
+		}
+	}
+	capped("memoryPages", c.MemoryPages, g.MemoryPages, c.MemoryPages > g.MemoryPages)
+	capped("callTimeout", time.Duration(c.CallTimeout), g.CallTimeout, time.Duration(c.CallTimeout) > g.CallTimeout)
+	capped("outputLimit", c.OutputLimit, g.OutputLimit, c.OutputLimit > g.OutputLimit)
+	capped("instances", c.Instances, g.Instances, c.Instances > g.Instances)
 
 	for _, f := range c.HostFunctions {
 		if p.HostFunctions == nil || slices.Contains(p.HostFunctions, f) {

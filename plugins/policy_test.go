@@ -64,7 +64,8 @@ func TestGrantIsRequestedIntersectAllowed(t *testing.T) {
 		t.Errorf("secrets = %v", g.Secrets)
 	}
 	refused := strings.Join(g.Refused, ",")
-	for _, w := range []string{"host x.other.org", "private network", "path /etc (outside", "path " + filepath.Dir(data) + "/etc (does not resolve", "host function http_request", "secret other"} {
+	for _, w := range []string{"host x.other.org", "private network", "path /etc (outside", "path " + filepath.Dir(data) + "/etc (does not resolve", "host function http_request", "secret other",
+		"callTimeout 2m0s capped at 1m0s", "memoryPages 4096 capped at 1024", "instances 64 capped at 8"} {
 		if !strings.Contains(refused, w) {
 			t.Errorf("refused %q lacks %q", refused, w)
 		}
@@ -79,7 +80,7 @@ func TestGrantDefaults(t *testing.T) {
 	if len(g.AllowedHosts) != 0 || len(g.Paths) != 0 || len(g.HostFunctions) != 0 {
 		t.Errorf("the zero policy granted %+v", g)
 	}
-	g = Policy{AllowedHosts: []string{"*"}}.Grant(manifestFor(t, `{"allowedHosts":["a.com","127.0.0.1"],"callTimeout":1500}`, ""), nil)
+	g = Policy{AllowedHosts: []string{"*"}}.Grant(manifestFor(t, `{"allowedHosts":["a.com","127.0.0.1"],"callTimeout":"1500ms"}`, ""), nil)
 	if !slices.Equal(g.AllowedHosts, []string{"a.com"}) || g.CallTimeout != 1500*time.Millisecond {
 		t.Errorf("star policy: %v %s", g.AllowedHosts, g.CallTimeout)
 	}

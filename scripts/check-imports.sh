@@ -23,4 +23,6 @@ deny ./host/taskrt "gofiber|dgraph-io/badger|redis/go-redis|minio/minio-go|tetra
 deny ./artifacts/... "gofiber|tetratelabs/wazero|extism|redis/go-redis|^$mod/(plugins|host|sse)"
 # The S3 client stays in its own package: the artifact store itself names no engine.
 deny ./artifacts "minio/minio-go"
+deny ./host/mcp/... "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|redis/go-redis|minio/minio-go|^$mod/(store|plugins|host$|host/cli|sse|artifacts|cmd)"
+deny ./host/cli/... "^$mod/cmd"
 exit $fail
