@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"sync"
 	"unsafe"
 )
 
@@ -88,17 +86,10 @@ func hostError(op string, ret int64) error {
 	return fmt.Errorf("%s: %s", op, msg)
 }
 
-// ErrCanceled is returned by the functions that talk to the host once the
-// call was cancelled: the handler should return.
-var ErrCanceled = &Error{Code: CodeCanceled, Message: "call cancelled"}
-
 // Log sends a line to the host's log, under the plugin's name.
 func Log(level LogLevel, msg string) {
 	hostLog(int32(level), stringPtr(msg), int32(len(msg)))
 }
-
-// Logf logs a formatted line at info level.
-func Logf(format string, args ...any) { Log(LevelInfo, fmt.Sprintf(format, args...)) }
 
 func emit(kind EmitKind, v any) error {
 	b, err := json.Marshal(v)
@@ -159,14 +150,6 @@ func KVDelete(key string) error {
 		return hostError("kv delete", int64(r))
 	}
 	return nil
-}
-
-// HTTPResponse is a response from the egress broker. Body streams: read it
-// as it arrives and close it when done.
-type HTTPResponse struct {
-	Status  int
-	Headers map[string][]string
-	Body    io.ReadCloser
 }
 
 // HTTP sends a request through the host's egress broker: only the hosts the
@@ -265,38 +248,3 @@ func WriteArtifact(ctx context.Context, w *ArtifactWrite) (string, error) {
 	}
 	return out.ArtifactID, nil
 }
-
-var config = sync.OnceValue(func() map[string]any {
-	m := map[string]any{}
-	if s := os.Getenv(EnvConfig); s != "" {
-		_ = json.Unmarshal([]byte(s), &m)
-	}
-	return m
-})
-
-// Config returns a value of the manifest's config map: a string as it is,
-// any other value as JSON; "" when absent.
-func Config(key string) string {
-	v, ok := config()[key]
-	if !ok || v == nil {
-		return ""
-	}
-	if s, ok := v.(string); ok {
-		return s
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-// ConfigJSON decodes the whole config map into v.
-func ConfigJSON(v any) error {
-	b, err := json.Marshal(config())
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}
-
-// Secret returns a secret the manifest names and the host resolved from its
-// environment ("" when absent). Never log it.
-func Secret(name string) string { return os.Getenv(EnvSecretPrefix + name) }

@@ -137,6 +137,15 @@ func (d *looopyDriver) newInstance(ctx context.Context) (instance, error) {
 func checkLooopyExports(cm wazero.CompiledModule) error {
 	var errs []string
 	fns := cm.ExportedFunctions()
+	_, start := fns["_start"]
+	if _, init := fns["_initialize"]; start && !init {
+		// A WASI command, not a reactor: its exports trap until _start has
+		// run main (for Go: runtime.notInitialized). The usual cause is a Go
+		// plugin built without -buildmode=c-shared.
+		return errors.New("the module is a WASI command (it exports _start, not _initialize), so its exports cannot be called: " +
+			"build a Go plugin with -buildmode=c-shared (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o plugin.wasm .; " +
+			"`looopy plugin build` does), or a C plugin with -mexec-model=reactor")
+	}
 	want := map[string][2][]api.ValueType{
 		pdk.ExportAlloc: {{i32}, {i32}},
 		pdk.ExportCall:  {{i32, i32, i32}, {i64}},

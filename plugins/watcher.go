@@ -26,6 +26,11 @@ type WatchConfig struct {
 	// Rescan is the period of a full rescan, in case a file-system event
 	// was missed (default 30s; negative: never).
 	Rescan time.Duration
+	// Settle is how long a plugin's files must have been left alone (by
+	// modification time) before they are read (default 1s): a plain `cp`
+	// still writing a .wasm is waited for, not reported as a broken plugin.
+	// It applies to the changes seen while watching, not to Scan.
+	Settle time.Duration
 	Logger *slog.Logger // nil: the registry's
 }
 
@@ -40,8 +45,10 @@ type Watcher struct {
 	cfg WatchConfig
 	log *slog.Logger
 
-	mu    sync.Mutex
-	known map[string]string // manifest path -> fingerprint of manifest and wasm
+	mu        sync.Mutex
+	known     map[string]string // manifest path -> fingerprint of manifest and wasm
+	unsettled bool              // the last scan left a plugin whose files are still being written
+	now       func() time.Time
 }
 
 // NewWatcher returns a watcher of cfg.Dir for r. Run starts it.
@@ -60,11 +67,14 @@ func NewWatcher(r *Registry, cfg WatchConfig) (*Watcher, error) {
 	if cfg.Rescan == 0 {
 		cfg.Rescan = 30 * time.Second
 	}
+	if cfg.Settle == 0 {
+		cfg.Settle = time.Second
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = r.log
 	}
-	return &Watcher{r: r, cfg: cfg, log: log.With("watch", dir), known: map[string]string{}}, nil
+	return &Watcher{r: r, cfg: cfg, log: log.With("watch", dir), known: map[string]string{}, now: time.Now}, nil
 }
 
 // Run scans the folder, then watches it until ctx is done. It returns nil
@@ -115,10 +125,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			debounce.Reset(w.cfg.Debounce)
 		case <-debounce.C:
 			w.watchSubdirs(fw)
-			w.Scan(ctx)
+			w.scan(ctx, true)
 		case <-rescan:
 			w.watchSubdirs(fw)
-			w.Scan(ctx)
+			w.scan(ctx, true)
+		}
+		if w.isUnsettled() {
+			debounce.Reset(w.cfg.Settle) // look again once the writer is done
 		}
 	}
 }
@@ -142,7 +155,12 @@ func (w *Watcher) watchSubdirs(fw *fsnotify.Watcher) {
 // Scan brings the registry in step with the folder once: loads what is new
 // or changed, unloads what is gone. Failures are reported by the registry
 // (log and event) and leave the previous version serving.
-func (w *Watcher) Scan(ctx context.Context) {
+func (w *Watcher) Scan(ctx context.Context) { w.scan(ctx, false) }
+
+// scan is Scan; with settle, a plugin whose files changed less than Settle
+// ago is left for a later scan (a change seen while the folder is watched
+// may be a copy in progress; at start the files are what they are).
+func (w *Watcher) scan(ctx context.Context, settle bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	found := map[string]string{}
@@ -167,12 +185,19 @@ func (w *Watcher) Scan(ctx context.Context) {
 		paths = append(paths, mf)
 	}
 	sort.Strings(paths)
+	w.unsettled = false
 	// Changed plugins load side by side: one whose load is slow (or runs
 	// into its load timeout) holds up no other.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, scanParallel)
 	for _, mf := range paths {
 		if w.known[mf] == found[mf] {
+			continue
+		}
+		if age, ok := youngest(filepath.Dir(mf), w.now()); settle && ok && age < w.cfg.Settle {
+			// Still being written (or just written): read it once it has
+			// been left alone for Settle, not half-way.
+			w.unsettled = true
 			continue
 		}
 		w.known[mf] = found[mf]
@@ -193,6 +218,31 @@ func (w *Watcher) Scan(ctx context.Context) {
 			}
 		}
 	}
+}
+
+func (w *Watcher) isUnsettled() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.unsettled
+}
+
+// youngest returns the age of the most recently modified file of a
+// plugin's folder.
+func youngest(dir string, now time.Time) (time.Duration, bool) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, false
+	}
+	var newest time.Time
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && !e.IsDir() && fi.ModTime().After(newest) {
+			newest = fi.ModTime()
+		}
+	}
+	if newest.IsZero() {
+		return 0, false
+	}
+	return now.Sub(newest), true
 }
 
 // fingerprint digests a manifest and names the size and time of the files

@@ -154,3 +154,49 @@ func TestAdminLoadUnload(t *testing.T) {
 		t.Fatalf("list = %s", b)
 	}
 }
+
+// A plugin copied in slowly (a plain cp of a large .wasm) is read once its
+// files are left alone, not half-way: no failure is reported for it.
+func TestWatcherWaitsForACopyToSettle(t *testing.T) {
+	dir := t.TempDir()
+	events := make(chan Event, 16)
+	r := newRegistry(t, Config{OnEvent: func(ev Event) { events <- ev }})
+	w, err := NewWatcher(r, WatchConfig{Dir: dir, Settle: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm, err := os.ReadFile(guestWasm(t, "echo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := install(t, dir, "echo", guestWasm(t, "echo"), nil)
+	// The copy is half-way: the manifest is there, the .wasm half written.
+	half := filepath.Join(pd, "echo.wasm")
+	if err := os.WriteFile(half, wasm[:len(wasm)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.scan(context.Background(), true)
+	if got := r.List(); len(got) != 0 {
+		t.Fatalf("a plugin still being written was read: %+v", got)
+	}
+	select {
+	case ev := <-events:
+		t.Fatalf("event for a plugin still being written: %+v", ev)
+	default:
+	}
+	if !w.isUnsettled() {
+		t.Error("the watcher does not know to look again")
+	}
+	// The copy ends; once the files are older than Settle the plugin loads.
+	if err := os.WriteFile(half, wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	w.scan(context.Background(), true)
+	if ev := waitEvent(t, events, EventLoaded); ev.Name != "echo" {
+		t.Fatalf("loaded %+v", ev)
+	}
+	if w.isUnsettled() {
+		t.Error("still unsettled after the load")
+	}
+}

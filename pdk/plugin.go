@@ -1,14 +1,10 @@
-//go:build wasip1
-
 package pdk
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
-	"unsafe"
 )
 
 // A Go plugin is a package main that imports pdk, registers its tools, model
@@ -16,8 +12,12 @@ import (
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o plugin.wasm .
 //
-// Importing pdk is all it takes to export the Looopy ABI (looopy_abi_v1,
-// looopy_alloc, looopy_call): the exports live in this package.
+// (`looopy plugin build` does). Importing pdk is all it takes to export the
+// Looopy ABI (looopy_abi_v1, looopy_alloc, looopy_call): with GOOS=wasip1 the
+// exports live in this package. On every other GOOS the same API compiles,
+// so go doc, editors and the plugin's own native tests see it: registration
+// works and CallLocal runs a registered tool in-process; the functions that
+// need the host answer ErrNoHost.
 
 // The registry a plugin fills in init. A plugin instance serves one call at a
 // time, so none of this needs locking.
@@ -242,42 +242,6 @@ func dispatch(op Op, in []byte) ([]byte, error) {
 	return nil, &Error{Code: CodeUnsupported, Message: "this plugin does not answer " + op.String()}
 }
 
-// The ABI's memory: the input buffer looopy_alloc hands out and the output of
-// the last call. Both stay reachable from these globals, so the collector
-// keeps them until they are replaced.
-var (
-	inBuf  []byte
-	outBuf []byte
-)
-
-//go:wasmexport looopy_abi_v1
-func abiV1() {}
-
-//go:wasmexport looopy_alloc
-func abiAlloc(size int32) int32 {
-	if size < 1 {
-		size = 1
-	}
-	if cap(inBuf) < int(size) {
-		inBuf = make([]byte, size)
-	}
-	inBuf = inBuf[:size]
-	return int32(uintptr(unsafe.Pointer(&inBuf[0])))
-}
-
-//go:wasmexport looopy_call
-func abiCall(op, ptr, n int32) int64 {
-	var in []byte
-	if n > 0 {
-		if len(inBuf) == 0 || ptr != int32(uintptr(unsafe.Pointer(&inBuf[0]))) || int(n) > len(inBuf) {
-			return output(nil, &Error{Code: CodeBadInput, Message: "input not in the buffer looopy_alloc returned"})
-		}
-		in = inBuf[:n]
-	}
-	out, err := safeDispatch(Op(op), in)
-	return output(out, err)
-}
-
 func safeDispatch(op Op, in []byte) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -287,19 +251,24 @@ func safeDispatch(op Op, in []byte) (out []byte, err error) {
 	return dispatch(op, in)
 }
 
-func output(out []byte, err error) int64 {
-	status := StatusOK
-	if err != nil {
-		status = StatusError
-		var pe *Error
-		if !errors.As(err, &pe) {
-			pe = &Error{Code: CodeInternal, Message: err.Error()}
-		}
-		out = appendError(nil, pe)
+// CallLocal runs a registered tool in-process, through the same decoding and
+// result conversion the host's calls take: for a plugin's own native tests
+// (go test, any GOOS). Host functions the tool uses answer ErrNoHost outside
+// the sandbox.
+func CallLocal(ctx context.Context, name string, arguments json.RawMessage) (ToolResult, error) {
+	t := registry.tools[name]
+	if t == nil {
+		return ToolResult{}, &Error{Code: CodeUnknownTool, Message: fmt.Sprintf("no tool %q", name)}
 	}
-	if cap(outBuf) < len(out)+1 || cap(outBuf) > 1<<20 && len(out)+1 < cap(outBuf)/4 {
-		outBuf = make([]byte, 0, len(out)+1)
+	ctx = context.WithValue(ctx, metaKey{}, CallMeta{ToolCallID: "local"})
+	return t.call(ctx, arguments)
+}
+
+// Tools lists the tools registered so far, in registration order.
+func Tools() []ToolDefinition {
+	out := make([]ToolDefinition, 0, len(registry.order))
+	for _, n := range registry.order {
+		out = append(out, registry.tools[n].def)
 	}
-	outBuf = append(append(outBuf[:0], status), out...)
-	return int64(uintptr(unsafe.Pointer(&outBuf[0])))<<32 | int64(len(outBuf))
+	return out
 }
