@@ -19,6 +19,8 @@ const ManifestFile = "plugin.json"
 
 // Manifest describes a plugin: plugin.json beside the .wasm.
 type Manifest struct {
+	// Schema is ignored: it lets editors find docs/plugin.schema.json.
+	Schema       string            `json:"$schema,omitempty"`
 	Name         string            `json:"name"`
 	Version      string            `json:"version"`
 	Kind         pdk.Kind          `json:"kind"`
