@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -49,6 +50,49 @@ var script = sync.OnceValues(func() (*Script, error) {
 	return ParseScript(demoScript)
 })
 
+// userRules is the last reading of the rules file (config "rulesFile"),
+// read again whenever the file changes, so an edit applies to the next
+// model call with no rebuild or reload.
+var userRules struct {
+	mod  time.Time
+	size int64
+	read bool
+	s    *Script
+	err  error
+}
+
+// withUserRules puts the rules of the rules file, when there is one, before
+// the script's: a user's own rules on top of the demo. A missing file is no
+// rules; a broken one fails every call, naming the file and the rule.
+func withUserRules(base *Script) (*Script, error) {
+	file := pdk.Config("rulesFile")
+	if file == "" {
+		return base, nil
+	}
+	fi, err := os.Stat(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return base, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config rulesFile: %w (is its folder granted in capabilities.allowedPaths?)", err)
+	}
+	if !userRules.read || !fi.ModTime().Equal(userRules.mod) || fi.Size() != userRules.size {
+		userRules.read, userRules.mod, userRules.size = true, fi.ModTime(), fi.Size()
+		userRules.s, userRules.err = nil, nil
+		b, err := os.ReadFile(file)
+		if err == nil {
+			userRules.s, err = ParseScript(b)
+		}
+		if err != nil {
+			userRules.err = fmt.Errorf("rules file %s: %w", file, err)
+		}
+	}
+	if userRules.err != nil {
+		return nil, userRules.err
+	}
+	return userRules.s.Over(base), nil
+}
+
 func init() {
 	pdk.Info("scripted-model", "1.0.0")
 	pdk.Model(generate)
@@ -56,6 +100,9 @@ func init() {
 
 func generate(ctx context.Context, req *pdk.ModelRequest, delta func(pdk.Delta) error) (*pdk.ModelResponse, error) {
 	s, err := script()
+	if err == nil {
+		s, err = withUserRules(s)
+	}
 	if err != nil {
 		return nil, &pdk.Error{Code: "bad_config", Message: err.Error()}
 	}

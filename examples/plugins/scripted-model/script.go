@@ -253,3 +253,19 @@ func walkStrings(v any, f func(string) string) any {
 	}
 	return v
 }
+
+// Over returns a script that tries the rules of s first, then those of
+// base; s's default, when it has one, replaces base's. It is how a user's
+// rules file adds rules on top of the demo (or of a configured script)
+// without replacing it.
+func (s *Script) Over(base *Script) *Script {
+	if s == nil {
+		return base
+	}
+	out := &Script{Rules: make([]Rule, 0, len(s.Rules)+len(base.Rules)), Default: base.Default}
+	out.Rules = append(append(out.Rules, s.Rules...), base.Rules...)
+	if s.Default != nil {
+		out.Default = s.Default
+	}
+	return out
+}

@@ -537,3 +537,32 @@ func TestAttemptFallbackWhenTheHostDoesNotSay(t *testing.T) {
 		t.Errorf("the fallback was asked %d times", asked)
 	}
 }
+
+func TestUserRulesGoOnTopOfTheDemo(t *testing.T) {
+	demo, err := ParseScript(demoScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := ParseScript([]byte(`{"rules":[{"name":"mine","match":"(?i)^ping$","steps":[{"text":"pong"}]},{"match":"^calc","steps":[{"text":"my calc"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := user.Over(demo)
+	if len(s.Rules) != len(user.Rules)+len(demo.Rules) || s.Default != demo.Default {
+		t.Fatalf("merged %d rules, default %v", len(s.Rules), s.Default)
+	}
+	if s.Rules[0].Name != "mine" || s.Rules[len(user.Rules)].Name != demo.Rules[0].Name {
+		t.Errorf("order: the user's rules must come first")
+	}
+	if len(demo.Rules) == 0 || (&Script{}).Over(demo).Rules[0].Name != demo.Rules[0].Name {
+		t.Error("an empty rules file changed the demo")
+	}
+	var nilScript *Script
+	if nilScript.Over(demo) != demo {
+		t.Error("no rules file must leave the demo as it is")
+	}
+	withDefault, _ := ParseScript([]byte(`{"rules":[],"default":{"steps":[{"text":"mine"}]}}`))
+	if withDefault.Over(demo).Default != withDefault.Default {
+		t.Error("the user's default does not replace the demo's")
+	}
+}
