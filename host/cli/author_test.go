@@ -96,7 +96,7 @@ func watchedHost(t *testing.T) (string, *sdk.ClientSession) {
 // loads the plugin in the background); a guard fails a hang.
 func waitAnswer(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]any, want string) {
 	t.Helper()
-	deadline := time.Now().Add(4 * time.Minute)
+	deadline := time.Now().Add(10 * time.Minute) // a hang guard: a Go plugin compiles slowly on a loaded machine
 	last := ""
 	for {
 		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: args})
