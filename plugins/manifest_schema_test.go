@@ -65,6 +65,7 @@ func TestExampleManifestsMatchTheSchema(t *testing.T) {
 		if strings.HasSuffix(f, ".template.json") { // what scripts/build-go-plugins.sh writes
 			b = bytes.ReplaceAll(b, []byte(`"sha256": ""`), []byte(`"sha256": "`+strings.Repeat("0", 64)+`"`))
 			b = bytes.ReplaceAll(b, []byte("@PLUGIN_DIR@"), []byte("/srv/plugin"))
+			b = bytes.ReplaceAll(b, []byte("@GRANTS_DIR@"), []byte("/srv/grants"))
 		}
 		if err := validates(sch, b); err != nil {
 			t.Errorf("%s does not match the schema: %v", f, err)
