@@ -55,10 +55,14 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	if err != nil {
 		return nil, err
 	}
+	contextID, err := s.contextOf(ctx, auth, req.Message.ContextID)
+	if err != nil {
+		return nil, err
+	}
 	// The turn's plugin calls count as this principal's (a fair share of
 	// each plugin's instances).
 	ctx = plugins.WithPrincipal(ctx, auth.Principal)
-	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: req.Message.ContextID,
+	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: contextID,
 		TaskID: string(req.Message.TaskID), Message: msg, Metadata: req.Metadata})
 }
 
@@ -125,7 +129,11 @@ func (s *Server) listTasks(ctx context.Context, auth *loop.AuthContext, req *a2a
 		}
 		hl = s.historyLength(*req.HistoryLength)
 	}
-	f := loop.TaskFilter{Owner: auth.Principal, ContextID: req.ContextID}
+	contextID, err := s.contextOf(ctx, auth, req.ContextID)
+	if err != nil {
+		return nil, err
+	}
+	f := loop.TaskFilter{Owner: auth.Principal, ContextID: contextID}
 	if req.Status != a2a.TaskStateUnspecified {
 		st, ok := loopStatus(req.Status)
 		if !ok {

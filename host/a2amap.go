@@ -110,6 +110,7 @@ func toA2AMessages(taskID, contextID string, hist []loop.Message) []*a2a.Message
 // toA2ATask converts a task record. historyLength < 0 means all of it, 0
 // none, n the last n messages.
 func toA2ATask(rec loop.TaskRecord, historyLength int) *a2a.Task {
+	rec.ContextID = loop.ClientContextID(rec.ContextID)
 	ts := rec.UpdatedAt
 	t := &a2a.Task{ID: a2a.TaskID(rec.ID), ContextID: rec.ContextID,
 		Status: a2a.TaskStatus{State: a2aState(rec.Status), Timestamp: &ts}}

@@ -25,13 +25,21 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 	}
 	// The stream is served after the handler returns, when the request's
 	// memory belongs to other requests: everything it keeps is a copy.
-	contextID := strings.Clone(c.Params("contextId"))
+	clientID := strings.Clone(c.Params("contextId"))
+	contextID, err := s.contextOf(c.UserContext(), auth, clientID)
+	if err != nil {
+		return err
+	}
 	meta, err := s.stores.Agents.LoadAgent(c.UserContext(), contextID)
 	if errors.Is(err, loop.ErrNotFound) || (err == nil && meta.Owner != auth.Principal) {
-		return &loop.NotFoundError{What: "context", ID: contextID}
+		return &loop.NotFoundError{What: "context", ID: clientID}
 	}
 	if err != nil {
-		return fmt.Errorf("events of %q: %w", contextID, err)
+		return fmt.Errorf("events of %q: %w", clientID, err)
+	}
+	enc := sse.LooopyEncoder{}
+	if contextID != clientID {
+		enc.ContextScope = loop.ContextScope(auth.Principal)
 	}
 	var f sse.Filter
 	if t := c.Query("taskId"); t != "" {
@@ -62,7 +70,7 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 	}
 	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
-		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, 0, f, sse.LooopyEncoder{})
+		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, 0, f, enc)
 		if err != nil && !errors.Is(err, errClientGone) {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "event stream ended with an error",
 				slog.String("context_id", contextID), slog.String("error", err.Error()))

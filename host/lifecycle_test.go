@@ -224,10 +224,13 @@ func TestAuthIsolatesPrincipals(t *testing.T) {
 	if err != nil || len(list.Tasks) != 0 {
 		t.Fatalf("bob lists %v tasks (err %v), want none", list, err)
 	}
+	// Bob naming alice's context id gets a conversation of his own
+	// (context ids are scoped per principal): alice's is untouched.
 	m := userMsg("let me in")
 	m.ContextID = task.ContextID
-	if _, err := bob.SendMessage(ctx, &a2a.SendMessageRequest{Message: m}); !errors.Is(err, a2a.ErrTaskNotFound) {
-		t.Fatalf("bob writes into alice's context: %v, want TaskNotFound", err)
+	bobs := send(t, bob, ctx, &a2a.SendMessageRequest{Message: m})
+	if strings.Contains(artifactText(bobs), "secret") {
+		t.Fatalf("bob's turn in alice's context id sees her conversation: %q", artifactText(bobs))
 	}
 	if got, err := alice.GetTask(ctx, &a2a.GetTaskRequest{ID: task.ID}); err != nil || got.ID != task.ID {
 		t.Fatalf("alice gets her task: %v", err)
@@ -244,9 +247,17 @@ func TestAuthIsolatesPrincipals(t *testing.T) {
 	if r.Error == nil || r.Error.Code != -31401 {
 		t.Fatalf("unknown credential: %s, want -31401", r.raw)
 	}
-	resp := openSSE(t, ctx, h.URL()+"/events/"+task.ContextID, "bob-key", "")
-	if resp.StatusCode != 404 {
-		t.Fatalf("bob reads alice's events: status %d, want 404", resp.StatusCode)
+	// The id names bob's own conversation for bob: its events, not alice's.
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp := openSSE(t, sctx, h.URL()+"/events/"+task.ContextID, "bob-key", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("bob reads his events: status %d", resp.StatusCode)
+	}
+	for _, f := range readFrames(t, resp.Body, func(f frame) bool { return f.Event == "task-complete" }) {
+		if strings.Contains(f.Data, string(task.ID)) || !strings.Contains(f.Data, string(bobs.ID)) {
+			t.Fatalf("bob's stream shows %s", f.Data)
+		}
 	}
 }
 

@@ -15,14 +15,35 @@ import (
 
 // LooopyEncoder writes Looopy's own frames: the event name is the event's
 // kind and the data its JSON, as the log holds it.
-type LooopyEncoder struct{}
+type LooopyEncoder struct {
+	// ContextScope, when set, is the prefix of the stream's scoped context
+	// id (loop.ContextScope): it is removed from the contextId fields, so
+	// the client sees the id it knows.
+	ContextScope string
+}
 
 // Encode implements Encoder.
-func (LooopyEncoder) Encode(it Item) (Frame, bool, error) {
+func (e LooopyEncoder) Encode(it Item) (Frame, bool, error) {
 	if it.Kind == "" {
 		return Frame{}, false, nil
 	}
-	return Frame{Event: string(it.Kind), Data: it.Data}, true, nil
+	data := it.Data
+	if e.ContextScope != "" {
+		data = bytes.ReplaceAll(data, []byte(`"contextId":"`+e.ContextScope), []byte(`"contextId":"`))
+	}
+	return Frame{Event: string(it.Kind), Data: data}, true, nil
+}
+
+// decodeForClient decodes a logged event for a client: its context id the
+// one the client knows (loop.ClientContextID).
+func decodeForClient(data []byte) (loop.Event, error) {
+	ev, err := loop.DecodeEvent(data)
+	if err != nil {
+		return nil, err
+	}
+	h := ev.Head()
+	h.ContextID = loop.ClientContextID(h.ContextID)
+	return ev, nil
 }
 
 // A2AEncoder writes A2A 1.0 frames: each data is a JSON-RPC response to the
@@ -58,7 +79,7 @@ func (e A2AEncoder) Wrap(ev a2a.Event) ([]byte, error) {
 }
 
 func map1(data []byte) (*mapped, error) {
-	ev, err := loop.DecodeEvent(data)
+	ev, err := decodeForClient(data)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +121,7 @@ func (e A2A03Encoder) Wrap(ev a2a03.Event) ([]byte, error) {
 }
 
 func map03(data []byte) (*mapped, error) {
-	ev, err := loop.DecodeEvent(data)
+	ev, err := decodeForClient(data)
 	if err != nil {
 		return nil, err
 	}

@@ -296,8 +296,8 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 	if contextID == "" {
 		contextID = newID()
 	}
-	if len(contextID) > 200 {
-		return nil, fmt.Errorf("%w: contextId longer than 200 bytes", loop.ErrInvalid)
+	if len(contextID) > maxContextID {
+		return nil, fmt.Errorf("%w: contextId longer than %d bytes", loop.ErrInvalid, maxContextID)
 	}
 	agent, err := rt.agent(ctx, contextID, principal)
 	if err != nil {
@@ -348,6 +348,10 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 
 func randomID() string { return uuid.NewString() }
 
+// maxContextID bounds a context id as the runtime gets it: a client's
+// (200 bytes at most, the host checks) behind its principal's scope.
+const maxContextID = 256
+
 // own takes the lease of r's task (when the runtime has leases).
 func (rt *Runtime) own(ctx context.Context, r *Run) error {
 	if rt.st.Leases == nil {
@@ -388,7 +392,7 @@ func (rt *Runtime) register(ctx context.Context, taskID, contextID, owner string
 		return nil, ErrShuttingDown
 	}
 	if _, ok := rt.busy[contextID]; ok {
-		return nil, fmt.Errorf("context %q: %w", contextID, loop.ErrBusy)
+		return nil, fmt.Errorf("context %q: %w", loop.ClientContextID(contextID), loop.ErrBusy)
 	}
 	if _, ok := rt.running[taskID]; ok {
 		return nil, fmt.Errorf("task %q: %w", taskID, loop.ErrBusy)
@@ -575,7 +579,7 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 		rt.mu.Unlock()
 		if !ok {
 			if meta, err := rt.st.Agents.LoadAgent(ctx, contextID); err == nil && meta.Owner != owner {
-				return nil, &loop.NotFoundError{What: "context", ID: contextID}
+				return nil, &loop.NotFoundError{What: "context", ID: loop.ClientContextID(contextID)}
 			} else if err != nil && !errors.Is(err, loop.ErrNotFound) {
 				return nil, fmt.Errorf("load context %q: %w", contextID, err)
 			}
@@ -600,7 +604,7 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 		}
 	}
 	if a.Metadata().Owner != owner {
-		return nil, &loop.NotFoundError{What: "context", ID: contextID}
+		return nil, &loop.NotFoundError{What: "context", ID: loop.ClientContextID(contextID)}
 	}
 	return a, nil
 }
