@@ -245,5 +245,5 @@ func (a mcpAgent) Ask(ctx context.Context, auth *loop.AuthContext, contextID, pr
 	if text == "" && rec.Message != "" {
 		text = rec.Message
 	}
-	return mcp.AgentAnswer{Text: text, ContextID: rec.ContextID, TaskID: rec.ID, State: string(rec.Status)}, nil
+	return mcp.AgentAnswer{Text: text, ContextID: loop.ClientContextID(rec.ContextID), TaskID: rec.ID, State: string(rec.Status)}, nil
 }
