@@ -128,11 +128,19 @@ func badgerSize(dir string) (lsm, vlog int64) {
 
 // handleMetrics serves every metric in the Prometheus text format.
 func (s *Server) handleMetrics(c *fiber.Ctx) error {
-	if s.metricsToken != nil {
-		tok, _ := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+	// The metrics name principals and plugins: with auth on they need a
+	// credential (the metrics token, or the admin token when none is set).
+	tok, _ := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+	switch {
+	case s.metricsToken != nil:
 		sum := sha256.Sum256([]byte(tok))
 		if subtle.ConstantTimeCompare(sum[:], s.metricsToken) != 1 {
 			return c.Status(fiber.StatusUnauthorized).JSON(fiber.Map{"error": "metrics need the metrics token"})
+		}
+	case s.cfg.Auth.Enabled:
+		if !s.auth.adminOK(tok) {
+			return c.Status(fiber.StatusUnauthorized).JSON(fiber.Map{
+				"error": "with auth on, metrics need observability.metricsToken, or the admin token when none is set"})
 		}
 	}
 	mfs, err := s.tel.registry.Gather()

@@ -334,6 +334,35 @@ func TestMetricsToken(t *testing.T) {
 	}
 }
 
+// With auth on and no metrics token, /metrics (which names principals)
+// needs the admin token: an API key of a principal is not enough.
+func TestMetricsNeedACredentialWithAuthOn(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(t.TempDir())
+	cfg.Auth = host.AuthConfig{Enabled: true, Keys: []host.APIKey{{Key: "key-alice-0001", Principal: "alice"}}}
+	cfg.Admin.Token = "admin-TOKEN-5678"
+	h := startHost(t, cfg)
+	for tok, want := range map[string]int{"": http.StatusUnauthorized, "key-alice-0001": http.StatusUnauthorized,
+		"admin-TOKEN-5678": http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, h.URL()+"/metrics", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("token %q: status %d, want %d", tok, resp.StatusCode, want)
+		}
+		if want == http.StatusOK && !strings.Contains(string(b), "looopy_") {
+			t.Errorf("admin token: no metrics in %q", b)
+		}
+	}
+}
+
 // A principal over its token limit: the next turn ends as failed, saying
 // which limit, and the usage survives a restart of the host.
 func TestUsageLimitPerPrincipal(t *testing.T) {

@@ -10,7 +10,8 @@ import (
 // ObservabilityConfig configures metrics access and usage limits.
 type ObservabilityConfig struct {
 	// MetricsToken, when set, is the bearer token GET /metrics requires
-	// (or "env:NAME"). Empty: /metrics is open, like /healthz.
+	// (or "env:NAME"). Empty: /metrics is open with auth off, and needs the
+	// admin token with auth on (the metrics name principals).
 	MetricsToken string `json:"metricsToken,omitempty"`
 	// UsageLimits bound what each principal may use, over the life of the
 	// data directory. The key "*" applies to every principal without its
