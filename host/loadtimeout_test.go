@@ -61,7 +61,11 @@ func within(t *testing.T, what string, f func() error) error {
 // one, and shuts down.
 func TestHostStartsAndServesPastSpinningPlugins(t *testing.T) {
 	plugins := t.TempDir()
-	copyPlugin(t, plugins, "scripted-model", nil)
+	// The demo script alone: the copy's folder has no user rules beside it.
+	copyPlugin(t, plugins, "scripted-model", func(m map[string]any) {
+		delete(m, "config")
+		delete(m["capabilities"].(map[string]any), "allowedPaths")
+	})
 	for _, n := range []string{"startspin", "initspin", "describespin"} {
 		installFixture(t, plugins, n)
 	}

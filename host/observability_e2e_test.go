@@ -285,9 +285,16 @@ func TestMetricsAfterATurn(t *testing.T) {
 }
 
 // scrape reads a Prometheus text exposition into series → value.
-func scrape(t *testing.T, url string) map[string]float64 {
+func scrape(t *testing.T, url string, token ...string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range token {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,6 +377,7 @@ func TestUsageLimitPerPrincipal(t *testing.T) {
 	cfg := obsConfig(t)
 	cfg.Auth = host.AuthConfig{Enabled: true, Keys: []host.APIKey{{Key: "key-alice-0001", Principal: "alice"}, {Key: "key-bob-0002", Principal: "bob"}}}
 	cfg.Observability.UsageLimits = map[string]host.UsageLimit{"alice": {Tokens: 1}, "*": {ToolCalls: 100}}
+	cfg.Observability.MetricsToken = "metrics-token-0003"
 	h, _ := tracedHost(t, cfg, nil)
 	alice, bob := client10(t, h.URL(), "key-alice-0001"), client10(t, h.URL(), "key-bob-0002")
 	ctx := context.Background()
@@ -388,7 +396,7 @@ func TestUsageLimitPerPrincipal(t *testing.T) {
 	if b := send(t, bob, ctx, &a2a.SendMessageRequest{Message: userMsg("par")}); b.Status.State != a2a.TaskStateCompleted {
 		t.Fatalf("bob's turn: %s", b.Status.State)
 	}
-	series := scrape(t, h.URL()+"/metrics")
+	series := scrape(t, h.URL()+"/metrics", "metrics-token-0003")
 	if series[`looopy_turns_total{reason="budget",status="failed"}`] != 2 {
 		t.Fatalf("budget turns %v", series[`looopy_turns_total{reason="budget",status="failed"}`])
 	}

@@ -50,10 +50,15 @@ func (k *memKV) KVDelete(_ context.Context, ns, key string) error {
 }
 
 // registry loads the named example plugins into a registry configured by
-// cfg (its compilation cache is shared by the tests).
+// cfg (its compilation cache is shared by the tests). Unless cfg says
+// otherwise, the policy grants folders under examples/grants, as the host's
+// default configuration does.
 func registry(t *testing.T, cfg plugins.Config, names ...string) *plugins.Registry {
 	t.Helper()
 	cfg.CacheDir = cacheDir
+	if len(cfg.Policy.PathRoots) == 0 {
+		cfg.Policy.PathRoots = []string{filepath.Join(examples, "..", "grants")}
+	}
 	r, err := plugins.New(cfg)
 	if err != nil {
 		t.Fatal(err)
