@@ -32,7 +32,8 @@ func (s *Server) sendMessage(ctx context.Context, auth *loop.AuthContext, req *a
 	if req.Config != nil && req.Config.HistoryLength != nil {
 		hl = *req.Config.HistoryLength
 	}
-	if req.Config != nil && req.Config.ReturnImmediately {
+	if st.Run == nil || (req.Config != nil && req.Config.ReturnImmediately) {
+		// st.Run nil: answers recorded, the task still waits for others.
 		// The task and its input are durable already (Start saved them).
 		return toA2ATask(st.Task, s.historyLength(hl)), nil
 	}
@@ -51,9 +52,22 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	if req == nil || req.Message == nil {
 		return nil, fmt.Errorf("%w: message is required", a2a.ErrInvalidParams)
 	}
-	msg, err := toLoopMessage(req.Message)
+	answers, err := responsesOf(req.Message, auth.Principal)
 	if err != nil {
 		return nil, err
+	}
+	var msg loop.Message
+	if answers == nil {
+		if msg, err = toLoopMessage(req.Message); err != nil {
+			return nil, err
+		}
+	} else {
+		if req.Message.ID == "" || req.Message.Role != a2a.MessageRoleUser {
+			return nil, fmt.Errorf("%w: message.messageId is required and message.role must be user", a2a.ErrInvalidParams)
+		}
+		if req.Message.TaskID == "" {
+			return nil, fmt.Errorf("%w: responses answer a paused task: message.taskId is required", a2a.ErrInvalidParams)
+		}
 	}
 	contextID, err := s.contextOf(ctx, auth, req.Message.ContextID)
 	if err != nil {
@@ -63,7 +77,8 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	// each plugin's instances).
 	ctx = plugins.WithPrincipal(ctx, auth.Principal)
 	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: contextID,
-		TaskID: string(req.Message.TaskID), Message: msg, Metadata: req.Metadata})
+		TaskID: string(req.Message.TaskID), Message: msg, Metadata: req.Metadata,
+		Answers: answers, CheckAnswers: checkAnswerSchemas})
 }
 
 func checkSendConfig(req *a2a.SendMessageRequest) error {

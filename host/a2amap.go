@@ -114,7 +114,9 @@ func toA2ATask(rec loop.TaskRecord, historyLength int) *a2a.Task {
 	ts := rec.UpdatedAt
 	t := &a2a.Task{ID: a2a.TaskID(rec.ID), ContextID: rec.ContextID,
 		Status: a2a.TaskStatus{State: a2aState(rec.Status), Timestamp: &ts}}
-	if rec.Message != "" {
+	if rec.Status.Interrupted() && len(rec.OpenRequests()) > 0 {
+		t.Status.Message = requestsMessage(rec.ID, rec.ContextID, rec.Requests)
+	} else if rec.Message != "" {
 		t.Status.Message = agentText(rec.ID, rec.ContextID, rec.Message)
 	}
 	if historyLength != 0 {

@@ -45,6 +45,8 @@ type Config struct {
 	Auth   AuthConfig   `json:"auth"`
 	Admin  AdminConfig  `json:"admin"`
 	Limits LimitsConfig `json:"limits"`
+	// Interaction: humans in the loop (approvals, client tools, timeouts).
+	Interaction InteractionConfig `json:"interaction"`
 	// Observability: the /metrics token and usage limits per principal.
 	// Spans are exported as the standard OTEL_* environment says.
 	Observability ObservabilityConfig `json:"observability"`
@@ -211,6 +213,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.MCP.validate(); err != nil {
+		return err
+	}
+	if err := c.Interaction.validate(); err != nil {
 		return err
 	}
 	switch c.LogFormat {

@@ -121,7 +121,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	}
 	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
 		MaxIterations: cfg.Agent.MaxIterations, Tracer: tel.tracer, Logger: log,
-		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.Budget})
+		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.Budget,
+		Approval: (&Server{cfg: cfg, toolsets: opts.Toolsets, plugins: opts.Plugins}).approvalGate()})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -146,7 +147,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		TurnTimeout: time.Duration(cfg.Limits.TurnTimeout), TaskTTL: time.Duration(cfg.Limits.TaskTTL),
 		HistoryLimit: cfg.Agent.HistoryLimit, MaxAgents: cfg.Limits.MaxAgents,
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
-		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log}
+		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log,
+		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery()}
 	if st.Shared {
 		// Other hosts may die with tasks in flight: look for lapsed
 		// leases as often as one can lapse.
@@ -551,6 +553,11 @@ func (s *Server) startStream(ctx context.Context, auth *loop.AuthContext, p *a2a
 	st, err := s.start(ctx, auth, p)
 	if err != nil {
 		return nil, err
+	}
+	if st.Run == nil {
+		// Answers recorded; the task still waits for others: it is sent
+		// as it is.
+		return &taskStream{taskID: st.Task.ID, snapshot: toA2ATask(st.Task, s.historyLength(-1))}, nil
 	}
 	return &taskStream{taskID: st.Run.TaskID, after: st.Run.After}, nil
 }

@@ -321,6 +321,10 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 	n := min(max(rec.TurnInput, 0), len(rec.History))
 	input := rec.History[len(rec.History)-n:]
 	t := Turn{Sink: in.Sink, Metadata: rec.Metadata, Auth: in.Auth, ClientTools: in.ClientTools}
+	// A task that was paused goes on with its answers (unless a checkpoint
+	// of this turn shows them settled already).
+	cont, answers := answeredCalls(&rec)
+	t.Answers = answers
 	if in.Resumed {
 		cp, err := cps.LoadCheckpoint(ctx, taskID)
 		switch {
@@ -335,6 +339,7 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 			// was saved, so no tool ran. Start it again from the model call.
 			err = nil
 			t.Resume = &Checkpoint{TaskID: taskID, ContextID: a.cfg.ContextID, Iteration: 1, Stage: StageModel}
+			t.Continue = cont
 		}
 		if err != nil {
 			out := Outcome{Status: TaskFailed, Reason: ReasonError,
@@ -342,6 +347,9 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 			a.failUnresumable(ctx, &rec, input, in.Sink, &out, in.Lease)
 			return out, nil
 		}
+	}
+	if !in.Resumed {
+		t.Continue = cont
 	}
 	return a.run(ctx, &rec, input, t, in.Lease), nil
 }
@@ -381,6 +389,7 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 	if a.cfg.Tasks != nil {
 		rec.Status, rec.Reason, rec.Content = o.Status, o.Reason, o.Content
 		rec.Usage, rec.Iterations, rec.PendingCalls = o.Usage, o.Iterations, o.PendingCalls
+		rec.Requests = o.Requests
 		rec.History = append(rec.History, o.Messages...)
 		rec.UpdatedAt = time.Now().UTC()
 		rec.TurnInput = 0

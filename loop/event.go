@@ -148,7 +148,9 @@ type InputRequired struct {
 	Prompt      string          `json:"prompt"`
 	Schema      json.RawMessage `json:"schema,omitempty"`
 	Options     []string        `json:"options,omitempty"`
-	Metadata    map[string]any  `json:"metadata,omitempty"`
+	// Call is the tool call that waits (approvals, client tools).
+	Call     *ToolCall      `json:"call,omitempty"`
+	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
 // InputReceived acknowledges input.

@@ -130,24 +130,28 @@ type AgentStore interface {
 
 // TaskRecord is the stored state of a task: one turn of an agent.
 type TaskRecord struct {
-	ID           string         `json:"id"`
-	ContextID    string         `json:"contextId"`
-	AgentID      string         `json:"agentId,omitempty"`
-	ParentTaskID string         `json:"parentTaskId,omitempty"`
-	Owner        string         `json:"owner,omitempty"` // principal
-	Status       TaskStatus     `json:"status"`
-	Message      string         `json:"message,omitempty"` // status message: failure reason, input prompt
-	Reason       string         `json:"reason,omitempty"`  // why the turn ended
-	Content      string         `json:"content,omitempty"` // final assistant text
-	Usage        Usage          `json:"usage"`
-	Iterations   int            `json:"iterations,omitempty"`
-	History      []Message      `json:"history,omitempty"`   // the turn's messages: its input, then what it produced
-	TurnInput    int            `json:"turnInput,omitempty"` // while working: how many trailing History messages are the running turn's input
-	PendingCalls []ToolCall     `json:"pendingCalls,omitempty"`
-	CreatedAt    time.Time      `json:"createdAt"`
-	UpdatedAt    time.Time      `json:"updatedAt"`
-	ExpiresAt    time.Time      `json:"expiresAt,omitzero"` // zero: never
-	Metadata     map[string]any `json:"metadata,omitempty"`
+	ID           string     `json:"id"`
+	ContextID    string     `json:"contextId"`
+	AgentID      string     `json:"agentId,omitempty"`
+	ParentTaskID string     `json:"parentTaskId,omitempty"`
+	Owner        string     `json:"owner,omitempty"` // principal
+	Status       TaskStatus `json:"status"`
+	Message      string     `json:"message,omitempty"` // status message: failure reason, input prompt
+	Reason       string     `json:"reason,omitempty"`  // why the turn ended
+	Content      string     `json:"content,omitempty"` // final assistant text
+	Usage        Usage      `json:"usage"`
+	Iterations   int        `json:"iterations,omitempty"`
+	History      []Message  `json:"history,omitempty"`   // the turn's messages: its input, then what it produced
+	TurnInput    int        `json:"turnInput,omitempty"` // while working: how many trailing History messages are the running turn's input
+	PendingCalls []ToolCall `json:"pendingCalls,omitempty"`
+	// Requests are what a paused task waits for (approvals, client tool
+	// results), with the answers recorded so far; a task that goes on
+	// keeps them until its turn ends.
+	Requests  []InputRequest `json:"requests,omitempty"`
+	CreatedAt time.Time      `json:"createdAt"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+	ExpiresAt time.Time      `json:"expiresAt,omitzero"` // zero: never
+	Metadata  map[string]any `json:"metadata,omitempty"`
 	// Version is the record's version in its store: 0 for a task not yet
 	// stored, then 1, 2, ... one per write. SaveTask compares it.
 	Version uint64 `json:"version,omitempty"`

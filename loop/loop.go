@@ -66,6 +66,11 @@ type Config struct {
 	// (TurnUsage.Final), to account for the whole turn. It must be safe for
 	// concurrent use by many turns.
 	Budget func(ctx context.Context, t *Turn, used TurnUsage) error
+	// Approval, when set, is asked before each tool call whether the call
+	// needs an approval: such a call does not run; the turn ends waiting
+	// for input with the request (Outcome.Requests), and the task's next
+	// turn runs it only if the answer approves it (Turn.Continue).
+	Approval ApprovalGate
 }
 
 // Loop runs single turns: call the model, run the tools it asks for in
@@ -85,6 +90,7 @@ type Loop struct {
 	journal      Journal
 	metrics      *loopMetrics
 	budget       func(context.Context, *Turn, TurnUsage) error
+	approval     ApprovalGate
 }
 
 // New returns a Loop for cfg.
@@ -109,6 +115,7 @@ func New(cfg Config) (*Loop, error) {
 		checkpoints: cfg.Checkpoints,
 		journal:     cfg.Journal,
 		budget:      cfg.Budget,
+		approval:    cfg.Approval,
 	}
 	if cfg.Meter != nil {
 		lm, err := newLoopMetrics(cfg.Meter)
@@ -154,6 +161,11 @@ type Turn struct {
 	// Messages must then be the same history and input the turn started
 	// with. The turn's events continue; task-created is not sent again.
 	Resume *Checkpoint
+	// Continue are the calls a paused task's answers settle before the
+	// turn calls the model (approved calls run, rejected ones and client
+	// tool results become their results), with Answers by call id.
+	Continue []ToolCall
+	Answers  map[string]InputAnswer
 }
 
 // Outcome is the result of a turn.
@@ -162,10 +174,13 @@ type Outcome struct {
 	Reason       string     // stop, max_iterations, client_tool, error, canceled
 	Content      string     // the last assistant text
 	Messages     []Message  // what the turn produced (assistant and tool messages), in order
-	PendingCalls []ToolCall // client tool calls awaiting results
-	Usage        Usage
-	Iterations   int
-	Err          error
+	PendingCalls []ToolCall // calls awaiting a client's result or an approval
+	// Requests are what the turn waits for (waiting-input): one per
+	// pending call.
+	Requests   []InputRequest
+	Usage      Usage
+	Iterations int
+	Err        error
 }
 
 // Reasons a turn ends.
@@ -191,6 +206,8 @@ type turn struct {
 	env      ToolEnv
 	// journaled holds the journal of a resumed turn, by call id.
 	journaled map[string]JournalEntry
+	// continuing: the turn settles the answered calls of its task (Turn.Continue).
+	continuing bool
 	// toolCalls counts the tool calls the turn ran.
 	toolCalls atomic.Int64
 }
@@ -281,6 +298,18 @@ func (tr *turn) finish(out *Outcome) {
 	if len(out.PendingCalls) > 0 {
 		st.Metadata = map[string]any{"pendingCalls": out.PendingCalls}
 	}
+	if len(out.Requests) > 0 {
+		if st.Metadata == nil {
+			st.Metadata = map[string]any{}
+		}
+		st.Metadata["requests"] = out.Requests
+		if st.Message == "" {
+			st.Message = RequestsPrompt(out.Requests)
+		}
+		for _, r := range out.Requests {
+			tr.emit(inputRequiredEvent(r))
+		}
+	}
 	tr.emit(st)
 	tr.emit(&TaskComplete{Header: Header{Kind: KindTaskComplete}, Status: out.Status,
 		Content: out.Content, Reason: out.Reason, Usage: out.Usage})
@@ -353,6 +382,25 @@ func (tr *turn) run(ctx context.Context) Outcome {
 			conv = append(conv, results...)
 			first++
 		}
+	}
+	if len(tr.t.Continue) > 0 {
+		// The task's answers first: approved calls run, the others get
+		// their answers as results; then the model sees them all.
+		out.Iterations = first
+		tr.env.Iteration = first
+		if err := tr.collectTools(ctx); err != nil {
+			out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
+			return out
+		}
+		tr.announceAnswers()
+		tr.continuing = true
+		results, done := tr.toolPhase(ctx, first, tr.t.Continue, &out)
+		tr.continuing = false
+		if done {
+			return out
+		}
+		conv = append(conv, results...)
+		first++
 	}
 	for iter := first; ; iter++ {
 		if err := ctx.Err(); err != nil {
@@ -455,10 +503,16 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 // client ones end the turn waiting for input), then checkpoints.
 func (tr *turn) toolPhase(ctx context.Context, iter int, calls []ToolCall, out *Outcome) ([]Message, bool) {
 	var pending []ToolCall
-	results := tr.runTools(ctx, calls, &pending)
+	var reqs []InputRequest
+	results := tr.runTools(ctx, calls, &pending, &reqs)
 	out.Messages = append(out.Messages, results...)
 	if len(pending) > 0 {
-		out.Status, out.Reason, out.PendingCalls = TaskWaitingInput, ReasonClientTool, pending
+		out.Status, out.Reason, out.PendingCalls, out.Requests = TaskWaitingInput, ReasonClientTool, pending, reqs
+		for _, r := range reqs {
+			if r.InputType != InputClientTool {
+				out.Reason = ReasonInput
+			}
+		}
 		return nil, true
 	}
 	if err := ctx.Err(); err != nil {
@@ -633,14 +687,35 @@ func safeGenerate(ctx context.Context, m Model, req *ModelRequest, onDelta func(
 // runTools runs the calls of one model response, at most l.concurrency at a
 // time, and returns their results in the order the model asked for them.
 // Calls to client tools are not run: they are added to pending.
-func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolCall) []Message {
+func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolCall, reqs *[]InputRequest) []Message {
 	ctx, span := tr.l.startSpan(ctx, "tools.execute", attribute.Int("looopy.tool_calls", len(calls)))
 	defer span.End()
+	calls = append([]ToolCall(nil), calls...) // approved edits replace arguments
 	results := make([]Message, len(calls))
 	run := make([]int, 0, len(calls))
+	settled := make([]bool, len(calls))
 	for i, c := range calls {
+		if a, ok := tr.t.Answers[c.ID]; ok && tr.continuing {
+			// An answer settles this call: its result, or its approval.
+			if res, given := answerResult(c, a); given {
+				tr.emitComplete(c, res, 0)
+				results[i], settled[i] = toolMessage(c, res), true
+				continue
+			}
+			if len(a.Arguments) > 0 {
+				calls[i].Arguments = a.Arguments
+			}
+			run = append(run, i)
+			continue
+		}
 		if tr.client[c.Name] {
 			*pending = append(*pending, c)
+			*reqs = append(*reqs, clientToolRequest(c))
+			continue
+		}
+		if req := tr.gate(ctx, c); req != nil {
+			*pending = append(*pending, c)
+			*reqs = append(*reqs, *req)
 			continue
 		}
 		run = append(run, i)
@@ -661,15 +736,47 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 		}
 		wg.Wait()
 	}
-	// Client calls leave no result yet: drop their empty slots.
+	// Pending calls leave no result yet: drop their empty slots.
 	if len(run) < len(calls) {
-		kept := results[:0]
 		for _, i := range run {
-			kept = append(kept, results[i])
+			settled[i] = true
+		}
+		kept := results[:0]
+		for i := range results {
+			if settled[i] {
+				kept = append(kept, results[i])
+			}
 		}
 		results = kept
 	}
 	return results
+}
+
+// gate asks the loop's approval gate about a call; nil: it may run.
+func (tr *turn) gate(ctx context.Context, c ToolCall) *InputRequest {
+	if tr.l.approval == nil {
+		return nil
+	}
+	if _, known := tr.index[c.Name]; !known {
+		return nil // an unknown tool runs nothing: its error result is enough
+	}
+	req := tr.l.approval(ctx, tr.t, c)
+	if req == nil {
+		return nil
+	}
+	call := c
+	req.InputID, req.InputType, req.Call = InputApproval+":"+c.ID, InputApproval, &call
+	if req.Prompt == "" {
+		req.Prompt = fmt.Sprintf("Approve %s with %s?", c.Name, string(c.Arguments))
+	}
+	return req
+}
+
+func clientToolRequest(c ToolCall) InputRequest {
+	call := c
+	return InputRequest{InputID: InputClientTool + ":" + c.ID, InputType: InputClientTool, RequireUser: false,
+		Prompt: fmt.Sprintf("Run the client tool %s with %s and send its result.", c.Name, string(c.Arguments)),
+		Call:   &call}
 }
 
 // runTool runs one call and turns every failure (unknown tool, error, panic,
@@ -840,6 +947,11 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 	tr := (*turn)(t)
 	if tr.client[call.Name] {
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q runs on the client and cannot be called by a sub-agent", call.Name)}, nil
+	}
+	if tr.gate(ctx, call) != nil {
+		// A sub-agent cannot pause its parent's turn: the call is refused,
+		// never run unapproved.
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q needs an approval and cannot be called by a sub-agent", call.Name)}, nil
 	}
 	if env != nil && env.CallID != "" {
 		// A sub-agent's call is journaled under the call that runs the

@@ -99,15 +99,16 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 		if !ok {
 			return nil, false
 		}
+		reqs, md := pauseRequests(v.Metadata)
 		return &a2a.TaskStatusUpdateEvent{
 			TaskID:    tid,
 			ContextID: h.ContextID,
 			Status: a2a.TaskStatus{
 				State:     st,
 				Timestamp: stamp(h.Timestamp),
-				Message:   agentMessage(h, "status", v.Message),
+				Message:   withRequests(agentMessage(h, "status", v.Message), reqs),
 			},
-			Metadata: v.Metadata,
+			Metadata: md,
 		}, true
 	case *loop.ContentDelta:
 		return artifactUpdate(h, &a2a.Artifact{

@@ -77,6 +77,7 @@ func ToA2A03(e loop.Event) (a2a03.Event, bool) {
 		if !ok {
 			return nil, false
 		}
+		reqs, md := pauseRequests(v.Metadata)
 		return &a2a03.TaskStatusUpdateEvent{
 			TaskID:    tid,
 			ContextID: h.ContextID,
@@ -84,9 +85,9 @@ func ToA2A03(e loop.Event) (a2a03.Event, bool) {
 			Status: a2a03.TaskStatus{
 				State:     st,
 				Timestamp: stamp(h.Timestamp),
-				Message:   agentMessage03(h, "status", v.Message),
+				Message:   withRequests03(agentMessage03(h, "status", v.Message), reqs),
 			},
-			Metadata: v.Metadata,
+			Metadata: md,
 		}, true
 	case *loop.ContentDelta:
 		return artifactUpdate03(h, &a2a03.Artifact{

@@ -217,6 +217,12 @@ func (rt *Runtime) StartBackground() {
 		defer close(rt.sweepDone)
 		tick := time.NewTicker(rt.cfg.SweepEvery)
 		defer tick.Stop()
+		var expire <-chan time.Time
+		if rt.cfg.ExpireEvery > 0 {
+			t := time.NewTicker(rt.cfg.ExpireEvery)
+			defer t.Stop()
+			expire = t.C
+		}
 		var takeover <-chan time.Time
 		if rt.st.Leases != nil && rt.cfg.TakeoverEvery > 0 {
 			t := time.NewTicker(rt.cfg.TakeoverEvery)
@@ -232,6 +238,12 @@ func (rt *Runtime) StartBackground() {
 					rt.log.LogAttrs(ctx, slog.LevelWarn, "cleanup of finished tasks", slog.String("error", err.Error()))
 				} else if n > 0 {
 					rt.log.LogAttrs(ctx, slog.LevelDebug, "cleanup of finished tasks", slog.Int("tasks", n))
+				}
+			case <-expire:
+				if n, err := rt.ExpireRequests(ctx, time.Now().UTC()); err != nil && ctx.Err() == nil {
+					rt.log.LogAttrs(ctx, slog.LevelWarn, "expiry of unanswered requests", slog.String("error", err.Error()))
+				} else if n > 0 {
+					rt.log.LogAttrs(ctx, slog.LevelInfo, "unanswered requests expired", slog.Int("tasks", n))
 				}
 			case <-takeover:
 				if err := rt.Recover(ctx); err != nil && ctx.Err() == nil {

@@ -131,6 +131,13 @@ type Config struct {
 	// SweepEvery is how often the cleanup runs. Default: TaskTTL/10
 	// within [1s, 10m].
 	SweepEvery time.Duration
+	// ExpireEvery, when positive, is how often paused tasks are searched
+	// for requests past their expiry, which OnTimeout resolves.
+	ExpireEvery time.Duration
+	// OnTimeout is what an expired request becomes: "reject" (the task
+	// goes on: an approval is rejected, a client tool call ends in an
+	// error result) or "fail" (the task fails). Default reject.
+	OnTimeout string
 	// TakeoverEvery, when positive (and there are leases), is how often
 	// Recover runs again to take over the tasks of processes that died:
 	// for stores shared by several processes. Zero: only at startup (one
@@ -252,11 +259,20 @@ type StartRequest struct {
 	ContextID string
 	// TaskID continues a task that waits on its client; "" starts a new
 	// task.
-	TaskID   string
-	Message  loop.Message
-	Metadata map[string]any
+	TaskID  string
+	Message loop.Message
+	// Answers answer the open requests of the task TaskID names (approvals,
+	// client tool results); with them Message is not used. When they
+	// leave requests open the task stays paused (Started.Run is nil).
+	Answers []loop.InputAnswer
+	// CheckAnswers, when set, checks the answers further (schemas) before
+	// anything is recorded.
+	CheckAnswers func(rec loop.TaskRecord, answers []loop.InputAnswer) error
+	Metadata     map[string]any
 	// NewTaskID and NewContextID make ids; nil: random.
 	NewID func() string
+	// answered: the task, its requests all answered (expiry), to go on.
+	answered *loop.TaskRecord
 }
 
 // Started is a turn that has begun: its task is durable, working.
@@ -279,7 +295,11 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 	principal := req.Auth.Principal
 	contextID, taskID := req.ContextID, req.TaskID
 	var prev *loop.TaskRecord
-	if taskID != "" {
+	if req.answered != nil {
+		// Expired requests resolved by the runtime itself.
+		rec := *req.answered
+		contextID, prev = rec.ContextID, &rec
+	} else if taskID != "" {
 		rec, err := rt.Load(ctx, principal, taskID)
 		if err != nil {
 			return nil, err
@@ -290,6 +310,26 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 		if !rec.Status.Interrupted() {
 			return nil, fmt.Errorf("%w: task %q is %s and takes no more messages; send without taskId to start a new task",
 				loop.ErrInvalid, taskID, rec.Status)
+		}
+		open := rec.OpenRequests()
+		switch {
+		case len(req.Answers) > 0:
+			// Checked whole before anything changes.
+			if req.CheckAnswers != nil {
+				if err := req.CheckAnswers(rec, req.Answers); err != nil {
+					return nil, err
+				}
+			}
+			complete, err := rec.Answer(req.Answers, time.Now().UTC())
+			if err != nil {
+				return nil, err
+			}
+			if !complete {
+				return rt.recordAnswers(ctx, rec, req.Answers)
+			}
+		case len(open) > 0:
+			return nil, fmt.Errorf("%w: task %q waits for responses to its requests (%d open, first %q); "+
+				"answer them with a data part (docs/A2A_EXTENSION.md) or cancel the task", loop.ErrInvalid, taskID, len(open), open[0].InputID)
 		}
 		contextID, prev = rec.ContextID, &rec
 	}
@@ -318,6 +358,11 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 		rec.Status, rec.UpdatedAt, rec.Message, rec.Reason = loop.TaskWorking, now, "", ""
 		rec.History = append(append([]loop.Message(nil), prev.History...), req.Message)
 		rec.TurnInput, rec.PendingCalls = 1, nil
+		if len(req.Answers) > 0 || req.answered != nil {
+			// The answers are the turn's input: no message joins the
+			// history; the answered calls settle first.
+			rec.History, rec.TurnInput = prev.History, 0
+		}
 		if req.Metadata != nil {
 			rec.Metadata = req.Metadata
 		}
@@ -347,6 +392,34 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 }
 
 func randomID() string { return uuid.NewString() }
+
+// recordAnswers stores the answers of a task that stays paused (some of its
+// requests are still open) and announces them. The write is versioned: of
+// two answers racing, one is refused.
+func (rt *Runtime) recordAnswers(ctx context.Context, rec loop.TaskRecord, answers []loop.InputAnswer) (*Started, error) {
+	rec.UpdatedAt = time.Now().UTC()
+	rec.Message = loop.RequestsPrompt(rec.Requests)
+	if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
+		if errors.Is(err, loop.ErrConflict) {
+			return nil, fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
+		}
+		return nil, fmt.Errorf("record answers of task %q: %w", rec.ID, err)
+	}
+	rec.Version++
+	h := loop.Header{Kind: loop.KindInputReceived, ContextID: rec.ContextID, TaskID: rec.ID, Timestamp: rec.UpdatedAt}
+	for _, a := range answers {
+		by := a.ProvidedBy
+		if by == "" {
+			by = "user"
+		}
+		if err := rt.ev.Publish(ctx, &loop.InputReceived{Header: h, InputID: a.InputID, ProvidedBy: by,
+			UserID: a.UserID, AgentID: a.AgentID}); err != nil {
+			rt.log.LogAttrs(ctx, slog.LevelWarn, "input-received not published",
+				slog.String("task_id", rec.ID), slog.String("error", err.Error()))
+		}
+	}
+	return &Started{Task: rec}, nil
+}
 
 // maxContextID bounds a context id as the runtime gets it: a client's
 // (200 bytes at most, the host checks) behind its principal's scope.
@@ -816,6 +889,13 @@ func (rt *Runtime) announce(ctx context.Context, rec loop.TaskRecord, last loop.
 		}
 		if len(rec.PendingCalls) > 0 {
 			se.Metadata = map[string]any{"pendingCalls": rec.PendingCalls}
+		}
+		if open := rec.OpenRequests(); len(open) > 0 && rec.Status.Interrupted() {
+			if se.Metadata == nil {
+				se.Metadata = map[string]any{}
+			}
+			se.Metadata["requests"] = open
+			se.Message = loop.RequestsPrompt(open)
 		}
 		if err := rt.ev.Publish(ctx, se); err != nil {
 			return fmt.Errorf("announce the end of task %q: %w", rec.ID, err)
