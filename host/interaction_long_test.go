@@ -47,7 +47,7 @@ func TestLongApprovalKills(t *testing.T) {
 
 func approvalKill(t *testing.T, bin, root, name, crashpoint string, waiting int) {
 	plugins := filepath.Join(root, "plugins")
-	ledgerData := filepath.Join(plugins, "ledger", "data")
+	ledgerData := filepath.Join(root, "ledger-data")
 	grantedPlugin(t, plugins, "scripted-model", map[string]any{"script": json.RawMessage(quickScript)}, nil)
 	grantedPlugin(t, plugins, "ledger", map[string]any{"dir": ledgerData}, []string{ledgerData})
 	if err := os.MkdirAll(ledgerData, 0o755); err != nil {
