@@ -90,6 +90,9 @@ const (
 	CodeCanceled    = "canceled"       // the call was cancelled
 	CodeDenied      = "denied"         // a capability was not granted
 	CodeInternal    = "internal_error" // anything else
+	// CodeToolsRefUnknown: a model request named a tool set (toolsRef)
+	// that the instance does not hold; the host sends it again whole.
+	CodeToolsRefUnknown = "tools_ref_unknown"
 )
 
 // LogLevel is the level of the log host function.
@@ -122,7 +125,16 @@ type Describe struct {
 	// Agent plugins: the tool the parent's model sees (name, description,
 	// schema). The default takes {"prompt": string}.
 	Agent *ToolDefinition `json:"agent,omitempty"`
+	// Features lists what the guest understands beyond the base ABI
+	// (FeatureToolsRef). The host uses only what a guest lists.
+	Features []string `json:"features,omitempty"`
 }
+
+// FeatureToolsRef: the model guest keeps the tool definitions of a request
+// under the name in its toolsRef field, and a later request to the same
+// instance may carry only that name. A model call then does not ship and
+// decode every tool's schema again (25 tools are about 12 KB of JSON).
+const FeatureToolsRef = "toolsRef"
 
 // ToolCallRequest is the input of OpToolCall.
 type ToolCallRequest struct {

@@ -57,8 +57,9 @@ func parseToolCallRequest(b []byte) (req ToolCallRequest, ok bool) {
 }
 
 type scanner struct {
-	b []byte
-	i int
+	b   []byte
+	i   int
+	bad bool // a malformed object or array was met (open, more)
 }
 
 func (p *scanner) space() {

@@ -122,9 +122,15 @@ type ModelFunc func(ctx context.Context, req *ModelRequest, delta func(Delta) er
 // Model registers the plugin's model adapter.
 func Model(fn ModelFunc) {
 	registry.generate = func(ctx context.Context, in []byte) ([]byte, error) {
-		var req ModelRequest
-		if err := json.Unmarshal(in, &req); err != nil {
-			return nil, &Error{Code: CodeBadInput, Message: "model request: " + err.Error()}
+		req, ok := parseModelRequest(in)
+		if !ok {
+			req = ModelRequest{}
+			if err := json.Unmarshal(in, &req); err != nil {
+				return nil, &Error{Code: CodeBadInput, Message: "model request: " + err.Error()}
+			}
+		}
+		if err := keptTools.resolve(&req); err != nil {
+			return nil, err
 		}
 		resp, err := fn(ctx, &req, sendDelta)
 		if err != nil {
@@ -135,6 +141,30 @@ func Model(fn ModelFunc) {
 		}
 		return json.Marshal(resp)
 	}
+}
+
+// keptTools is the tool set of the instance's last model request that
+// carried one (FeatureToolsRef).
+var keptTools toolSet
+
+type toolSet struct {
+	ref   string
+	tools []ToolDefinition
+}
+
+// resolve fills req.Tools from the kept set when the request names it, and
+// keeps the set a request carries.
+func (k *toolSet) resolve(req *ModelRequest) error {
+	switch {
+	case req.ToolsRef == "":
+	case len(req.Tools) > 0:
+		k.ref, k.tools = req.ToolsRef, req.Tools
+	case req.ToolsRef == k.ref:
+		req.Tools = k.tools
+	default:
+		return &Error{Code: CodeToolsRefUnknown, Message: "model request names tool set " + req.ToolsRef + ", which this instance does not hold"}
+	}
+	return nil
 }
 
 // AgentFunc answers one sub-agent run. It reaches the host's model with
@@ -182,6 +212,7 @@ func describe() ([]byte, error) {
 	switch {
 	case registry.generate != nil:
 		d.Kind = KindModel
+		d.Features = append(d.Features, FeatureToolsRef)
 	case registry.run != nil:
 		d.Kind = KindAgent
 		d.Agent = registry.agentTool

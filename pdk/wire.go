@@ -89,6 +89,11 @@ type ModelRequest struct {
 	MaxTokens   int              `json:"maxTokens,omitempty"`
 	Stream      bool             `json:"stream,omitempty"`
 	Metadata    map[string]any   `json:"metadata,omitempty"`
+	// ToolsRef names the tool set (see FeatureToolsRef). With Tools, the
+	// guest keeps them under this name; without, it uses the set it kept.
+	// The pdk resolves it before a ModelFunc runs: the function always
+	// sees Tools.
+	ToolsRef string `json:"toolsRef,omitempty"`
 }
 
 // ModelResponse is a model's complete answer. Tool calls are on Message.

@@ -3,9 +3,12 @@ package plugins
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -172,16 +175,23 @@ func (p *Plugin) runAgent(ctx context.Context, t *pluginTool, call loop.ToolCall
 // calling goroutine. Errors are *loop.ModelError, except cancellation, which
 // wraps ctx.Err().
 func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
-	in, err := json.Marshal(req)
+	input, err := p.modelInput(req)
 	if err != nil {
 		return nil, &loop.ModelError{Code: "invalid_request", Message: "encode request: " + err.Error(), Err: err}
 	}
 	var resp loop.ModelResponse
-	err = p.invoke(ctx, pdk.OpGenerate, in, func(st *callState) {
-		st.onDelta = onDelta
-	}, func(out []byte) error { return json.Unmarshal(out, &resp) })
+	setup := func(st *callState) { st.onDelta = onDelta }
+	decode := func(out []byte) error { return json.Unmarshal(out, &resp) }
+	err = p.invokeWith(ctx, pdk.OpGenerate, input, setup, decode)
+	var pe *pdk.Error
+	if errors.As(err, &pe) && pe.Code == pdk.CodeToolsRefUnknown {
+		// The instance lost its tool set (it should not): send it whole.
+		err = p.invokeWith(ctx, pdk.OpGenerate, func(st *callState) []byte {
+			st.toolsRef = ""
+			return input(st)
+		}, setup, decode)
+	}
 	if err != nil {
-		var pe *pdk.Error
 		switch {
 		case errors.As(err, &pe):
 			return nil, &loop.ModelError{Code: pe.Code, Message: pe.Message, Transient: pe.Transient, Err: pe}
@@ -195,6 +205,45 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 		return nil, &loop.ModelError{Code: "plugin_failed", Message: err.Error(), Err: err}
 	}
 	return &resp, nil
+}
+
+// modelInput encodes a model request. To a guest that keeps tool sets
+// (pdk.FeatureToolsRef) the tools go once per instance: the request names
+// them by a digest of their encoding, and carries them only when the
+// instance does not hold that set yet.
+func (p *Plugin) modelInput(req *loop.ModelRequest) (func(*callState) []byte, error) {
+	if len(req.Tools) == 0 || !slices.Contains(p.desc.Features, pdk.FeatureToolsRef) {
+		in, err := json.Marshal(req)
+		return func(*callState) []byte { return in }, err
+	}
+	tools, err := json.Marshal(req.Tools)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(tools)
+	ref := hex.EncodeToString(sum[:16])
+	bare := *req
+	bare.Tools, bare.ToolsRef = nil, ref
+	in, err := json.Marshal(&bare)
+	if err != nil {
+		return nil, err
+	}
+	var whole []byte
+	return func(st *callState) []byte {
+		if st.toolsRef == ref {
+			return in
+		}
+		st.toolsRef = ref
+		if whole == nil {
+			// {..."toolsRef":"…"} becomes {..."toolsRef":"…","tools":[…]}
+			whole = make([]byte, 0, len(in)+len(tools)+10)
+			whole = append(whole, in[:len(in)-1]...)
+			whole = append(whole, `,"tools":`...)
+			whole = append(whole, tools...)
+			whole = append(whole, '}')
+		}
+		return whole
+	}, nil
 }
 
 // Model returns the model plugin of that name. Each Generate uses the

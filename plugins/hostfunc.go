@@ -62,6 +62,9 @@ type callState struct {
 	http       map[int32]io.ReadCloser
 	nextHandle int32
 	spent      spent // what this call wrote, against the plugin's budgets
+	// toolsRef names the tool set the instance keeps (pdk.FeatureToolsRef);
+	// it outlives a call, as the guest's copy does.
+	toolsRef string
 }
 
 type callStateKey struct{}

@@ -409,6 +409,12 @@ func moduleConfig(m *Manifest, g Grant, roots []*grantRoot) wazero.ModuleConfig 
 // invoke runs one operation on a pooled instance under the call timeout.
 // decode reads the output before the instance goes back to the pool.
 func (p *Plugin) invoke(ctx context.Context, op pdk.Op, in []byte, setup func(*callState), decode func([]byte) error) (err error) {
+	return p.invokeWith(ctx, op, func(*callState) []byte { return in }, setup, decode)
+}
+
+// invokeWith is invoke with an input made for the instance that runs the
+// call (its state says what the instance already holds).
+func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callState) []byte, setup func(*callState), decode func([]byte) error) (err error) {
 	p.calls.Add(1)
 	began := time.Now()
 	ctx, span := p.startCall(ctx, op)
@@ -424,7 +430,7 @@ func (p *Plugin) invoke(ctx context.Context, op pdk.Op, in []byte, setup func(*c
 	if setup != nil {
 		setup(st)
 	}
-	out, err := inst.call(cctx, op, in)
+	out, err := inst.call(cctx, op, input(st))
 	healthy := true
 	if err != nil {
 		var pe *pdk.Error

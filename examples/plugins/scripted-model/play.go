@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/looopy-go/looopy/pdk"
 )
@@ -329,5 +331,26 @@ func requestKey(req *pdk.ModelRequest) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// asciiSpace are the ASCII bytes unicode.IsSpace reports.
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
+
 // words is the token count the model reports: roughly one token per word.
-func words(s string) int { return len(strings.Fields(s)) }
+// It counts as strings.Fields splits, without making the slice of words (a
+// model call counts the whole history).
+func words(s string) int {
+	n, inWord := 0, false
+	for i := 0; i < len(s); {
+		r, size := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRuneInString(s[i:])
+		}
+		i += size
+		if r < utf8.RuneSelf && asciiSpace[r] || r >= utf8.RuneSelf && unicode.IsSpace(r) {
+			inWord = false
+		} else if !inWord {
+			inWord = true
+			n++
+		}
+	}
+	return n
+}

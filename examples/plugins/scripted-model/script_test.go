@@ -566,3 +566,13 @@ func TestUserRulesGoOnTopOfTheDemo(t *testing.T) {
 		t.Error("the user's default does not replace the demo's")
 	}
 }
+
+// words counts what strings.Fields would split, without the slice.
+func TestWordsCountsAsFields(t *testing.T) {
+	for _, s := range []string{"", " ", "one", "  two  words ", "tab\tnew\nline\r\vform\ffeed", "nbsp\u00a0next\u0085nel",
+		"ideographic\u3000space", "é ü 日本", "bad \xff utf8 \xff", "trailing\n"} {
+		if got, want := words(s), len(strings.Fields(s)); got != want {
+			t.Errorf("words(%q) = %d, want %d", s, got, want)
+		}
+	}
+}

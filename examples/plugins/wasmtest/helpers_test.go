@@ -85,7 +85,7 @@ func ask(t *testing.T, m loop.Model, msgs ...loop.Message) (*loop.ModelResponse,
 
 // install copies an example plugin (its built .wasm and plugin.json) into a
 // folder of dir, lets edit change the manifest, and returns the folder.
-func install(t *testing.T, dir, name string, edit func(man map[string]any)) string {
+func install(t testing.TB, dir, name string, edit func(man map[string]any)) string {
 	t.Helper()
 	src := filepath.Join(examples, name)
 	b, err := os.ReadFile(filepath.Join(src, "plugin.json"))

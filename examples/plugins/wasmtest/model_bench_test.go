@@ -1,0 +1,111 @@
+package wasmtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/plugins"
+)
+
+// processCPU is the process's user and system CPU time in nanoseconds: on
+// a busy machine it moves far less than the wall time of a call.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// benchTools are n tool definitions shaped like the host's own (a
+// description of a sentence or two, an object schema with a few typed and
+// described properties): about 450 bytes each as JSON.
+func benchTools(n int) []loop.ToolDefinition {
+	tools := make([]loop.ToolDefinition, n)
+	for i := range tools {
+		tools[i] = loop.ToolDefinition{
+			Name:        fmt.Sprintf("tool_%02d", i),
+			Description: "Does one thing of the demo's toolbox with the arguments given; answers in text, or an error that says what was wrong.",
+			Parameters: json.RawMessage(`{"type":"object","properties":{` +
+				`"path":{"type":"string","description":"a path inside the granted folder"},` +
+				`"limit":{"type":"integer","minimum":1,"maximum":1000,"description":"at most this many lines"},` +
+				`"mode":{"type":"string","enum":["text","json","lines"],"description":"how to answer"}},` +
+				`"required":["path"],"additionalProperties":false}`),
+		}
+	}
+	return tools
+}
+
+// benchHistory is a conversation of n messages: user questions, assistant
+// answers of a paragraph, and now and then a tool call and its result.
+func benchHistory(n int) []loop.Message {
+	answer := strings.Repeat("The host answered with a paragraph of ordinary text. ", 6)
+	msgs := make([]loop.Message, 0, n+1)
+	for i := 0; len(msgs) < n; i++ {
+		msgs = append(msgs, loop.Message{Role: loop.RoleUser, Content: fmt.Sprintf("question %d about the host and its plugins", i)})
+		if i%3 == 2 && len(msgs)+2 < n {
+			id := fmt.Sprintf("call-%d", i)
+			msgs = append(msgs,
+				loop.Message{Role: loop.RoleAssistant, ToolCalls: []loop.ToolCall{{ID: id, Name: "tool_01", Arguments: json.RawMessage(`{"path":"notes.txt","limit":20}`)}}},
+				loop.Message{Role: loop.RoleTool, ToolCallID: id, Name: "tool_01", Content: answer})
+		}
+		if len(msgs) < n {
+			msgs = append(msgs, loop.Message{Role: loop.RoleAssistant, Content: answer})
+		}
+	}
+	return append(msgs[:n], loop.Message{Role: loop.RoleUser, Content: "say this back"})
+}
+
+// BenchmarkModelCall is one call of the scripted model (a Go guest built
+// with pdk) through the plugin runtime, with the host's 25 tools offered
+// and a history of 2 to 40 messages: what a turn pays per model call on top
+// of the model itself. One caller, one warm instance: ns/op is the host's
+// encoding plus the guest's CPU.
+func BenchmarkModelCall(b *testing.B) {
+	// One rule, no delay: the answer repeats the last message.
+	dir := install(b, b.TempDir(), "scripted-model", func(man map[string]any) {
+		man["config"] = map[string]any{"script": `{"rules":[{"name":"any","match":"(?s)^(.*)$","steps":[{"text":"You said: $1"}]}]}`}
+		delete(man["capabilities"].(map[string]any), "allowedPaths")
+	})
+	r, err := plugins.New(plugins.Config{CacheDir: cacheDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { r.Close() })
+	if _, err := r.Load(context.Background(), filepath.Join(dir, "plugin.json")); err != nil {
+		b.Fatal(err)
+	}
+	m, err := r.Model("scripted-model")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ tools, history int }{{0, 0}, {25, 0}, {25, 2}, {25, 20}, {25, 40}} {
+		req := &loop.ModelRequest{Messages: benchHistory(c.history), Tools: benchTools(c.tools)}
+		in, _ := json.Marshal(req)
+		b.Run(fmt.Sprintf("tools=%d/history=%d", c.tools, c.history), func(b *testing.B) {
+			ctx := context.Background()
+			if _, err := m.Generate(ctx, req, nil); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for b.Loop() {
+				resp, err := m.Generate(ctx, req, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !strings.Contains(resp.Message.Content, "say this back") {
+					b.Fatalf("answer %q", resp.Message.Content)
+				}
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}

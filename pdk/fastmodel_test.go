@@ -1,0 +1,173 @@
+package pdk
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// modelRequestSamples are requests as the host writes them, and the odd
+// shapes another writer might send.
+var modelRequestSamples = []string{
+	`{"messages":[{"role":"user","content":"hi"}]}`,
+	`{"messages":[{"role":"system","content":"be brief\n\"quoted\" \\ \/ \t\r\b\f \u00e9 \ud83d\ude00 \u2028"},` +
+		`{"role":"user","content":"calc (1+2)*3","pinned":true,"metadata":{"k":[1,"two",{"3":null}]}},` +
+		`{"role":"assistant","toolCalls":[{"id":"c1","name":"calc","arguments":{"expression":"(1+2)*3"}}]},` +
+		`{"role":"tool","toolCallId":"c1","name":"calc","content":"9"}],` +
+		`"tools":[{"name":"calc","description":"adds \"numbers\"","parameters":{"type":"object","properties":{"expression":{"type":"string"}}},"idempotent":true},` +
+		`{"name":"ask","client":true}],"temperature":0.25,"maxTokens":512,"stream":true,"metadata":{"turn":3}}`,
+	` { "messages" : [ { "role" : "user" , "content" : "spaced" } ] , "stream" : false } `,
+	`{"messages":[null,{"role":null,"content":"x","toolCalls":null}],"tools":null,"temperature":null}`,
+	`{"messages":[{"role":"assistant","toolCalls":[{"id":"c","name":"n","arguments":null}]}],"tools":[{"name":"t","parameters":null}]}`,
+	`{"messages":[{"role":"user","content":"é ü 日本"}],"temperature":1e-3,"maxTokens":0}`,
+	`{"messages":[]}`,
+	`{}`,
+	// Declined: the fast path leaves these to encoding/json.
+	`{"Messages":[{"role":"user","content":"case"}]}`,
+	`{"messages":[{"role":"user","content":"lone \ud800 surrogate"}]}`,
+	`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user"}]}`,
+	`{"messages":[{"role":"user","content":5}]}`,
+	`{"maxTokens":1.5}`,
+	`{"messages":[{"role":"user","content":"x"}]} trailing`,
+	"{\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff utf8\"}]}",
+}
+
+// The fast decoder reads what encoding/json reads, or declines.
+func TestParseModelRequestMatchesEncodingJSON(t *testing.T) {
+	fast := 0
+	for _, in := range modelRequestSamples {
+		var want ModelRequest
+		wantErr := json.Unmarshal([]byte(in), &want)
+		got, ok := parseModelRequest([]byte(in))
+		if !ok {
+			continue
+		}
+		fast++
+		if wantErr != nil {
+			t.Errorf("%s: fast path accepted what encoding/json refuses (%v)", in, wantErr)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %#v\nwant %#v", in, got, want)
+		}
+	}
+	// The host's own shapes (the first eight samples) take the fast path.
+	if fast < 8 {
+		t.Fatalf("%d samples took the fast path, want the host's 8", fast)
+	}
+	for _, in := range modelRequestSamples[8:] {
+		if _, ok := parseModelRequest([]byte(in)); ok {
+			t.Errorf("%s: fast path accepted a shape it must leave to encoding/json", in)
+		}
+	}
+}
+
+// A request the host writes, round-tripped, comes back whole.
+func TestParseModelRequestRoundTrip(t *testing.T) {
+	temp := 0.7
+	req := ModelRequest{
+		Messages: []Message{
+			{Role: RoleSystem, Content: strings.Repeat("rules <&> \u2029 ", 20)},
+			{Role: RoleUser, Content: "line one\nline two\t\"quoted\"\x01"},
+			{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c1", Name: "echo", Arguments: json.RawMessage(`{"text":"hi"}`)}}},
+			{Role: RoleTool, ToolCallID: "c1", Name: "echo", Content: `{"text":"hi"}`},
+		},
+		Tools:       []ToolDefinition{{Name: "echo", Description: "echoes", Parameters: json.RawMessage(`{"type":"object"}`), Idempotent: true}},
+		Temperature: &temp,
+		MaxTokens:   100,
+		Stream:      true,
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := parseModelRequest(b)
+	if !ok {
+		t.Fatalf("declined the host's own encoding: %s", b)
+	}
+	if !reflect.DeepEqual(got, req) {
+		t.Fatalf("got %#v\nwant %#v", got, req)
+	}
+}
+
+func FuzzParseModelRequest(f *testing.F) {
+	for _, s := range modelRequestSamples {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got, ok := parseModelRequest([]byte(in))
+		if !ok {
+			return
+		}
+		var want ModelRequest
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			// Lenient only inside raw values (arguments, schemas), which
+			// the host wrote with encoding/json.
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\n got %#v\nwant %#v", in, got, want)
+		}
+	})
+}
+
+// BenchmarkDecodeModelRequest: the guest's decoding of a model call with 25
+// tools and 20 messages, fast path against encoding/json (natively here; in
+// a Go guest both are several times slower, encoding/json most).
+func BenchmarkDecodeModelRequest(b *testing.B) {
+	var req ModelRequest
+	for i := range 25 {
+		req.Tools = append(req.Tools, ToolDefinition{Name: "tool_" + string(rune('a'+i)), Description: "Does one thing of the demo's toolbox with the arguments given.",
+			Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","description":"a path"},"limit":{"type":"integer","minimum":1}},"required":["path"]}`)})
+	}
+	for i := range 20 {
+		req.Messages = append(req.Messages, Message{Role: []Role{RoleUser, RoleAssistant}[i%2], Content: strings.Repeat("An ordinary sentence of the conversation.\n", 8)})
+	}
+	in, _ := json.Marshal(req)
+	b.Run("fast", func(b *testing.B) {
+		b.SetBytes(int64(len(in)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := parseModelRequest(in); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(in)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var r ModelRequest
+			if err := json.Unmarshal(in, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// A kept tool set: a request with tools and a name keeps them; one with the
+// name alone gets them; an unknown name is an error the host answers by
+// sending the set whole.
+func TestToolSetResolve(t *testing.T) {
+	var k toolSet
+	calc := []ToolDefinition{{Name: "calc"}}
+	r1 := ModelRequest{Tools: calc, ToolsRef: "a"}
+	if err := k.resolve(&r1); err != nil || len(r1.Tools) != 1 {
+		t.Fatalf("keep: %v %+v", err, r1)
+	}
+	r2 := ModelRequest{ToolsRef: "a"}
+	if err := k.resolve(&r2); err != nil || len(r2.Tools) != 1 || r2.Tools[0].Name != "calc" {
+		t.Fatalf("by name: %v %+v", err, r2)
+	}
+	r3 := ModelRequest{ToolsRef: "b"}
+	var pe *Error
+	if err := k.resolve(&r3); !errors.As(err, &pe) || pe.Code != CodeToolsRefUnknown {
+		t.Fatalf("unknown name: %v", err)
+	}
+	r4 := ModelRequest{}
+	if err := k.resolve(&r4); err != nil || r4.Tools != nil {
+		t.Fatalf("no name, no tools: %v %+v", err, r4)
+	}
+}
