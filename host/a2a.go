@@ -69,6 +69,10 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 			return nil, fmt.Errorf("%w: responses answer a paused task: message.taskId is required", a2a.ErrInvalidParams)
 		}
 	}
+	tools, err := s.clientToolsOf(ctx, req.Message)
+	if err != nil {
+		return nil, err
+	}
 	contextID, err := s.contextOf(ctx, auth, req.Message.ContextID)
 	if err != nil {
 		return nil, err
@@ -78,7 +82,7 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	ctx = plugins.WithPrincipal(ctx, auth.Principal)
 	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: contextID,
 		TaskID: string(req.Message.TaskID), Message: msg, Metadata: req.Metadata,
-		Answers: answers, CheckAnswers: checkAnswerSchemas})
+		Answers: answers, CheckAnswers: checkAnswerSchemas, ClientTools: tools})
 }
 
 func checkSendConfig(req *a2a.SendMessageRequest) error {

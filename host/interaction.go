@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"time"
 
@@ -357,7 +358,9 @@ func checkAnswerSchemas(rec loop.TaskRecord, answers []loop.InputAnswer) error {
 	return nil
 }
 
-func validateJSON(schema, value json.RawMessage) (err error) {
+// compileJSONSchema compiles a client's or a tool's schema; it may refer
+// only inside itself (no file, no URL is read).
+func compileJSONSchema(schema json.RawMessage) (sch *jsonschema.Schema, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("schema failed: %v", r)
@@ -365,14 +368,23 @@ func validateJSON(schema, value json.RawMessage) (err error) {
 	}()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(jsonschema.SchemeURLLoader{})
-	if err := c.AddResource("mem://answer.json", doc); err != nil {
-		return err
+	if err := c.AddResource("mem://schema.json", doc); err != nil {
+		return nil, err
 	}
-	sch, err := c.Compile("mem://answer.json")
+	return c.Compile("mem://schema.json")
+}
+
+func validateJSON(schema, value json.RawMessage) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("schema failed: %v", r)
+		}
+	}()
+	sch, err := compileJSONSchema(schema)
 	if err != nil {
 		return err
 	}
@@ -390,7 +402,8 @@ func (s *Server) interactionExtension() a2a.AgentExtension {
 		Description: "Humans in the loop: tool calls that wait for approval, tools the client runs; " +
 			"each a pause (input-required) answered on the same task.",
 		Params: map[string]any{
-			"requests":     []string{loop.InputApproval},
+			"requests":     []string{loop.InputApproval, loop.InputClientTool},
+			"clientTools":  map[string]any{"max": maxClientTools, "maxSchemaBytes": maxClientSchemaSize},
 			"inputTimeout": s.cfg.Interaction.timeout().String(),
 			"onTimeout":    s.cfg.Interaction.onTimeout(),
 		}}
@@ -400,4 +413,87 @@ func (s *Server) interactionExtension() a2a.AgentExtension {
 // half the input timeout, between 100ms and 30s.
 func (c InteractionConfig) expireEvery() time.Duration {
 	return min(max(c.timeout()/2, 100*time.Millisecond), 30*time.Second)
+}
+
+// Bounds of a client's tool offer.
+const (
+	maxClientTools      = 32
+	maxClientSchemaSize = 64 << 10
+)
+
+var clientToolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// clientToolsOf reads the tools a message offers (its metadata under the
+// extension's URI): nil when it offers none. A bad offer is refused whole.
+func (s *Server) clientToolsOf(ctx context.Context, m *a2a.Message) ([]loop.ClientTool, error) {
+	ext, ok := m.Metadata[loop.InteractionURI]
+	if !ok {
+		return nil, nil
+	}
+	b, err := json.Marshal(ext)
+	if err != nil {
+		return nil, fmt.Errorf("%w: message.metadata[%q]: %v", a2a.ErrInvalidParams, loop.InteractionURI, err)
+	}
+	var offer struct {
+		ClientTools []struct {
+			Name         string          `json:"name"`
+			Description  string          `json:"description"`
+			Parameters   json.RawMessage `json:"parameters"`
+			ResultSchema json.RawMessage `json:"resultSchema"`
+		} `json:"clientTools"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&offer); err != nil {
+		return nil, fmt.Errorf("%w: client tools: %v", a2a.ErrInvalidParams, err)
+	}
+	if offer.ClientTools == nil {
+		return nil, nil
+	}
+	if len(offer.ClientTools) > maxClientTools {
+		return nil, fmt.Errorf("%w: %d client tools offered; at most %d", a2a.ErrInvalidParams, len(offer.ClientTools), maxClientTools)
+	}
+	host := map[string]bool{}
+	for _, ts := range s.toolsets {
+		if defs, err := ts.Tools(ctx); err == nil {
+			for _, d := range defs {
+				host[d.Name] = true
+			}
+		}
+	}
+	out := make([]loop.ClientTool, 0, len(offer.ClientTools))
+	seen := map[string]bool{}
+	size := 0
+	for i, t := range offer.ClientTools {
+		switch {
+		case !clientToolName.MatchString(t.Name):
+			return nil, fmt.Errorf("%w: clientTools[%d]: name %q must match %s", a2a.ErrInvalidParams, i, t.Name, clientToolName)
+		case host[t.Name]:
+			return nil, fmt.Errorf("%w: clientTools[%d]: %q is one of the host's tools", a2a.ErrInvalidParams, i, t.Name)
+		case seen[t.Name]:
+			return nil, fmt.Errorf("%w: clientTools[%d]: %q offered twice", a2a.ErrInvalidParams, i, t.Name)
+		}
+		seen[t.Name] = true
+		for what, sch := range map[string]json.RawMessage{"parameters": t.Parameters, "resultSchema": t.ResultSchema} {
+			if len(sch) == 0 || string(sch) == "null" {
+				continue
+			}
+			size += len(sch)
+			if _, err := compileJSONSchema(sch); err != nil {
+				return nil, fmt.Errorf("%w: clientTools[%d] (%s): %s: %v", a2a.ErrInvalidParams, i, t.Name, what, err)
+			}
+		}
+		ct := loop.ClientTool{ToolDefinition: loop.ToolDefinition{Name: t.Name, Description: t.Description, Client: true}}
+		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
+			ct.Parameters = t.Parameters
+		}
+		if len(t.ResultSchema) > 0 && string(t.ResultSchema) != "null" {
+			ct.ResultSchema = t.ResultSchema
+		}
+		out = append(out, ct)
+	}
+	if size > maxClientSchemaSize {
+		return nil, fmt.Errorf("%w: the client tools' schemas are %d bytes; at most %d", a2a.ErrInvalidParams, size, maxClientSchemaSize)
+	}
+	return out, nil
 }

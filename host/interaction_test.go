@@ -23,7 +23,13 @@ import (
 const approvalScript = `{"rules": [
  {"name": "ledger", "match": "(?i)^ledger\\s+(.+)$", "steps": [
   {"toolCall": {"name": "ledger_append", "arguments": {"entry": "$1"}}},
-  {"text": "Ledger: {{lastToolResult}}"}]}]}`
+  {"text": "Ledger: {{lastToolResult}}"}]},
+ {"name": "where", "match": "(?i)^where am i$", "steps": [
+  {"toolCall": {"name": "get_location", "arguments": {"precision": "city"}}},
+  {"text": "You are in {{lastToolResult}}"}]},
+ {"name": "exactly", "match": "(?i)^where exactly$", "steps": [
+  {"toolCall": {"name": "get_location", "arguments": {"precision": "street"}}},
+  {"text": "Result: {{lastToolResult}}"}]}]}`
 
 // grantedPlugin copies an example plugin into dir with its own config and
 // granted folders (none when paths is nil).
@@ -431,4 +437,122 @@ func TestApprovalExpiryCancelAndExemption(t *testing.T) {
 			t.Fatalf("an exempt principal's call: %s, ledger %q", done.Status.State, ah.lines(t))
 		}
 	})
+}
+
+// locationTool is a client tool offer: parameters and a result schema.
+var locationTool = map[string]any{"name": "get_location", "description": "The user's current city.",
+	"parameters": map[string]any{"type": "object", "properties": map[string]any{
+		"precision": map[string]any{"type": "string", "enum": []any{"city", "country"}}}},
+	"resultSchema": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}},
+		"required": []any{"city"}}}
+
+func offering(m *a2a.Message, tools ...any) *a2a.Message {
+	m.Metadata = map[string]any{loop.InteractionURI: map[string]any{"clientTools": tools}}
+	return m
+}
+
+// Client tools: offered with the message, a call pauses the task with the
+// call; the client's result continues the same task; results that do not
+// fit, and bad offers, are refused and change nothing; a call whose
+// arguments break the tool's schema is answered to the model at once.
+func TestClientTools(t *testing.T) {
+	t.Parallel()
+	ah := newApprovalHost(t, host.InteractionConfig{Approval: host.ApprovalConfig{Tools: []string{"ledger_append"}}})
+	h := startHost(t, ah.cfg)
+	c := client10(t, h.URL(), "")
+	ctx := context.Background()
+
+	// Bad offers are refused before any task starts.
+	for _, bad := range []any{
+		map[string]any{"name": "bad name!"},
+		map[string]any{"name": "ledger_append"},
+		map[string]any{"name": "x", "parameters": map[string]any{"type": 12}},
+		map[string]any{"name": "x", "unknownField": true},
+	} {
+		if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: offering(userMsg("where am i"), bad)}); err == nil {
+			t.Fatalf("offer %v accepted", bad)
+		}
+	}
+
+	task := send(t, c, ctx, &a2a.SendMessageRequest{Message: offering(userMsg("where am i"), locationTool)})
+	if task.Status.State != a2a.TaskStateInputRequired {
+		t.Fatalf("task is %s, want input-required", task.Status.State)
+	}
+	reqs := requestsOf(t, task)
+	if len(reqs) != 1 || reqs[0]["inputType"] != "client-tool" || reqs[0]["resultSchema"] == nil ||
+		reqs[0]["call"].(map[string]any)["name"] != "get_location" {
+		t.Fatalf("requests = %v", reqs)
+	}
+	id := reqs[0]["inputId"]
+	for _, bad := range []map[string]any{
+		{"inputId": "client-tool:other", "result": map[string]any{"content": "Paris", "data": map[string]any{"city": "Paris"}}},
+		{"inputId": id, "result": map[string]any{"content": "Paris", "data": map[string]any{"town": "Paris"}}},
+		{"inputId": id, "result": map[string]any{"data": map[string]any{"city": "Paris"}}},
+		{"inputId": id, "decision": "approve"},
+	} {
+		if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: answerMsg(task.ID, bad)}); err == nil {
+			t.Fatalf("result %v accepted", bad)
+		}
+	}
+	got, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: task.ID})
+	if err != nil || got.Status.State != a2a.TaskStateInputRequired {
+		t.Fatalf("after refused results: %v, %+v", err, got)
+	}
+	done := send(t, c, ctx, &a2a.SendMessageRequest{Message: answerMsg(task.ID,
+		map[string]any{"inputId": id, "result": map[string]any{"content": "Paris", "data": map[string]any{"city": "Paris"}}})})
+	if done.ID != task.ID || done.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(done), "You are in Paris") {
+		t.Fatalf("after the result: %s %q", done.Status.State, artifactText(done))
+	}
+
+	// Arguments that break the tool's parameters: no pause, the model is told.
+	task = send(t, c, ctx, &a2a.SendMessageRequest{Message: offering(userMsg("where exactly"), locationTool)})
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), "do not match") {
+		t.Fatalf("a call with bad arguments: %s %q", task.Status.State, artifactText(task))
+	}
+}
+
+// The client tool round trip with the official 0.3 client, across a
+// restart of the host.
+func TestClientToolsA2A03(t *testing.T) {
+	t.Parallel()
+	ah := newApprovalHost(t, host.InteractionConfig{})
+	h := startHost(t, ah.cfg)
+	c := client03For(t, h.URL(), "")
+	ctx := context.Background()
+	p := msg03("where am i", "")
+	p.Message.Metadata = map[string]any{loop.InteractionURI: map[string]any{"clientTools": []any{locationTool}}}
+	res, err := c.SendMessage(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, ok := res.(*a2a03.Task)
+	if !ok || task.Status.State != a2a03.TaskStateInputRequired || task.Status.Message == nil {
+		t.Fatalf("0.3 send = %#v", res)
+	}
+	var inputID string
+	for _, part := range task.Status.Message.Parts {
+		if dp, ok := part.(a2a03.DataPart); ok && dp.Metadata[loop.InteractionURI] == "requests" {
+			if reqs, _ := dp.Data["requests"].([]any); len(reqs) == 1 {
+				inputID, _ = reqs[0].(map[string]any)["inputId"].(string)
+			}
+		}
+	}
+	// The offer is the task's: it survives a restart of the host.
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h = startHost(t, ah.cfg)
+	c = client03For(t, h.URL(), "")
+	m := a2a03.NewMessage(a2a03.MessageRoleUser, a2a03.DataPart{
+		Data: map[string]any{"responses": []any{map[string]any{"inputId": inputID,
+			"result": map[string]any{"content": "Lyon", "data": map[string]any{"city": "Lyon"}}}}},
+		Metadata: map[string]any{loop.InteractionURI: "responses"}})
+	m.TaskID = task.ID
+	res, err = c.SendMessage(ctx, &a2a03.MessageSendParams{Message: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, ok := res.(*a2a03.Task); !ok || done.Status.State != a2a03.TaskStateCompleted || !strings.Contains(text03(done), "You are in Lyon") {
+		t.Fatalf("0.3 after the result: %#v", res)
+	}
 }

@@ -122,7 +122,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
 		MaxIterations: cfg.Agent.MaxIterations, Tracer: tel.tracer, Logger: log,
 		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.Budget,
-		Approval: (&Server{cfg: cfg, toolsets: opts.Toolsets, plugins: opts.Plugins}).approvalGate()})
+		Approval:       (&Server{cfg: cfg, toolsets: opts.Toolsets, plugins: opts.Plugins}).approvalGate(),
+		CheckArguments: validateJSON})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}

@@ -321,6 +321,9 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 	n := min(max(rec.TurnInput, 0), len(rec.History))
 	input := rec.History[len(rec.History)-n:]
 	t := Turn{Sink: in.Sink, Metadata: rec.Metadata, Auth: in.Auth, ClientTools: in.ClientTools}
+	if len(t.ClientTools) == 0 {
+		t.ClientTools, t.ClientResultSchemas = clientToolDefs(rec.ClientTools)
+	}
 	// A task that was paused goes on with its answers (unless a checkpoint
 	// of this turn shows them settled already).
 	cont, answers := answeredCalls(&rec)

@@ -147,11 +147,14 @@ type TaskRecord struct {
 	// Requests are what a paused task waits for (approvals, client tool
 	// results), with the answers recorded so far; a task that goes on
 	// keeps them until its turn ends.
-	Requests  []InputRequest `json:"requests,omitempty"`
-	CreatedAt time.Time      `json:"createdAt"`
-	UpdatedAt time.Time      `json:"updatedAt"`
-	ExpiresAt time.Time      `json:"expiresAt,omitzero"` // zero: never
-	Metadata  map[string]any `json:"metadata,omitempty"`
+	Requests []InputRequest `json:"requests,omitempty"`
+	// ClientTools are the tools the task's client offers (kept for the
+	// rest of the task, across pauses and restarts).
+	ClientTools []ClientTool   `json:"clientTools,omitempty"`
+	CreatedAt   time.Time      `json:"createdAt"`
+	UpdatedAt   time.Time      `json:"updatedAt"`
+	ExpiresAt   time.Time      `json:"expiresAt,omitzero"` // zero: never
+	Metadata    map[string]any `json:"metadata,omitempty"`
 	// Version is the record's version in its store: 0 for a task not yet
 	// stored, then 1, 2, ... one per write. SaveTask compares it.
 	Version uint64 `json:"version,omitempty"`

@@ -71,6 +71,13 @@ type InputAnswer struct {
 	At         time.Time       `json:"at,omitzero"`
 }
 
+// ClientTool is a tool a client offered with its message: its definition,
+// and the JSON Schema of its result's data when it declared one.
+type ClientTool struct {
+	ToolDefinition
+	ResultSchema json.RawMessage `json:"resultSchema,omitempty"`
+}
+
 // ApprovalGate decides whether a call needs an approval before it runs. It
 // returns nil when the call may run now, or the request to pause for (the
 // loop fills InputID, InputType and Call). It must be safe for concurrent
@@ -232,6 +239,26 @@ func answerResult(call ToolCall, a InputAnswer) (ToolResult, bool) {
 		return ToolResult{ToolCallID: call.ID, IsError: true, Content: msg}, true
 	}
 	return ToolResult{}, false
+}
+
+// clientToolDefs splits client tools into the definitions the model sees
+// and their result schemas by name.
+func clientToolDefs(tools []ClientTool) ([]ToolDefinition, map[string]json.RawMessage) {
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	defs := make([]ToolDefinition, len(tools))
+	var schemas map[string]json.RawMessage
+	for i, t := range tools {
+		defs[i] = t.ToolDefinition
+		if len(t.ResultSchema) > 0 {
+			if schemas == nil {
+				schemas = map[string]json.RawMessage{}
+			}
+			schemas[t.Name] = t.ResultSchema
+		}
+	}
+	return defs, schemas
 }
 
 // RequestsPrompt is the text of a pause: the prompts of its requests, one

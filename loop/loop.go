@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,10 @@ type Config struct {
 	// for input with the request (Outcome.Requests), and the task's next
 	// turn runs it only if the answer approves it (Turn.Continue).
 	Approval ApprovalGate
+	// CheckArguments, when set, checks a client tool call's arguments
+	// against the tool's parameters schema: a call that fails is answered
+	// to the model as an error at once, without a pause.
+	CheckArguments func(schema, args json.RawMessage) error
 }
 
 // Loop runs single turns: call the model, run the tools it asks for in
@@ -91,6 +96,7 @@ type Loop struct {
 	metrics      *loopMetrics
 	budget       func(context.Context, *Turn, TurnUsage) error
 	approval     ApprovalGate
+	checkArgs    func(schema, args json.RawMessage) error
 }
 
 // New returns a Loop for cfg.
@@ -116,6 +122,7 @@ func New(cfg Config) (*Loop, error) {
 		journal:     cfg.Journal,
 		budget:      cfg.Budget,
 		approval:    cfg.Approval,
+		checkArgs:   cfg.CheckArguments,
 	}
 	if cfg.Meter != nil {
 		lm, err := newLoopMetrics(cfg.Meter)
@@ -166,6 +173,9 @@ type Turn struct {
 	// tool results become their results), with Answers by call id.
 	Continue []ToolCall
 	Answers  map[string]InputAnswer
+	// ClientResultSchemas are the result schemas of client tools, by name,
+	// for the requests a call to one raises.
+	ClientResultSchemas map[string]json.RawMessage
 }
 
 // Outcome is the result of a turn.
@@ -709,8 +719,16 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 			continue
 		}
 		if tr.client[c.Name] {
+			if err := tr.checkClientArgs(c); err != nil {
+				res := ToolResult{IsError: true, Content: fmt.Sprintf("the arguments of %s do not match its parameters: %v", c.Name, err)}
+				tr.emitComplete(c, res, 0)
+				results[i], settled[i] = toolMessage(c, res), true
+				continue
+			}
 			*pending = append(*pending, c)
-			*reqs = append(*reqs, clientToolRequest(c))
+			req := clientToolRequest(c)
+			req.ResultSchema = tr.t.ClientResultSchemas[c.Name]
+			*reqs = append(*reqs, req)
 			continue
 		}
 		if req := tr.gate(ctx, c); req != nil {
@@ -770,6 +788,22 @@ func (tr *turn) gate(ctx context.Context, c ToolCall) *InputRequest {
 		req.Prompt = fmt.Sprintf("Approve %s with %s?", c.Name, string(c.Arguments))
 	}
 	return req
+}
+
+func (tr *turn) checkClientArgs(c ToolCall) error {
+	if tr.l.checkArgs == nil {
+		return nil
+	}
+	for _, d := range tr.t.ClientTools {
+		if d.Name == c.Name && len(d.Parameters) > 0 {
+			args := c.Arguments
+			if len(args) == 0 {
+				args = json.RawMessage("{}")
+			}
+			return tr.l.checkArgs(d.Parameters, args)
+		}
+	}
+	return nil
 }
 
 func clientToolRequest(c ToolCall) InputRequest {

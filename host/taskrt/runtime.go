@@ -271,6 +271,9 @@ type StartRequest struct {
 	Metadata     map[string]any
 	// NewTaskID and NewContextID make ids; nil: random.
 	NewID func() string
+	// ClientTools, when not nil, are the tools the client offers for the
+	// rest of the task (replacing those it offered before).
+	ClientTools []loop.ClientTool
 	// answered: the task, its requests all answered (expiry), to go on.
 	answered *loop.TaskRecord
 }
@@ -366,6 +369,9 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 		if req.Metadata != nil {
 			rec.Metadata = req.Metadata
 		}
+	}
+	if req.ClientTools != nil {
+		rec.ClientTools = req.ClientTools
 	}
 	r.Created = rec.CreatedAt
 	// Durable before anyone hears of it: the lease (with leases), then the
