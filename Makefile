@@ -1,10 +1,13 @@
 # Looopy-Go. `make help` lists the targets.
 GO        ?= go
+# staticcheck, pinned; `make tools` installs it into $(GOBIN) (default: $(go env GOPATH)/bin)
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo "$$($(GO) env GOPATH)/bin/staticcheck")
 PKGS      := ./...
 BENCHTIME ?= 1s
 COUNT     ?= 6
 
-.PHONY: help build test check bench run plugins plugins-go plugins-all fixtures-check test-long clean
+.PHONY: help build test check tools bench run plugins plugins-go plugins-all fixtures-check test-long clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -31,8 +34,14 @@ test: plugins-go ## run every test with the race detector
 test-long: plugins-go ## the long tests (large artifacts, crash rounds)
 	$(GO) test -count=1 -run 'Long' -tags long -timeout 60m $(PKGS)
 
-check: ## vet, formatting, go mod tidy, import directions
+tools: ## install the pinned staticcheck (2026.2.2) that make check runs
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+check: ## vet, staticcheck, formatting, go mod tidy, import directions
 	$(GO) vet $(PKGS)
+	@test -x "$(STATICCHECK)" || (echo "staticcheck not found: run make tools" >&2; exit 1)
+	@"$(STATICCHECK)" -version | grep -q "($(STATICCHECK_VERSION:v%=%))" || (echo "staticcheck $(STATICCHECK_VERSION) wanted, found $$("$(STATICCHECK)" -version): run make tools" >&2; exit 1)
+	"$(STATICCHECK)" $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1)
 	@cp go.mod /tmp/looopy.go.mod.bak; cp go.sum /tmp/looopy.go.sum.bak; $(GO) mod tidy; \
 	  if ! git diff --quiet -- go.mod go.sum; then cp /tmp/looopy.go.mod.bak go.mod; cp /tmp/looopy.go.sum.bak go.sum; echo "go mod tidy changes go.mod/go.sum" >&2; exit 1; fi

@@ -90,7 +90,7 @@ func tracedHost(t *testing.T, cfg host.Config, logs io.Writer) (*testHost, *trac
 func attrOf(s tracetest.SpanStub, key string) (string, bool) {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit(), true
+			return kv.Value.String(), true
 		}
 	}
 	return "", false

@@ -38,7 +38,6 @@ func TestEventStreamsKeepTheirRequestValues(t *testing.T) {
 	// and then waits for the second.
 	type result struct {
 		frames []frame
-		err    error
 	}
 	results := make([]chan result, n)
 	for i, id := range ctxIDs {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -583,14 +582,4 @@ func (s *Server) sendSSE(c *fiber.Ctx, fn func(w *bufio.Writer)) {
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	c.Set("X-Accel-Buffering", "no")
 	c.Context().SetBodyStreamWriter(fn)
-}
-
-// jsonBody is a helper for handlers that answer JSON with a status.
-func jsonBody(c *fiber.Ctx, status int, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(status).Send(b)
 }

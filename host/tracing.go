@@ -27,7 +27,7 @@ func (e *logExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnly
 			attrs = append(attrs, slog.String("status", st.Description))
 		}
 		for _, kv := range s.Attributes() {
-			attrs = append(attrs, slog.String(string(kv.Key), kv.Value.Emit()))
+			attrs = append(attrs, slog.String(string(kv.Key), kv.Value.String()))
 		}
 		e.log.LogAttrs(ctx, slog.LevelInfo, "span", attrs...)
 	}

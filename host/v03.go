@@ -84,13 +84,3 @@ func sendParams03(req rpcRequest) (*a2a.SendMessageRequest, error) {
 	}
 	return v1, nil
 }
-
-// encodeEvent03 is the result of a 0.3 stream frame: the event itself, in
-// 0.3 shape (its "kind" says which).
-func encodeEvent03(ev a2a.Event) (any, error) {
-	out, err := a2av0.FromV1Event(ev)
-	if err != nil {
-		return nil, fmt.Errorf("event in 0.3 form: %w", err)
-	}
-	return out, nil
-}

@@ -25,7 +25,7 @@ func sums(t *testing.T, r *sdkmetric.ManualReader) (map[string]int64, map[string
 	key := func(name string, s attribute.Set) string {
 		var parts []string
 		for _, kv := range s.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+			parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 		}
 		return name + "{" + strings.Join(parts, ",") + "}"
 	}

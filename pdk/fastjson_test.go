@@ -175,7 +175,7 @@ func FuzzFlatDecoder(f *testing.F) {
 
 func TestAppendScalarMatchesEncodingJSON(t *testing.T) {
 	vals := []any{true, false, 0, -7, int8(-128), int16(300), int32(-5), int64(1) << 62, uint(7), uint16(65535), uint32(1 << 31), uint64(1) << 63,
-		0.0, -0.0, 1.5, -2.25, 1e20, 1e21, 123456789e15, 1e-6, 1e-7, 3.14159e-9, 5e-324, math.MaxFloat64,
+		0.0, math.Copysign(0, -1), 1.5, -2.25, 1e20, 1e21, 123456789e15, 1e-6, 1e-7, 3.14159e-9, 5e-324, math.MaxFloat64,
 		float32(0.1), float32(1e21), float32(1e-7), float32(3.4e38), float32(-1.5)}
 	for _, v := range vals {
 		want, err := json.Marshal(v)

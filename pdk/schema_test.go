@@ -17,21 +17,22 @@ type Embedded struct {
 
 type args struct {
 	Embedded
-	Name    string            `json:"name" desc:"who"`
-	Count   uint8             `json:"count,omitempty"`
-	Ratio   float64           `json:"ratio"`
-	Mode    string            `json:"mode" enum:"a, b"`
-	Level   int               `json:"level" enum:"1,2,3"`
-	Tags    []string          `json:"tags,omitempty"`
-	Blob    []byte            `json:"blob,omitzero"`
-	Opt     *inner            `json:"opt"`
-	Map     map[string]inner  `json:"map,omitempty"`
-	When    time.Time         `json:"when,omitzero"`
-	Any     any               `json:"any,omitempty"`
-	Raw     json.RawMessage   `json:"raw,omitempty"`
-	Fixed   [2]int            `json:"fixed,omitempty"`
-	Skip    string            `json:"-"`
-	private string            //nolint:unused
+	Name  string           `json:"name" desc:"who"`
+	Count uint8            `json:"count,omitempty"`
+	Ratio float64          `json:"ratio"`
+	Mode  string           `json:"mode" enum:"a, b"`
+	Level int              `json:"level" enum:"1,2,3"`
+	Tags  []string         `json:"tags,omitempty"`
+	Blob  []byte           `json:"blob,omitzero"`
+	Opt   *inner           `json:"opt"`
+	Map   map[string]inner `json:"map,omitempty"`
+	When  time.Time        `json:"when,omitzero"`
+	Any   any              `json:"any,omitempty"`
+	Raw   json.RawMessage  `json:"raw,omitempty"`
+	Fixed [2]int           `json:"fixed,omitempty"`
+	Skip  string           `json:"-"`
+	//lint:ignore U1000 an unexported field SchemaOf must leave out
+	private string
 	Headers map[string]string `json:"headers,omitempty"`
 }
 

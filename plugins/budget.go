@@ -112,17 +112,16 @@ func (b Budgets) withDefaults() Budgets {
 // spent is what one call has written so far, by channel. It lives in the
 // call's state and is reset with it.
 type spent struct {
-	logBytes      int64
-	logDropped    bool
-	events        int
-	eventBytes    int64
-	kvWrites      int
-	kvBytes       int64
-	artWrites     int
-	artBytes      int64
-	httpRequests  int
-	httpBytes     int64
-	eventsRefused bool
+	logBytes     int64
+	logDropped   bool
+	events       int
+	eventBytes   int64
+	kvWrites     int
+	kvBytes      int64
+	artWrites    int
+	artBytes     int64
+	httpRequests int
+	httpBytes    int64
 }
 
 func overBudget(what string, limit any) error {

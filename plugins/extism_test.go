@@ -63,4 +63,14 @@ func TestExtismABIPlugin(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "looopy.log, which was not granted") {
 		t.Fatalf("ungranted Extism import: %v", err)
 	}
+
+	// a manifest of another kind is refused at load for the export that
+	// kind needs, before any guest code runs
+	_, err = r.Load(context.Background(), install(t, dir, "xecho3", guestWasm(t, "xecho"), func(m map[string]any) {
+		m["kind"] = "model"
+		caps(m)["hostFunctions"] = []string{"log"}
+	}))
+	if err == nil || !strings.Contains(err.Error(), "an Extism-ABI model plugin must export generate") {
+		t.Fatalf("an Extism-ABI tool plugin loaded as a model: %v", err)
+	}
 }

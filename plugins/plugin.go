@@ -239,6 +239,9 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		}
 		p.drv = &looopyDriver{p: p, rt: rt, compiled: cm, modCfg: moduleConfig(m, g, p.roots)}
 	case "extism":
+		if err := checkExtismExports(cm, m.Kind); err != nil {
+			return nil, err
+		}
 		_ = rt.Close(ctx)
 		drv, err := newExtismDriver(ctx, p, bin, env.cache)
 		if err != nil {

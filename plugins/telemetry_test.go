@@ -26,7 +26,7 @@ func metricValues(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	key := func(name string, s attribute.Set) string {
 		var parts []string
 		for _, kv := range s.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+			parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 		}
 		return name + "{" + strings.Join(parts, ",") + "}"
 	}

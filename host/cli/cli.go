@@ -14,20 +14,11 @@ type Env struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
-	// Getenv reads the environment (nil: os.Getenv).
-	Getenv func(string) string
 }
 
 // Stdio is the process's own streams and environment.
 func Stdio() Env {
-	return Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-}
-
-func (e Env) getenv(k string) string {
-	if e.Getenv == nil {
-		return os.Getenv(k)
-	}
-	return e.Getenv(k)
+	return Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 }
 
 // Command is one subcommand.

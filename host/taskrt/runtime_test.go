@@ -82,8 +82,7 @@ func (l *logEvents) KeepContext(ctx context.Context, id string, ttl time.Duratio
 
 // scriptModel answers with "done" after gate (when set) is closed.
 type scriptModel struct {
-	gate  chan struct{}
-	calls sync.WaitGroup
+	gate chan struct{}
 }
 
 func (m *scriptModel) Generate(ctx context.Context, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {

@@ -199,7 +199,7 @@ func (s *Store) ListTasks(ctx context.Context, f loop.TaskFilter) ([]loop.TaskRe
 	}
 	out := []loop.TaskRecord{}
 	for {
-		members, err := s.rdb.ZRevRangeByLex(ctx, idx, &redis.ZRangeBy{Max: max, Min: "-", Count: page}).Result()
+		members, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: idx, Start: max, Stop: "-", ByLex: true, Rev: true, Count: page}).Result()
 		if err != nil {
 			return nil, wrap("list tasks", err)
 		}
@@ -296,7 +296,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	idx := s.p + "ti:all"
 	max, n := "+", 0
 	for {
-		members, err := s.rdb.ZRevRangeByLex(ctx, idx, &redis.ZRangeBy{Max: max, Min: "-", Count: 500}).Result()
+		members, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: idx, Start: max, Stop: "-", ByLex: true, Rev: true, Count: 500}).Result()
 		if err != nil {
 			return n, wrap("sweep tasks", err)
 		}

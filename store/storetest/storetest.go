@@ -437,11 +437,11 @@ func testConcurrentReplace(t *testing.T, s Stores) {
 			}
 			ms, err := s.Messages.Recent(ctx, "cr", 0)
 			if err != nil {
-				errs <- fmt.Errorf("Recent during Replace: %w", err)
+				errs <- fmt.Errorf("reading recent messages during Replace: %w", err)
 				return
 			}
 			if len(ms) == 0 || !strings.HasPrefix(ms[0].Content, "summary-") {
-				errs <- fmt.Errorf("Recent during Replace saw a history not starting with a summary: %q", contents(ms))
+				errs <- fmt.Errorf("recent messages read during Replace saw a history not starting with a summary: %q", contents(ms))
 				return
 			}
 			last := map[int]int{}
@@ -926,7 +926,6 @@ func testEventExpire(t *testing.T, s Stores) {
 
 func testEventsConcurrent(t *testing.T, s Stores) {
 	const streams, writers, each = 4, 24, 30
-	type rec struct{ writer, i int }
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {

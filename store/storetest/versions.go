@@ -15,7 +15,7 @@ import (
 func testTaskVersions(t *testing.T, s Stores) {
 	ctx := context.Background()
 	tr := task("v", "c", 1, loop.TaskWorking)
-	tr = mustSaveTask(t, s.Tasks, tr)
+	mustSaveTask(t, s.Tasks, tr)
 	got, err := s.Tasks.LoadTask(ctx, "v")
 	if err != nil || got.Version != 1 {
 		t.Fatalf("LoadTask after the first write: version %d, %v; want 1", got.Version, err)
