@@ -18,6 +18,10 @@ import (
 	"github.com/looopy-go/looopy/loop"
 )
 
+// testCacheDir is wazero's compilation cache shared by the tests' registries
+// across runs (a test of the cache itself brings its own).
+var testCacheDir = filepath.Join(os.TempDir(), "looopy-plugins-test-wasm-cache")
+
 // Guests are built from source once per test binary run, into buildDir.
 var (
 	buildDir  string
@@ -122,8 +126,10 @@ func newRegistry(t testing.TB, cfg Config) *Registry {
 		cfg.Logger = testLogger(t)
 	}
 	if cfg.CacheDir == "" {
-		// one compilation cache for the whole run: each guest compiles once
-		cfg.CacheDir = filepath.Join(buildDir, "cache")
+		// One compilation cache for every run: each guest compiles once
+		// (wazero keys it by the module's bytes, which a -trimpath build
+		// reproduces, and by its own version), the later runs read it.
+		cfg.CacheDir = testCacheDir
 	}
 	if cfg.Policy.LoadTimeout == 0 {
 		// Loads are bounded by a hang guard here, not by the default: a Go

@@ -15,7 +15,9 @@ import (
 
 func waitEvent(t *testing.T, events <-chan Event, kind EventKind) Event {
 	t.Helper()
-	deadline := time.After(60 * time.Second) // a hang guard, not a timing assertion
+	// A hang guard, not a timing assertion: loading a Go guest compiles it,
+	// which under the race detector on a loaded machine takes minutes.
+	deadline := time.After(5 * time.Minute)
 	for {
 		select {
 		case ev := <-events:
