@@ -236,17 +236,24 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if err != nil {
 		return err
 	}
+	stores := Stores{Messages: ts, Agents: ts, Tasks: ts, Events: events, Commit: ts, Checkpoints: ts,
+		Journal: ts, Durable: st, Leases: st, KV: st, Shared: shared}
+	if shared {
+		// Cancels and usage counters reach every host (the Redis backend
+		// has both).
+		stores.Cancels, _ = st.(loop.CancelSignals)
+		stores.Counters, _ = st.(taskrt.UsageCounters)
+	}
 	srv, err := NewServer(cfg, Options{
 		crashpoint: cp,
 		tel:        tel,
-		Stores: Stores{Messages: ts, Agents: ts, Tasks: ts, Events: events, Commit: ts, Checkpoints: ts,
-			Journal: ts, Durable: st, Leases: st, KV: st, Shared: shared},
-		Model:     model,
-		Toolsets:  toolsets,
-		Plugins:   admin,
-		Artifacts: arts,
-		Logger:    m.log,
-		MCPTools:  sandboxed,
+		Stores:     stores,
+		Model:      model,
+		Toolsets:   toolsets,
+		Plugins:    admin,
+		Artifacts:  arts,
+		Logger:     m.log,
+		MCPTools:   sandboxed,
 	})
 	if err != nil {
 		return err

@@ -100,8 +100,10 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 		reserved = append(reserved, m.configFile)
 	}
 	// The key-value quota starts from what the store holds, where the
-	// backend can tell (Badger); elsewhere from zero at each start.
+	// backend can tell (Badger); a store several hosts share (Redis)
+	// checks it with each write, so that it holds for all of them.
 	kvUsage, _ := m.store.(plugins.KVUsager)
+	quotaKV, _ := m.store.(plugins.QuotaKV)
 	reg, err := plugins.New(plugins.Config{
 		CacheDir: cacheDir,
 		Policy: plugins.Policy{
@@ -117,6 +119,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 		Egress:    egress,
 		KV:        m.store,
 		KVUsage:   kvUsage,
+		KVQuota:   quotaKV,
 		Artifacts: m.artifacts,
 		OnEvent: func(e plugins.Event) {
 			if e.Err != nil {

@@ -36,7 +36,7 @@ func BenchmarkRedisRoundTrips(b *testing.B) {
 	}
 	s, err := NewServer(Config{Limits: LimitsConfig{HostID: "bench"}}, Options{Model: doneModel{}, Artifacts: arts,
 		Stores: Stores{Messages: rs, Agents: rs, Tasks: rs, Events: rs.Events(), Commit: rs, Checkpoints: rs,
-			Journal: rs, Durable: rs, Leases: rs, KV: rs, Shared: true}})
+			Journal: rs, Durable: rs, Leases: rs, Cancels: rs, Counters: rs, KV: rs, Shared: true}})
 	if err != nil {
 		b.Fatal(err)
 	}

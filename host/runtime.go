@@ -29,6 +29,13 @@ type Stores struct {
 	Durable loop.DurableLister
 	// Leases own running tasks across processes.
 	Leases loop.LeaseStore
+	// Cancels carry a cancel asked of this host to the host running the
+	// turn (shared stores only).
+	Cancels loop.CancelSignals
+	// Counters, when set, keep the usage counters of principals for every
+	// host sharing the stores (limits then hold for the service); KV is
+	// then unused for them.
+	Counters taskrt.UsageCounters
 	// KV keeps the usage counters of principals (nil: in memory).
 	KV taskrt.UsageKV
 	// Shared says that other hosts use the same stores: the event Hub
@@ -38,7 +45,8 @@ type Stores struct {
 
 func (st Stores) runtime() taskrt.Stores {
 	return taskrt.Stores{Messages: st.Messages, Agents: st.Agents, Tasks: st.Tasks, Commit: st.Commit,
-		Checkpoints: st.Checkpoints, Journal: st.Journal, Durable: st.Durable, Leases: st.Leases}
+		Checkpoints: st.Checkpoints, Journal: st.Journal, Durable: st.Durable, Leases: st.Leases,
+		Cancels: st.Cancels}
 }
 
 // hubEvents is the event log of the task runtime: the server's Hub, with

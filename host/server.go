@@ -114,7 +114,12 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if meter == nil {
 		meter = tel.meter
 	}
-	usage, err := taskrt.NewUsage(st.KV, cfg.Observability.UsageLimits, meter, log)
+	var usage *taskrt.Usage
+	if st.Counters != nil {
+		usage, err = taskrt.NewSharedUsage(st.Counters, cfg.Observability.UsageLimits, meter, log)
+	} else {
+		usage, err = taskrt.NewUsage(st.KV, cfg.Observability.UsageLimits, meter, log)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -153,6 +158,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		// Other hosts may die with tasks in flight: look for lapsed
 		// leases as often as one can lapse.
 		rtc.TakeoverEvery = rtc.LeaseTTL
+		rtc.Shared = true
 		if rtc.TakeoverEvery <= 0 {
 			rtc.TakeoverEvery = 30 * time.Second
 		}

@@ -253,6 +253,23 @@ type LeaseStore interface {
 	ListLeases(ctx context.Context) ([]Lease, error)
 }
 
+// CancelSignals carry cancel requests between processes sharing the
+// stores: a process asked to cancel a task whose turn runs elsewhere
+// records the request; the process running the turn hears of it and
+// cancels the turn. Only a store shared by several processes needs it.
+type CancelSignals interface {
+	// RequestCancel records that taskID's turn is to be canceled, for
+	// ttl, and wakes the watchers of every process.
+	RequestCancel(ctx context.Context, taskID string, ttl time.Duration) error
+	// CancelRequested reports whether a cancel of taskID was requested
+	// (and has not expired). A watcher that missed a wake-up (its
+	// connection dropped) finds the request here.
+	CancelRequested(ctx context.Context, taskID string) (bool, error)
+	// WatchCancels calls fn with the task id of each request made from
+	// now on, by any process, until ctx ends; then it returns ctx's error.
+	WatchCancels(ctx context.Context, fn func(taskID string)) error
+}
+
 // TurnCommit is everything a finished turn saves.
 type TurnCommit struct {
 	ContextID string

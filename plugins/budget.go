@@ -189,6 +189,16 @@ type KVUsager interface {
 	KVUsage(ctx context.Context, ns string) (keys, bytes int64, err error)
 }
 
+// QuotaKV is a key-value store that checks a namespace's quota with each
+// write, in one atomic step (Config.KVQuota): a store several hosts share,
+// so that a plugin's quota holds for the service rather than per host.
+type QuotaKV interface {
+	// KVSetWithin writes unless the namespace would then hold more than
+	// maxKeys keys or maxBytes bytes of values; over is "keys" or "bytes"
+	// when it refused.
+	KVSetWithin(ctx context.Context, ns, key string, v []byte, maxKeys, maxBytes int64) (over string, err error)
+}
+
 // kvQuota tracks a plugin's key-value space across its versions and
 // calls: keys and value bytes, checked before each write.
 type kvQuota struct {
@@ -225,6 +235,20 @@ func (s *callState) kvSet(ctx context.Context, key string, val []byte) error {
 	}
 	if s.spent.kvBytes+int64(len(val)) > b.KVBytesPerCall {
 		return overBudget("key-value bytes written in one call", b.KVBytesPerCall)
+	}
+	if p.quotaKV != nil {
+		over, err := p.quotaKV.KVSetWithin(ctx, p.Name(), key, val, b.KVQuotaKeys, b.KVQuotaBytes)
+		switch {
+		case err != nil:
+			return err
+		case over == "keys":
+			return overBudget("the plugin's key-value space holds too many keys", b.KVQuotaKeys)
+		case over != "":
+			return overBudget("the plugin's key-value space is full", b.KVQuotaBytes)
+		}
+		s.spent.kvWrites++
+		s.spent.kvBytes += int64(len(val))
+		return nil
 	}
 	q := p.kvQuota
 	q.mu.Lock()

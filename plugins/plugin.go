@@ -76,6 +76,7 @@ type Plugin struct {
 	logRate rateWindow // the plugin's log bytes this minute
 	kvQuota *kvQuota   // shared by every version of the plugin
 	kvUsage KVUsager
+	quotaKV QuotaKV // set: the store checks the quota (kvQuota unused)
 
 	tel      *telemetry
 	attrs    attribute.Set // plugin, version: the labels of its metrics
@@ -162,6 +163,7 @@ type loadEnv struct {
 	tel       *telemetry
 	kvQuotas  *kvQuotas
 	kvUsage   KVUsager
+	quotaKV   QuotaKV
 }
 
 // loadPlugin reads, verifies, compiles and validates a plugin. It returns a
@@ -188,7 +190,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		log: env.log.With("plugin", m.Name, "version", m.Version),
 		kv:  env.kv, egress: env.egress, artifacts: env.artifacts,
 		loadedAt: time.Now(), tel: env.tel,
-		budgets: env.policy.Budgets.withDefaults(), kvQuota: env.kvQuotas.of(m.Name), kvUsage: env.kvUsage,
+		budgets: env.policy.Budgets.withDefaults(), kvQuota: env.kvQuotas.of(m.Name), kvUsage: env.kvUsage, quotaKV: env.quotaKV,
 		attrs: attribute.NewSet(attribute.String("plugin", m.Name), attribute.String("version", m.Version)),
 	}
 	if len(g.Refused) > 0 {

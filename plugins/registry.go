@@ -34,6 +34,11 @@ type Config struct {
 	// KVUsage tells what each plugin's key-value space already holds, the
 	// start of its quota (nil: each run of the host counts from zero).
 	KVUsage KVUsager
+	// KVQuota, when set, checks each plugin's key-value quota in the
+	// store, atomically with the write (a store several hosts share: the
+	// quota then holds for all of them); KVUsage is then unused. It must
+	// be the same store as KV.
+	KVQuota QuotaKV
 	// Artifacts backs artifact_write; nil: it answers an error.
 	Artifacts ArtifactWriter
 	// LookupEnv resolves the secrets manifests name; nil: os.LookupEnv.
@@ -184,7 +189,7 @@ func New(cfg Config) (*Registry, error) {
 		env: loadEnv{
 			cache: cache, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
-			kvQuotas: &kvQuotas{}, kvUsage: cfg.KVUsage,
+			kvQuotas: &kvQuotas{}, kvUsage: cfg.KVUsage, quotaKV: cfg.KVQuota,
 		},
 		onEvent:   cfg.OnEvent,
 		log:       log,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -40,6 +42,9 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 			return fmt.Errorf("recover tasks: %w", err)
 		}
 		for _, l := range ls {
+			if strings.HasPrefix(l.Key, ContextLeasePrefix) {
+				continue // a context's, held by a turn (or lapsed with it)
+			}
 			leases[l.Key] = l
 		}
 	}
@@ -116,7 +121,7 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 // failTaken fails a task no one runs, under its lease.
 func (rt *Runtime) failTaken(ctx context.Context, rec loop.TaskRecord, why string) error {
 	r := &Run{TaskID: rec.ID, ContextID: rec.ContextID}
-	if err := rt.own(ctx, r); err != nil {
+	if err := rt.own(ctx, r, false); err != nil {
 		if errors.Is(err, loop.ErrBusy) {
 			return nil
 		}
@@ -134,7 +139,7 @@ func (rt *Runtime) failTaken(ctx context.Context, rec loop.TaskRecord, why strin
 // then releases the lease.
 func (rt *Runtime) settleEnded(ctx context.Context, l loop.Lease) error {
 	r := &Run{TaskID: l.Key, ContextID: l.Data}
-	if err := rt.own(ctx, r); err != nil {
+	if err := rt.own(ctx, r, false); err != nil {
 		if errors.Is(err, loop.ErrBusy) {
 			return nil
 		}
@@ -180,7 +185,7 @@ func (rt *Runtime) resume(ctx context.Context, rec loop.TaskRecord, gate <-chan 
 		return err
 	}
 	r.Created = rec.CreatedAt
-	if err := rt.own(ctx, r); err != nil {
+	if err := rt.own(ctx, r, true); err != nil {
 		rt.unregister(r)
 		return err
 	}
@@ -213,8 +218,14 @@ func (rt *Runtime) StartBackground() {
 	rt.mu.Lock()
 	rt.stopSweep, rt.sweepDone = cancel, make(chan struct{})
 	rt.mu.Unlock()
+	var watching sync.WaitGroup
+	if rt.cancels() != nil {
+		watching.Add(1)
+		go func() { defer watching.Done(); rt.watchCancels(ctx) }()
+	}
 	go func() {
 		defer close(rt.sweepDone)
+		defer watching.Wait()
 		tick := time.NewTicker(rt.cfg.SweepEvery)
 		defer tick.Stop()
 		var expire <-chan time.Time

@@ -65,6 +65,10 @@ type Stores struct {
 	// everything, and a process that dies leaves unannounced ends that
 	// only the next start can repair for tasks still working.
 	Leases loop.LeaseStore
+	// Cancels carry a cancel asked of one process to the process running
+	// the turn (with Config.Shared). Nil: a task running elsewhere is
+	// canceled only once its owner's lease has lapsed.
+	Cancels loop.CancelSignals
 }
 
 // Events is where the runtime publishes the events of tasks: the host's
@@ -143,6 +147,12 @@ type Config struct {
 	// for stores shared by several processes. Zero: only at startup (one
 	// process owns the stores, and a pass would scan every task).
 	TakeoverEvery time.Duration
+	// Shared says that other processes use the same stores (needs
+	// Leases): a turn then also holds its context's lease (ContextLeaseKey),
+	// so that no two processes run turns of one context at once, and with
+	// Stores.Cancels a cancel asked of any process reaches the turn.
+	// False: the per-context exclusion is in memory (one process).
+	Shared bool
 	// Crashpoint, when set, is called at each point between two writes
 	// of a task's life (see the Point constants). Crash tests make the
 	// process die there; nothing else should set it.
@@ -184,12 +194,16 @@ type Run struct {
 	After   uint64
 	Created time.Time
 
-	ctx     context.Context
-	cancel  func(cause error)
-	done    chan struct{}
-	lease   *loop.Lease
-	outcome loop.Outcome
-	err     error
+	ctx    context.Context
+	cancel func(cause error)
+	done   chan struct{}
+	lease  *loop.Lease
+	// ctxLease holds the context for this turn (Config.Shared); it is
+	// released once, when the turn's end goes out or the run is dropped.
+	ctxLease *loop.Lease
+	ctxOnce  sync.Once
+	outcome  loop.Outcome
+	err      error
 }
 
 // Done is closed when the turn has ended and its events are in the log.
@@ -376,7 +390,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 	r.Created = rec.CreatedAt
 	// Durable before anyone hears of it: the lease (with leases), then the
 	// task with its input.
-	if err := rt.own(ctx, r); err != nil {
+	if err := rt.own(ctx, r, true); err != nil {
 		rt.unregister(r)
 		return nil, err
 	}
@@ -431,12 +445,36 @@ func (rt *Runtime) recordAnswers(ctx context.Context, rec loop.TaskRecord, answe
 // (200 bytes at most, the host checks) behind its principal's scope.
 const maxContextID = 256
 
-// own takes the lease of r's task (when the runtime has leases).
-func (rt *Runtime) own(ctx context.Context, r *Run) error {
+// ContextLeasePrefix begins the keys of context leases (Config.Shared);
+// every other lease is a task's, keyed by the task id.
+const ContextLeasePrefix = "context/"
+
+// ContextLeaseKey is the key of the lease a turn holds on its context
+// while it runs, when several processes share the stores.
+func ContextLeaseKey(contextID string) string { return ContextLeasePrefix + contextID }
+
+// own takes the lease of r's task (when the runtime has leases). A turn
+// (withContext) first takes its context's lease, when the stores are
+// shared: a context whose turn runs on another process answers busy, as
+// one running here does.
+func (rt *Runtime) own(ctx context.Context, r *Run, withContext bool) error {
 	if rt.st.Leases == nil {
 		return nil
 	}
+	if withContext && rt.cfg.Shared {
+		l, err := rt.st.Leases.AcquireLease(ctx, ContextLeaseKey(r.ContextID), rt.cfg.Owner, r.TaskID, rt.cfg.LeaseTTL)
+		if errors.Is(err, loop.ErrLeaseHeld) {
+			return fmt.Errorf("context %q runs a turn on another host: %w", loop.ClientContextID(r.ContextID), loop.ErrBusy)
+		}
+		if err != nil {
+			return fmt.Errorf("own context %q: %w", loop.ClientContextID(r.ContextID), err)
+		}
+		r.ctxLease = &l
+	}
 	l, err := rt.st.Leases.AcquireLease(ctx, r.TaskID, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
+	if err != nil {
+		rt.releaseContextLease(r)
+	}
 	if errors.Is(err, loop.ErrLeaseHeld) {
 		return fmt.Errorf("task %q runs on another host: %w", r.TaskID, loop.ErrBusy)
 	}
@@ -447,8 +485,23 @@ func (rt *Runtime) own(ctx context.Context, r *Run) error {
 	return nil
 }
 
-// disown releases r's lease.
+// releaseContextLease gives r's context lease up (once): the context
+// takes its next turn, on any process.
+func (rt *Runtime) releaseContextLease(r *Run) {
+	if r.ctxLease == nil {
+		return
+	}
+	r.ctxOnce.Do(func() {
+		if err := rt.st.Leases.ReleaseLease(context.Background(), *r.ctxLease); err != nil {
+			rt.log.LogAttrs(context.Background(), slog.LevelWarn, "context lease not released",
+				slog.String("task_id", r.TaskID), slog.String("error", err.Error()))
+		}
+	})
+}
+
+// disown releases r's leases.
 func (rt *Runtime) disown(r *Run) {
+	rt.releaseContextLease(r)
 	if r.lease == nil {
 		return
 	}
@@ -492,8 +545,10 @@ func (rt *Runtime) register(ctx context.Context, taskID, contextID, owner string
 	return r, nil
 }
 
-// release frees r's context for the next turn (once).
+// releaseContext frees r's context for the next turn, here and (with a
+// context lease) on every process.
 func (rt *Runtime) releaseContext(r *Run) {
+	rt.releaseContextLease(r)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.busy[r.ContextID] == r {
@@ -560,6 +615,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 			delete(rt.agents, contextID)
 			rt.starting.Delete(contextID)
 			rt.mu.Unlock()
+			rt.releaseContextLease(r)
 			rt.unregister(r)
 			close(r.done)
 			return
@@ -612,6 +668,11 @@ func (rt *Runtime) renew(r *Run) func() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	held := *r.lease
+	var heldCtx *loop.Lease
+	if r.ctxLease != nil {
+		c := *r.ctxLease
+		heldCtx = &c
+	}
 	go func() {
 		defer close(done)
 		t := time.NewTicker(rt.cfg.LeaseTTL / 3)
@@ -625,7 +686,22 @@ func (rt *Runtime) renew(r *Run) func() {
 			// The turn's commit reads *r.lease as its fence while this
 			// runs: renew from a copy and leave it alone (the token, all
 			// the fence compares, does not change on renewal).
+			if rt.cancels() != nil && r.ctx.Err() == nil {
+				// A cancel asked of another process whose wake-up this
+				// one missed.
+				if yes, err := rt.st.Cancels.CancelRequested(context.Background(), r.TaskID); err == nil && yes {
+					r.cancel(context.Canceled)
+				}
+			}
 			_, err := rt.st.Leases.RenewLease(context.Background(), held, rt.cfg.LeaseTTL)
+			if err == nil && heldCtx != nil {
+				// The context's lease is renewed while the turn runs,
+				// until its end released it (then: nothing to renew).
+				_, err = rt.st.Leases.RenewLease(context.Background(), *heldCtx, rt.cfg.LeaseTTL)
+				if errors.Is(err, loop.ErrLeaseLost) && rt.contextReleased(r) {
+					heldCtx, err = nil, nil
+				}
+			}
 			switch {
 			case err == nil:
 			case errors.Is(err, loop.ErrLeaseLost):
@@ -640,6 +716,14 @@ func (rt *Runtime) renew(r *Run) func() {
 		}
 	}()
 	return func() { close(stop); <-done }
+}
+
+// contextReleased reports whether r gave its context up already (its
+// end went out).
+func (rt *Runtime) contextReleased(r *Run) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.busy[r.ContextID] != r
 }
 
 // agent returns the started Agent of a context, creating it for owner
@@ -763,6 +847,9 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 		// is fenced.
 		l, err := rt.st.Leases.AcquireLease(ctx, taskID, rt.cfg.Owner, rec.ContextID, rt.cfg.LeaseTTL)
 		if errors.Is(err, loop.ErrLeaseHeld) {
+			if rt.cancels() != nil {
+				return rt.cancelElsewhere(ctx, principal, rec)
+			}
 			return rec, fmt.Errorf("task %q runs on another host (%v); cancel it through that host: %w", taskID, err, ErrNotCancelable)
 		}
 		if err != nil {
@@ -774,6 +861,89 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 		return rec, err
 	}
 	return rt.Load(ctx, principal, taskID)
+}
+
+// cancels returns the cancel signals when they are in use.
+func (rt *Runtime) cancels() loop.CancelSignals {
+	if !rt.cfg.Shared {
+		return nil
+	}
+	return rt.st.Cancels
+}
+
+// cancelElsewhere cancels a task whose turn runs on another process: it
+// asks through the store and waits for the turn's end, which the owner
+// records and announces as for a cancel asked of it. An owner that dies
+// meanwhile leaves its lease to lapse: then this process takes it and
+// ends the task itself.
+func (rt *Runtime) cancelElsewhere(ctx context.Context, principal string, rec loop.TaskRecord) (loop.TaskRecord, error) {
+	taskID := rec.ID
+	if err := rt.st.Cancels.RequestCancel(ctx, taskID, rt.cfg.TurnTimeout); err != nil {
+		return rec, fmt.Errorf("cancel task %q: %w", taskID, err)
+	}
+	// The owner hears at once (or at its next renewal, a third of the
+	// lease); a dead owner's lease lapses within a lease.
+	limit := time.NewTimer(2*rt.cfg.LeaseTTL + 10*time.Second)
+	defer limit.Stop()
+	pause := 10 * time.Millisecond
+	for {
+		cur, err := rt.Load(ctx, principal, taskID)
+		if err != nil {
+			return rec, err
+		}
+		if cur.Status != loop.TaskWorking {
+			return cur, nil
+		}
+		l, err := rt.st.Leases.AcquireLease(ctx, taskID, rt.cfg.Owner, rec.ContextID, rt.cfg.LeaseTTL)
+		switch {
+		case err == nil:
+			return rt.cancelTaken(ctx, principal, l)
+		case !errors.Is(err, loop.ErrLeaseHeld):
+			return cur, fmt.Errorf("cancel task %q: %w", taskID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return cur, ctx.Err()
+		case <-limit.C:
+			return cur, fmt.Errorf("task %q: cancel asked, but the host running it has not ended the turn yet: %w", taskID, loop.ErrBusy)
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
+
+// cancelTaken ends a task whose lease l this process took while
+// canceling it: still working, it is canceled here.
+func (rt *Runtime) cancelTaken(ctx context.Context, principal string, l loop.Lease) (loop.TaskRecord, error) {
+	defer func() { _ = rt.st.Leases.ReleaseLease(context.WithoutCancel(ctx), l) }()
+	cur, err := rt.Load(ctx, principal, l.Key)
+	if err != nil || cur.Status != loop.TaskWorking {
+		return cur, err
+	}
+	if err := rt.finishStored(ctx, cur, loop.TaskCanceled, "canceled by the client"); err != nil {
+		return cur, err
+	}
+	return rt.Load(ctx, principal, l.Key)
+}
+
+// watchCancels cancels the turns running here that another process was
+// asked to cancel, until ctx ends.
+func (rt *Runtime) watchCancels(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := rt.st.Cancels.WatchCancels(ctx, func(taskID string) {
+			if r := rt.Running(taskID); r != nil {
+				r.cancel(context.Canceled)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		rt.log.LogAttrs(ctx, slog.LevelWarn, "watching cancel requests", slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Retry runs a failed task again. Precisely: it starts a new task (new id)
@@ -810,7 +980,7 @@ func (rt *Runtime) Retry(ctx context.Context, rec loop.TaskRecord) (string, erro
 	next := loop.TaskRecord{ID: taskID, ContextID: rec.ContextID, Owner: rec.Owner, Status: loop.TaskWorking,
 		History: input, TurnInput: len(input), CreatedAt: now, UpdatedAt: now, Metadata: map[string]any{"retryOf": rec.ID}}
 	r.Created = now
-	if err := rt.own(ctx, r); err != nil {
+	if err := rt.own(ctx, r, true); err != nil {
 		rt.unregister(r)
 		return "", err
 	}

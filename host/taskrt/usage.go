@@ -36,6 +36,28 @@ type UsageKV interface {
 	KVSet(ctx context.Context, namespace, key string, value []byte) error
 }
 
+// UsageCounters keep counters in a store several hosts share: an
+// addition is atomic and returns the totals, so that every host sees what
+// all of them counted. A counter never added to reads as zero.
+type UsageCounters interface {
+	AddCounters(ctx context.Context, namespace, key string, deltas map[string]int64) (map[string]int64, error)
+	Counters(ctx context.Context, namespace, key string) (map[string]int64, error)
+}
+
+// The counter names of a principal's usage in UsageCounters.
+const (
+	cntPrompt     = "promptTokens"
+	cntCompletion = "completionTokens"
+	cntTotal      = "totalTokens"
+	cntToolCalls  = "toolCalls"
+	cntTurns      = "turns"
+)
+
+func usageOf(m map[string]int64) PrincipalUsage {
+	return PrincipalUsage{PromptTokens: m[cntPrompt], CompletionTokens: m[cntCompletion], TotalTokens: m[cntTotal],
+		ToolCalls: m[cntToolCalls], Turns: m[cntTurns]}
+}
+
 // usageNamespace is the KV namespace of the per-principal counters.
 const usageNamespace = "host/usage"
 
@@ -43,7 +65,10 @@ const usageNamespace = "host/usage"
 // limits (it is the loop's Budget), and saves each principal's totals at
 // the end of every turn.
 type Usage struct {
-	kv     UsageKV // nil: counters live as long as the process
+	kv UsageKV // nil: counters live as long as the process
+	// shared, when set, keeps the counters instead of kv and memory:
+	// every host adds to the same totals (NewSharedUsage).
+	shared UsageCounters
 	limits map[string]UsageLimit
 	log    *slog.Logger
 
@@ -88,6 +113,22 @@ func principalOf(t *loop.Turn) string {
 // principal when auth is off.
 const defaultPrincipal = "local"
 
+// NewSharedUsage returns usage counters kept in c, a store several hosts
+// share: each report of a turn is added to the principal's totals there
+// (one round trip) and the limits are checked against the totals of the
+// whole service, not of one host.
+func NewSharedUsage(c UsageCounters, limits map[string]UsageLimit, meter metric.Meter, log *slog.Logger) (*Usage, error) {
+	if c == nil {
+		return nil, fmt.Errorf("shared usage: %w: no counters", loop.ErrInvalid)
+	}
+	u, err := NewUsage(nil, limits, meter, log)
+	if err != nil {
+		return nil, err
+	}
+	u.shared = c
+	return u, nil
+}
+
 // get returns the counters of p, loaded from the store on first use.
 // u.mu is held.
 func (u *Usage) get(ctx context.Context, p string) *PrincipalUsage {
@@ -115,6 +156,14 @@ func (u *Usage) get(ctx context.Context, p string) *PrincipalUsage {
 
 // Usage returns what principal p has used.
 func (u *Usage) Usage(ctx context.Context, p string) PrincipalUsage {
+	if u.shared != nil {
+		m, err := u.shared.Counters(ctx, usageNamespace, p)
+		if err != nil {
+			u.log.LogAttrs(ctx, slog.LevelWarn, "usage not loaded", slog.String("principal", p),
+				slog.String("error", err.Error()))
+		}
+		return usageOf(m)
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return *u.get(ctx, p)
@@ -124,6 +173,9 @@ func (u *Usage) Usage(ctx context.Context, p string) PrincipalUsage {
 // last report and refuses to go on once the principal reached a limit.
 func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) error {
 	p := principalOf(t)
+	if u.shared != nil {
+		return u.sharedBudget(ctx, t, p, used)
+	}
 	u.mu.Lock()
 	pu := u.get(ctx, p)
 	prev := u.last[t.TaskID]
@@ -141,10 +193,7 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 	} else {
 		u.last[t.TaskID] = used
 	}
-	lim, limited := u.limits[p]
-	if !limited {
-		lim, limited = u.limits["*"]
-	}
+	lim, limited := u.limitOf(p)
 	cur := *pu
 	u.mu.Unlock()
 
@@ -166,6 +215,66 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 	if !limited {
 		return nil
 	}
+	return overLimit(p, lim, cur)
+}
+
+// limitOf returns the limit of principal p, if any.
+func (u *Usage) limitOf(p string) (UsageLimit, bool) {
+	lim, limited := u.limits[p]
+	if !limited {
+		lim, limited = u.limits["*"]
+	}
+	return lim, limited
+}
+
+// sharedBudget is Budget on shared counters: what the turn used since its
+// last report is added to the service-wide totals, and the totals are
+// checked.
+func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used loop.TurnUsage) error {
+	u.mu.Lock()
+	prev := u.last[t.TaskID]
+	if used.Final {
+		delete(u.last, t.TaskID)
+	} else {
+		u.last[t.TaskID] = used
+	}
+	u.mu.Unlock()
+	d := map[string]int64{
+		cntPrompt:     int64(used.PromptTokens - prev.PromptTokens),
+		cntCompletion: int64(used.CompletionTokens - prev.CompletionTokens),
+		cntTotal:      int64(used.TotalTokens - prev.TotalTokens),
+		cntToolCalls:  int64(used.ToolCalls - prev.ToolCalls),
+	}
+	if used.Final {
+		d[cntTurns] = 1
+	}
+	if d[cntTotal] != 0 || d[cntToolCalls] != 0 {
+		attrs := metric.WithAttributes(attribute.String("principal", p))
+		u.tokens.Add(ctx, d[cntTotal], attrs)
+		u.toolCalls.Add(ctx, d[cntToolCalls], attrs)
+	}
+	lim, limited := u.limitOf(p)
+	var totals map[string]int64
+	var err error
+	switch {
+	case used.Final || d[cntPrompt] != 0 || d[cntCompletion] != 0 || d[cntTotal] != 0 || d[cntToolCalls] != 0:
+		totals, err = u.shared.AddCounters(context.WithoutCancel(ctx), usageNamespace, p, d)
+	case limited:
+		totals, err = u.shared.Counters(ctx, usageNamespace, p)
+	}
+	if err != nil {
+		u.log.LogAttrs(ctx, slog.LevelWarn, "usage not counted", slog.String("principal", p),
+			slog.String("error", err.Error()))
+		return nil
+	}
+	if used.Final || !limited {
+		return nil
+	}
+	return overLimit(p, lim, usageOf(totals))
+}
+
+// overLimit returns the error of a principal whose usage cur reached lim.
+func overLimit(p string, lim UsageLimit, cur PrincipalUsage) error {
 	if lim.Tokens > 0 && cur.TotalTokens >= lim.Tokens {
 		return fmt.Errorf("principal %q has used %d tokens, its limit is %d", p, cur.TotalTokens, lim.Tokens)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -220,10 +221,60 @@ func (s *Store) KVSet(ctx context.Context, namespace, key string, value []byte) 
 	if err := ctxErr(ctx, "kv set"); err != nil {
 		return err
 	}
+	_, err := s.kvSet(ctx, namespace, key, value, -1, -1)
+	return wrap("kv set", err)
+}
+
+// kvSet stores value under key and keeps the namespace's usage (keys,
+// value bytes) with it, in one script; with maxKeys >= 0 it first checks
+// the write leaves the namespace within maxKeys and maxBytes, and answers
+// "keys" or "bytes" (nothing written) when it would not.
+func (s *Store) kvSet(ctx context.Context, namespace, key string, value []byte, maxKeys, maxBytes int64) (string, error) {
 	if value == nil {
 		value = []byte{}
 	}
-	return wrap("kv set", s.rdb.Set(ctx, s.kvKey(namespace, key), value, 0).Err())
+	return kvSetScript.Run(ctx, s.rdb, nil, s.kvKey(namespace, key), s.kvUsageKey(namespace), value,
+		strconv.FormatInt(maxKeys, 10), strconv.FormatInt(maxBytes, 10)).Text()
+}
+
+// KVSetWithin stores value under key unless the namespace would then hold
+// more than maxKeys keys or maxBytes bytes of values; the check and the
+// write are one atomic step on the server, so a quota holds for every
+// host writing to the namespace. over is "keys" or "bytes" when the write
+// was refused, "" when it was made.
+func (s *Store) KVSetWithin(ctx context.Context, namespace, key string, value []byte, maxKeys, maxBytes int64) (over string, err error) {
+	if err := s.checkKV(namespace, key, value, true); err != nil {
+		return "", fmt.Errorf("kv set: %w", err)
+	}
+	if err := ctxErr(ctx, "kv set"); err != nil {
+		return "", err
+	}
+	over, err = s.kvSet(ctx, namespace, key, value, max(maxKeys, 0), max(maxBytes, 0))
+	return over, wrap("kv set", err)
+}
+
+// KVUsage reports the keys and value bytes a namespace holds (kept by
+// every write, not counted).
+func (s *Store) KVUsage(ctx context.Context, namespace string) (keys, bytes int64, err error) {
+	if err := ctxErr(ctx, "kv usage"); err != nil {
+		return 0, 0, err
+	}
+	k := s.kvUsageKey(namespace)
+	v, err := s.rdb.HMGet(ctx, k, "k", "b").Result()
+	if err != nil {
+		return 0, 0, wrap("kv usage", err)
+	}
+	var out [2]int64
+	for i, x := range v {
+		if x == nil {
+			continue
+		}
+		str, _ := x.(string)
+		if out[i], err = strconv.ParseInt(str, 10, 64); err != nil {
+			return 0, 0, corrupt(k, err)
+		}
+	}
+	return out[0], out[1], nil
 }
 
 // KVDelete removes key; removing an absent key is not an error.
@@ -234,5 +285,5 @@ func (s *Store) KVDelete(ctx context.Context, namespace, key string) error {
 	if err := ctxErr(ctx, "kv delete"); err != nil {
 		return err
 	}
-	return wrap("kv delete", s.rdb.Del(ctx, s.kvKey(namespace, key)).Err())
+	return wrap("kv delete", kvDeleteScript.Run(ctx, s.rdb, nil, s.kvKey(namespace, key), s.kvUsageKey(namespace)).Err())
 }

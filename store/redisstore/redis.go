@@ -220,6 +220,9 @@ func (s *Store) jordKey(id string) string     { return s.p + "jo:" + id }
 func (s *Store) durKey() string               { return s.p + "dur" }
 func (s *Store) leaseKey(k string) string     { return s.p + "l:" + k }
 func (s *Store) leaseSet() string             { return s.p + "ls" }
+func (s *Store) kvUsageKey(ns string) string {
+	return s.p + "kvu:" + strconv.Itoa(len(ns)) + ":" + ns
+}
 func (s *Store) kvKey(ns, key string) string {
 	return s.p + "kv:" + strconv.Itoa(len(ns)) + ":" + ns + ":" + key
 }

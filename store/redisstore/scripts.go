@@ -229,3 +229,34 @@ redis.call('DEL', ARGV[1] .. 'cp:' .. ARGV[2])
 durable_drop(ARGV[1], ARGV[2])
 return 1
 `)
+
+// kvSet: ARGV value key, usage key, value, max keys, max bytes (-1: no
+// check). The usage hash (k: keys, b: value bytes) changes with the value.
+// Answers "" when written, "keys" or "bytes" when refused by the check.
+var kvSetScript = redis.NewScript(`
+local existed = redis.call('EXISTS', ARGV[1])
+local old = redis.call('STRLEN', ARGV[1])
+local dk = 1 - existed
+local db = string.len(ARGV[3]) - old
+local maxk = tonumber(ARGV[4])
+if maxk >= 0 then
+  local k = tonumber(redis.call('HGET', ARGV[2], 'k') or '0')
+  local b = tonumber(redis.call('HGET', ARGV[2], 'b') or '0')
+  if k + dk > maxk then return 'keys' end
+  if b + db > tonumber(ARGV[5]) then return 'bytes' end
+end
+redis.call('SET', ARGV[1], ARGV[3])
+if dk ~= 0 then redis.call('HINCRBY', ARGV[2], 'k', dk) end
+if db ~= 0 then redis.call('HINCRBY', ARGV[2], 'b', db) end
+return ''
+`)
+
+// kvDelete: ARGV value key, usage key.
+var kvDeleteScript = redis.NewScript(`
+local old = redis.call('STRLEN', ARGV[1])
+if redis.call('DEL', ARGV[1]) == 1 then
+  redis.call('HINCRBY', ARGV[2], 'k', -1)
+  if old ~= 0 then redis.call('HINCRBY', ARGV[2], 'b', -old) end
+end
+return 0
+`)
