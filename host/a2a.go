@@ -233,7 +233,36 @@ func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a
 	if r := s.tasks.Running(rec.ID); r != nil {
 		return &taskStream{taskID: rec.ID, after: r.After}, nil
 	}
+	if rec.Status == loop.TaskWorking && s.stores.Shared {
+		// Its turn runs on another host (or waits for a takeover): it is
+		// streamed from its start, as on the host that runs it.
+		after, err := s.turnStart(ctx, rec.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &taskStream{taskID: rec.ID, after: after}, nil
+	}
 	return &taskStream{taskID: rec.ID, snapshot: toA2ATask(rec, s.historyLength(-1))}, nil
+}
+
+// turnStart returns the id after which the current turn's events are in a
+// task's stream: the end (task-complete) of its previous turn, 0 for its
+// first.
+func (s *Server) turnStart(ctx context.Context, taskID string) (uint64, error) {
+	recs, err := s.stores.Events.Read(ctx, sse.TaskStream(taskID), 0, 0)
+	if err != nil {
+		return 0, err
+	}
+	for i := len(recs) - 1; i >= 0; i-- {
+		e, err := loop.DecodeEvent(recs[i].Data)
+		if err != nil {
+			return 0, fmt.Errorf("stream of task %q: %w", taskID, err)
+		}
+		if e.Head().Kind == loop.KindTaskComplete {
+			return recs[i].Seq, nil
+		}
+	}
+	return 0, nil
 }
 
 // lastEventAhead is the answer to a Last-Event-ID beyond the end of its
