@@ -225,7 +225,7 @@ func (m *Main) openArtifacts(dataDir string, inMemory bool, blobs artifacts.Blob
 		return artifacts.NewMemory(blobs, cfg), nil
 	}
 	dir := filepath.Join(dataDir, "artifacts")
-	opts := badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil)
+	opts := badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil).WithValueThreshold(store.ValueThreshold)
 	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("open artifact database in %s: %w", dir, err)

@@ -70,7 +70,18 @@ type AgentConfig struct {
 	MaxIterations int `json:"maxIterations,omitempty"`
 	// HistoryLimit is the number of messages loaded for a turn (0: all).
 	HistoryLimit int `json:"historyLimit,omitempty"`
+	// HistoryBytes bounds the history handed to the model for a turn by
+	// size (loop.MessageSize): the most recent messages up to this many
+	// bytes (default 1 MiB; -1: no bound). It also bounds what the host
+	// keeps of a conversation in memory.
+	HistoryBytes int `json:"historyBytes,omitempty"`
 }
+
+// DefaultHistoryBytes is the default of agent.historyBytes.
+const DefaultHistoryBytes = 1 << 20
+
+// DefaultMaxAgentBytes is the default of limits.maxAgentBytes.
+const DefaultMaxAgentBytes = 256 << 20
 
 // ModelConfig selects the model. Plugin names a model plugin (default
 // "scripted-model", the demo script); Config is handed to it.
@@ -123,6 +134,10 @@ type LimitsConfig struct {
 	// MaxAgents bounds the conversations kept in memory (default 10000);
 	// the others are started again from the store when a message comes.
 	MaxAgents int `json:"maxAgents,omitempty"`
+	// MaxAgentBytes bounds the history all conversations kept in memory
+	// hold together (default 256 MiB; -1: no bound): past it the least
+	// needed ones are dropped from memory (their history is in the store).
+	MaxAgentBytes int64 `json:"maxAgentBytes,omitempty"`
 	// ResumeConcurrency bounds how many tasks left working by a crash are
 	// resumed at once when the host starts (default 64).
 	ResumeConcurrency int `json:"resumeConcurrency,omitempty"`
@@ -206,6 +221,9 @@ func (c Config) Validate() error {
 		c.Limits.MaxRunningPerPrincipal < 0 || c.Limits.LeaseTTL < 0 {
 		return errors.New("config: limits must not be negative")
 	}
+	if c.Limits.MaxAgentBytes < -1 || c.Agent.HistoryBytes < -1 || c.Agent.HistoryLimit < 0 {
+		return errors.New("config: agent.historyLimit, agent.historyBytes and limits.maxAgentBytes must not be negative (-1 is no bound for the bytes)")
+	}
 	if err := c.Observability.validate(); err != nil {
 		return err
 	}
@@ -247,6 +265,9 @@ func (c Config) withDefaults() Config {
 	if c.Model.Plugin == "" {
 		c.Model.Plugin = DefaultModelPlugin
 	}
+	if c.Agent.HistoryBytes == 0 {
+		c.Agent.HistoryBytes = DefaultHistoryBytes
+	}
 	l := &c.Limits
 	if l.MaxBodyBytes == 0 {
 		l.MaxBodyBytes = DefaultMaxBodyBytes
@@ -274,6 +295,9 @@ func (c Config) withDefaults() Config {
 	}
 	if l.MaxAgents == 0 {
 		l.MaxAgents = 10000
+	}
+	if l.MaxAgentBytes == 0 {
+		l.MaxAgentBytes = DefaultMaxAgentBytes
 	}
 	return c
 }

@@ -150,7 +150,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	rtc := taskrt.Config{Loop: lp, Stores: st.runtime(), Events: hubEvents{hub: hub, log: st.Events},
 		Owner: cfg.Limits.HostID, LeaseTTL: time.Duration(cfg.Limits.LeaseTTL),
 		TurnTimeout: time.Duration(cfg.Limits.TurnTimeout), TaskTTL: time.Duration(cfg.Limits.TaskTTL),
-		HistoryLimit: cfg.Agent.HistoryLimit, MaxAgents: cfg.Limits.MaxAgents,
+		HistoryLimit: cfg.Agent.HistoryLimit, HistoryBytes: max(cfg.Agent.HistoryBytes, 0),
+		MaxAgents: cfg.Limits.MaxAgents, MaxAgentBytes: max(cfg.Limits.MaxAgentBytes, 0),
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
 		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log,
 		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery()}

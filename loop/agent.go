@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -29,6 +30,13 @@ type AgentConfig struct {
 	// HistoryLimit bounds the messages handed to the model for a turn
 	// (the most recent ones); 0 hands the whole history.
 	HistoryLimit int
+	// HistoryBytes bounds the history handed to the model for a turn by
+	// size as well: the most recent messages whose MessageSize adds up to
+	// at most HistoryBytes (the turn's input always goes whole). 0: no
+	// bound. With no compaction configured (MaxMessages 0), the agent
+	// keeps in memory only what the window needs (at most about twice
+	// the larger of the two bounds); older messages stay in the store.
+	HistoryBytes int
 	// Compactor shrinks the stored history when it exceeds MaxMessages.
 	// Nil: KeepRecent.
 	Compactor Compactor
@@ -85,9 +93,10 @@ type Agent struct {
 
 	mu      sync.Mutex
 	meta    AgentMetadata
-	history []Message // the stored history (or its tail, see partial), cached since Start
-	unsaved int       // messages at the end of history not yet saved
-	partial bool      // history holds only the most recent messages
+	history []Message    // the stored history (or its tail, see partial), cached since Start
+	unsaved int          // messages at the end of history not yet saved
+	partial bool         // history holds only the most recent messages
+	cached  atomic.Int64 // MessagesSize(history), for CachedBytes without the lock
 }
 
 // NewAgent returns an agent in state created; Start makes it ready.
@@ -160,29 +169,64 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.cfg.Agents.SaveAgent(ctx, meta); err != nil {
 		return fmt.Errorf("start agent %q: save metadata: %w", a.cfg.ContextID, err)
 	}
+	if a.windowed() && a.cfg.HistoryBytes > 0 {
+		hist = append([]Message(nil), a.window(hist)...)
+	}
 	a.meta, a.history, a.unsaved = meta, hist, 0
-	a.partial = a.cacheLimit() > 0
+	a.partial = a.windowed()
+	a.noteCache()
 	return nil
 }
 
-// cacheLimit is how many messages the agent keeps in memory: the turn's
-// window when it has one and compaction does not need the whole history;
-// 0 keeps everything.
+// windowed says the agent keeps only the turn's window in memory: it has
+// one, and compaction does not need the whole history.
+func (a *Agent) windowed() bool {
+	return a.cfg.MaxMessages == 0 && (a.cfg.HistoryLimit > 0 || a.cfg.HistoryBytes > 0)
+}
+
+// cacheLimit is how many messages Start loads: the turn's window by count
+// when the agent is windowed; 0 loads everything.
 func (a *Agent) cacheLimit() int {
-	if a.cfg.HistoryLimit > 0 && a.cfg.MaxMessages == 0 {
+	if a.windowed() {
 		return a.cfg.HistoryLimit
 	}
 	return 0
 }
 
-// trimCache drops saved messages the agent no longer needs in memory.
+// window returns the tail of h the model is handed: HistoryLimit messages
+// at most, HistoryBytes at most, starting at a safe cut.
+func (a *Agent) window(h []Message) []Message {
+	if a.cfg.HistoryLimit > 0 && len(h) > a.cfg.HistoryLimit {
+		h = trimHistory(h, a.cfg.HistoryLimit)
+	}
+	if a.cfg.HistoryBytes > 0 {
+		h = trimHistoryBytes(h, a.cfg.HistoryBytes)
+	}
+	return h
+}
+
+// trimCache drops saved messages the agent no longer needs in memory: once
+// the cache holds twice the window (by count or by size), it keeps the
+// window.
 func (a *Agent) trimCache() {
-	n := a.cacheLimit()
-	if n == 0 || a.unsaved > 0 || len(a.history) <= 2*n {
+	if !a.windowed() || a.unsaved > 0 {
 		return
 	}
-	a.history = append([]Message(nil), trimHistory(a.history, n)...)
+	over := a.cfg.HistoryLimit > 0 && len(a.history) > 2*a.cfg.HistoryLimit
+	over = over || a.cfg.HistoryBytes > 0 && a.cached.Load() > 2*int64(a.cfg.HistoryBytes)
+	if !over {
+		return
+	}
+	a.history = append([]Message(nil), a.window(a.history)...)
+	a.noteCache()
 }
+
+// noteCache records the size of the cached history. Caller holds a.mu.
+func (a *Agent) noteCache() { a.cached.Store(int64(MessagesSize(a.history))) }
+
+// CachedBytes is the size (MessagesSize) of the history the agent holds in
+// memory, for a cache of agents bounded by bytes.
+func (a *Agent) CachedBytes() int64 { return a.cached.Load() }
 
 // History returns the last limit messages of the conversation (all when
 // limit <= 0), oldest first.
@@ -254,9 +298,7 @@ func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Tur
 		attribute.String("looopy.context_id", a.cfg.ContextID),
 		attribute.String("looopy.task_id", rec.ID))
 	defer span.End()
-	if a.cfg.HistoryLimit > 0 && len(history) > a.cfg.HistoryLimit {
-		history = trimHistory(history, a.cfg.HistoryLimit)
-	}
+	history = a.window(history)
 	msgs := make([]Message, 0, len(history)+len(input))
 	t.Messages = append(append(msgs, history...), input...)
 	t.ContextID, t.TaskID, t.AgentID = a.cfg.ContextID, rec.ID, a.cfg.AgentID
@@ -388,6 +430,7 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		}
 	}
 	a.meta.Status = AgentReady
+	a.noteCache()
 
 	if a.cfg.Tasks != nil {
 		rec.Status, rec.Reason, rec.Content = o.Status, o.Reason, o.Content
@@ -421,6 +464,7 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 			// that a later turn does not save it as its own.
 			a.history = a.history[:len(a.history)-added]
 			a.unsaved -= added
+			a.noteCache()
 			return fmt.Errorf("save turn: %w", err)
 		}
 		a.unsaved = 0
@@ -488,6 +532,7 @@ func (a *Agent) compactLocked(ctx context.Context) error {
 		return fmt.Errorf("compact history of %q: %w", a.cfg.ContextID, err)
 	}
 	a.history = compacted
+	a.noteCache()
 	return nil
 }
 
@@ -560,6 +605,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	a.history = nil
+	a.noteCache()
 	return nil
 }
 
@@ -575,6 +621,7 @@ func (a *Agent) Clear(ctx context.Context) error {
 		return fmt.Errorf("clear agent %q: %w", a.cfg.ContextID, err)
 	}
 	a.history, a.unsaved, a.partial = nil, 0, false
+	a.noteCache()
 	a.meta.TurnCount, a.meta.Usage, a.meta.ToolCalls = 0, Usage{}, 0
 	a.meta.LastActivity = time.Now().UTC()
 	return a.cfg.Agents.SaveAgent(ctx, a.meta)

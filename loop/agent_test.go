@@ -401,3 +401,43 @@ func TestAgentHistoryWindowBoundsMemoryNotStore(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentHistoryBytesBoundsModelAndMemory: large messages are bounded by
+// size, not only by count. The model sees at most HistoryBytes of history
+// (plus the input, whole), the agent keeps at most about twice that in
+// memory, and the store and History still hold every message.
+func TestAgentHistoryBytesBoundsModelAndMemory(t *testing.T) {
+	backends(t, func(t *testing.T, open func() stores) {
+		ctx := context.Background()
+		s := open()
+		m := &fakeModel{fn: func(int, *loop.ModelRequest, func(loop.Delta)) (*loop.ModelResponse, error) {
+			return text("ok"), nil
+		}}
+		const size, window = 10 << 10, 32 << 10
+		a := newAgent(t, s, newLoop(t, loop.Config{Model: m}), func(c *loop.AgentConfig) { c.HistoryBytes = window })
+		for i := range 20 {
+			say(t, a, fmt.Sprint("t", i), fmt.Sprintf("m%d %s", i, strings.Repeat("x", size)))
+			if got := int(a.CachedBytes()); got > 2*window+loop.MessageSize(loop.Message{Content: strings.Repeat("x", size+8)})+200 {
+				t.Fatalf("after turn %d the agent holds %d bytes of history, window %d", i, got, window)
+			}
+		}
+		last := m.seen[len(m.seen)-1]
+		if got := loop.MessagesSize(last[:len(last)-1]); got > window {
+			t.Fatalf("the model saw %d bytes of history, window %d", got, window)
+		}
+		if len(last) < 3 || !strings.HasPrefix(last[len(last)-1].Content, "m19 ") || !strings.HasPrefix(last[len(last)-3].Content, "m18 ") {
+			t.Fatalf("the model did not see the input and the latest history: %d messages", len(last))
+		}
+		if n, _ := s.Count(ctx, "ctx-a"); n != 40 {
+			t.Fatalf("store holds %d messages", n)
+		}
+		if h, _ := a.History(ctx, 0); len(h) != 40 || !strings.HasPrefix(h[0].Content, "m0 ") {
+			t.Fatalf("History(0) = %d messages", len(h))
+		}
+		// A restarted agent loads only the window.
+		b := newAgent(t, s, newLoop(t, loop.Config{Model: m}), func(c *loop.AgentConfig) { c.HistoryBytes = window })
+		if got := int(b.CachedBytes()); got > window || got == 0 {
+			t.Fatalf("a restarted agent holds %d bytes, window %d", got, window)
+		}
+	})
+}

@@ -1,5 +1,7 @@
 package loop
 
+import "encoding/json"
+
 // Compactor shrinks a history that grew past max messages. It must keep the
 // conversation valid for a model: never a tool result without the assistant
 // message that called it, nor the reverse. It returns a new slice.
@@ -81,4 +83,70 @@ func safeCut(h []Message, cut int) int {
 // trimHistory returns the last n messages of h, starting at a safe cut.
 func trimHistory(h []Message, n int) []Message {
 	return h[safeCut(h, len(h)-n):]
+}
+
+// trimHistoryBytes returns the most recent messages of h whose sizes add up
+// to at most max, starting at a safe cut.
+func trimHistoryBytes(h []Message, max int) []Message {
+	cut, sum := len(h), 0
+	for cut > 0 {
+		sum += MessageSize(h[cut-1])
+		if sum > max {
+			break
+		}
+		cut--
+	}
+	return h[safeCut(h, cut):]
+}
+
+// MessageSize is about how many bytes m takes: its text, its tool calls and
+// its metadata (strings and numbers of it). It is what the byte bounds of a
+// history (AgentConfig.HistoryBytes) count.
+func MessageSize(m Message) int {
+	n := 64 + len(m.Role) + len(m.Content) + len(m.Name) + len(m.ToolCallID)
+	for _, c := range m.ToolCalls {
+		n += 32 + len(c.ID) + len(c.Name) + len(c.Arguments)
+	}
+	for k, v := range m.Metadata {
+		n += len(k) + valueSize(v, 0)
+	}
+	return n
+}
+
+// MessagesSize is the sum of MessageSize over h.
+func MessagesSize(h []Message) int {
+	n := 0
+	for _, m := range h {
+		n += MessageSize(m)
+	}
+	return n
+}
+
+// valueSize estimates a metadata value decoded from JSON.
+func valueSize(v any, depth int) int {
+	if depth > 32 {
+		return 16
+	}
+	switch x := v.(type) {
+	case string:
+		return 16 + len(x)
+	case []any:
+		n := 24
+		for _, e := range x {
+			n += valueSize(e, depth+1)
+		}
+		return n
+	case map[string]any:
+		n := 48
+		for k, e := range x {
+			n += len(k) + valueSize(e, depth+1)
+		}
+		return n
+	case json.RawMessage:
+		return 24 + len(x)
+	case []byte:
+		return 24 + len(x)
+	default:
+		return 16
+	}
 }

@@ -70,6 +70,15 @@ var (
 	_ KV                = (*Badger)(nil)
 )
 
+// ValueThreshold is the size from which Badger keeps a value in its value
+// log rather than inline in its memtables and tables. Badger's default
+// (1 MiB) puts every message, event and task record of a conversation with
+// large messages into the memtables: each is held in memory until its
+// memtable is flushed, and the flush builds tables of them in memory again
+// (a conversation of 100 messages of 900 KiB held about 2 GB). Past this
+// size a value costs the memtable only a pointer.
+const ValueThreshold = 64 << 10
+
 // Open opens (or creates) a Badger store.
 func Open(opts Options) (*Badger, error) {
 	if !opts.InMemory && opts.Dir == "" {
@@ -83,7 +92,7 @@ func Open(opts Options) (*Badger, error) {
 	if opts.InMemory {
 		bo = badger.DefaultOptions("").WithInMemory(true)
 	}
-	bo = bo.WithLogger(badgerLogger{log}).WithMetricsEnabled(false)
+	bo = bo.WithLogger(badgerLogger{log}).WithMetricsEnabled(false).WithValueThreshold(ValueThreshold)
 	if opts.Tune != nil {
 		bo = opts.Tune(bo)
 	}

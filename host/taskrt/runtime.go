@@ -123,8 +123,14 @@ type Config struct {
 	TaskTTL time.Duration
 	// HistoryLimit bounds the messages a turn hands the model.
 	HistoryLimit int
+	// HistoryBytes bounds the size of the history a turn hands the model
+	// (loop.AgentConfig.HistoryBytes); 0: no bound.
+	HistoryBytes int
 	// MaxAgents bounds the conversations kept in memory. Default 10,000.
 	MaxAgents int
+	// MaxAgentBytes bounds the history the conversations kept in memory
+	// hold together (loop.Agent.CachedBytes); 0: no bound.
+	MaxAgentBytes int64
 	// ResumeConcurrency bounds the turns resumed at once after a restart.
 	// Default 8.
 	ResumeConcurrency int
@@ -748,7 +754,7 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 			}
 			cfg := loop.AgentConfig{ContextID: contextID, Owner: owner, Loop: rt.cfg.Loop,
 				Messages: rt.st.Messages, Agents: rt.st.Agents, Tasks: rt.st.Tasks, Commit: rt.st.Commit,
-				HistoryLimit: rt.cfg.HistoryLimit, TaskTTL: rt.cfg.TaskTTL, Logger: rt.log}
+				HistoryLimit: rt.cfg.HistoryLimit, HistoryBytes: rt.cfg.HistoryBytes, TaskTTL: rt.cfg.TaskTTL, Logger: rt.log}
 			if rt.cfg.Artifacts != nil {
 				cfg.Artifacts = rt.cfg.Artifacts
 			}
@@ -772,17 +778,24 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 	return a, nil
 }
 
-// evictLocked keeps the agent cache under MaxAgents: it drops agents
-// without a running turn (their state is in the stores already; the next
-// message starts them again). rt.mu is held.
+// evictLocked keeps the agent cache under MaxAgents and MaxAgentBytes: it
+// drops agents without a running turn (their state is in the stores
+// already; the next message starts them again). rt.mu is held.
 func (rt *Runtime) evictLocked() {
-	for id := range rt.agents {
-		if len(rt.agents) < rt.cfg.MaxAgents {
+	var total int64
+	if rt.cfg.MaxAgentBytes > 0 {
+		for _, a := range rt.agents {
+			total += a.CachedBytes()
+		}
+	}
+	for id, a := range rt.agents {
+		if len(rt.agents) < rt.cfg.MaxAgents && (rt.cfg.MaxAgentBytes <= 0 || total <= rt.cfg.MaxAgentBytes) {
 			return
 		}
 		if _, busy := rt.busy[id]; busy {
 			continue
 		}
+		total -= a.CachedBytes()
 		delete(rt.agents, id)
 		delete(rt.expiry, id)
 		rt.starting.Delete(id)
@@ -1017,6 +1030,9 @@ func (rt *Runtime) turnEnded(taskID, contextID string, st loop.TaskStatus) {
 	// once per half retention period (records appended later share it).
 	ttl := rt.cfg.TaskTTL
 	rt.mu.Lock()
+	if rt.cfg.MaxAgentBytes > 0 {
+		rt.evictLocked() // the turn's messages grew the cache
+	}
 	due := time.Since(rt.expiry[contextID]) > ttl/2
 	if due {
 		rt.expiry[contextID] = time.Now()
