@@ -3,14 +3,19 @@ package plugins
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/pdk"
 	"github.com/looopy-go/looopy/store"
 )
 
@@ -29,7 +34,7 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
 
-var floodFuncs = []string{"log", "emit", "kv_get", "kv_set", "kv_delete", "artifact_write"}
+var floodFuncs = []string{"log", "emit", "kv_get", "kv_set", "kv_delete", "artifact_write", "http_request", "http_read", "http_close"}
 
 func loadFlood(t *testing.T, cfg Config, edit func(m map[string]any)) *Registry {
 	t.Helper()
@@ -206,5 +211,118 @@ func TestSchemaRefersOnlyInsideItself(t *testing.T) {
 		caps(m)["hostFunctions"] = floodFuncs
 	})); err == nil {
 		t.Fatal("a dangling inner $ref loaded")
+	}
+}
+
+// storedArtifacts writes plugins' artifacts into a real artifact store (in
+// memory) and counts what reached it.
+type storedArtifacts struct {
+	db     *artifacts.DB
+	mu     sync.Mutex
+	writes int
+	bytes  int
+}
+
+func (s *storedArtifacts) WriteArtifact(ctx context.Context, scope ArtifactScope, w *pdk.ArtifactWrite) (string, error) {
+	wr := artifacts.NewWriter(s.db, artifacts.Scope{ContextID: scope.ContextID, TaskID: scope.TaskID, Owner: "alice"}, scope.Emit)
+	res, err := wr.Apply(ctx, artifacts.Op{Op: "create", Kind: artifacts.Kind(w.Type), Name: w.Name})
+	if err != nil {
+		return "", err
+	}
+	text := w.Text
+	if _, err := wr.Apply(ctx, artifacts.Op{Op: "append", ArtifactID: res.ArtifactID, Text: &text, Last: true}); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.writes++
+	s.bytes += len(text)
+	s.mu.Unlock()
+	return res.ArtifactID, nil
+}
+
+// artifact_write: past the per-call count or bytes, the write answers an
+// error naming the budget and nothing more reaches the artifact store.
+func TestArtifactBudget(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		budgets  Budgets
+		args     string
+		want     string
+		maxN     int
+		maxBytes int
+	}{
+		{"writes", Budgets{ArtifactWritesPerCall: 20}, `{"channel":"artifact","n":500,"size":10}`,
+			"too many artifact writes in one call (limit 20)", 20, 0},
+		{"bytes", Budgets{ArtifactBytesPerCall: 1 << 20}, `{"channel":"artifact","n":100,"size":65536}`,
+			"artifact bytes written in one call (limit 1048576)", 0, 1 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sa := &storedArtifacts{db: artifacts.NewMemory(artifacts.NewMemoryBlobs(), artifacts.Config{})}
+			r := loadFlood(t, Config{Artifacts: sa, Policy: Policy{Budgets: c.budgets}}, nil)
+			res := mustCall(t, r, "flood", c.args)
+			if !res.IsError || !strings.Contains(res.Content, c.want) {
+				t.Fatalf("flood = %+.300v; want %q", res, c.want)
+			}
+			sa.mu.Lock()
+			writes, bytes := sa.writes, sa.bytes
+			sa.mu.Unlock()
+			if c.maxN > 0 && writes != c.maxN {
+				t.Errorf("%d writes reached the store, want the budget %d", writes, c.maxN)
+			}
+			if c.maxBytes > 0 && (bytes > c.maxBytes || bytes == 0) {
+				t.Errorf("%d bytes reached the store, budget %d", bytes, c.maxBytes)
+			}
+			// The next call has its own budget.
+			if res := mustCall(t, r, "flood", `{"channel":"artifact","n":1,"size":10}`); res.IsError {
+				t.Fatalf("a small call after: %+v", res)
+			}
+		})
+	}
+}
+
+// Outbound HTTP: past the per-call requests, the request is refused before
+// it leaves the host; past the per-call bytes, reading stops. Both name the
+// budget, and the next call has its own.
+func TestHTTPBudget(t *testing.T) {
+	var hits atomic.Int64
+	body := strings.Repeat("y", 256<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path == "/big" {
+			_, _ = io.WriteString(w, body)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	budgets := Budgets{HTTPRequestsPerCall: 8, HTTPBytesPerCall: 1 << 20}
+	eg := NewEgress(EgressConfig{})
+	defer eg.Close()
+	r := loadFlood(t, Config{Egress: eg,
+		Policy: Policy{AllowedHosts: []string{"127.0.0.1"}, AllowPrivateNetwork: true, Budgets: budgets}},
+		func(m map[string]any) {
+			caps(m)["allowedHosts"] = []string{"127.0.0.1"}
+			caps(m)["allowPrivateNetwork"] = true
+		})
+
+	res := mustCall(t, r, "flood", `{"channel":"http","n":100,"size":0,"url":"`+srv.URL+`/small"}`)
+	if !res.IsError || !strings.Contains(res.Content, "too many requests in one call (limit 8)") {
+		t.Fatalf("100 requests = %+.300v", res)
+	}
+	if got := hits.Load(); got != 8 {
+		t.Fatalf("%d requests reached the server, budget 8", got)
+	}
+
+	res = mustCall(t, r, "flood", `{"channel":"http","n":8,"size":0,"url":"`+srv.URL+`/big"}`)
+	if !res.IsError || !strings.Contains(res.Content, "response bytes read in one call (limit 1048576)") {
+		t.Fatalf("2 MiB of responses = %+.300v", res)
+	}
+	if !strings.Contains(res.Content, "after 1048576 bytes read") {
+		t.Fatalf("the guest read other than the budget: %.300s", res.Content)
+	}
+
+	hits.Store(0)
+	if res := mustCall(t, r, "flood", `{"channel":"http","n":2,"size":0,"url":"`+srv.URL+`/small"}`); res.IsError || hits.Load() != 2 {
+		t.Fatalf("a small call after: %+v (%d requests)", res, hits.Load())
 	}
 }

@@ -21,8 +21,15 @@ type fsGuest struct {
 
 func loadEscape(t *testing.T, cfg Config, dir string, grants ...map[string]any) (*fsGuest, *Plugin) {
 	t.Helper()
+	return loadEscapeGuest(t, "escape", cfg, dir, grants...)
+}
+
+// loadEscapeGuest loads guest (escape, the Looopy ABI, or xescape, the same
+// tool built with Extism's PDK) with the given folder grants.
+func loadEscapeGuest(t *testing.T, guest string, cfg Config, dir string, grants ...map[string]any) (*fsGuest, *Plugin) {
+	t.Helper()
 	r := newRegistry(t, cfg)
-	pd := install(t, dir, "escape", guestWasm(t, "escape"), func(m map[string]any) {
+	pd := install(t, dir, guest, guestWasm(t, guest), func(m map[string]any) {
 		if len(grants) > 0 {
 			caps(m)["allowedPaths"] = grants
 		}
@@ -30,7 +37,7 @@ func loadEscape(t *testing.T, cfg Config, dir string, grants ...map[string]any) 
 	if _, err := r.Load(context.Background(), pd); err != nil {
 		t.Fatal(err)
 	}
-	p, _ := r.Plugin("escape")
+	p, _ := r.Plugin(guest)
 	return &fsGuest{t: t, r: r}, p
 }
 
@@ -96,7 +103,14 @@ func sandboxLayout(t *testing.T) (root, granted, outside, secret string) {
 // planted in the folder by someone else, and paths that climb. It reaches
 // nothing outside: not a file of a sibling folder, not the host's
 // environment, not the root of the machine.
-func TestGuestCannotLeaveItsFolder(t *testing.T) {
+func TestGuestCannotLeaveItsFolder(t *testing.T) { guestCannotLeaveItsFolder(t, "escape") }
+
+// An Extism-ABI plugin's folders (the Extism manifest's allowed_paths are
+// never used: the host mounts the confined roots in each instance) hold
+// against the same attacks.
+func TestExtismGuestCannotLeaveItsFolder(t *testing.T) { guestCannotLeaveItsFolder(t, "xescape") }
+
+func guestCannotLeaveItsFolder(t *testing.T, guest string) {
 	root, granted, outside, secret := sandboxLayout(t)
 	// Links planted inside the grant (by an operator, a previous process, or
 	// another plugin sharing the folder).
@@ -108,7 +122,7 @@ func TestGuestCannotLeaveItsFolder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g, _ := loadEscape(t, Config{Policy: Policy{PathRoots: []string{root}}}, t.TempDir(),
+	g, _ := loadEscapeGuest(t, guest, Config{Policy: Policy{PathRoots: []string{root}}}, t.TempDir(),
 		map[string]any{"path": granted})
 	in := func(p string) string { return filepath.Join(granted, p) }
 
@@ -237,12 +251,18 @@ func TestReadWriteGrantWorks(t *testing.T) {
 // creating, truncating, appending, mkdir, chmod, rename, unlink, rmdir,
 // times, links.
 func TestReadOnlyGrantIsReadOnly(t *testing.T) {
+	for _, guest := range []string{"escape", "xescape"} {
+		t.Run(guest, func(t *testing.T) { readOnlyGrantIsReadOnly(t, guest) })
+	}
+}
+
+func readOnlyGrantIsReadOnly(t *testing.T, guest string) {
 	root, granted, _, _ := sandboxLayout(t)
 	old := time.Unix(1_000_000, 0)
 	if err := os.Chtimes(filepath.Join(granted, "in.txt"), old, old); err != nil {
 		t.Fatal(err)
 	}
-	g, _ := loadEscape(t, Config{Policy: Policy{PathRoots: []string{root}}}, t.TempDir(),
+	g, _ := loadEscapeGuest(t, guest, Config{Policy: Policy{PathRoots: []string{root}}}, t.TempDir(),
 		map[string]any{"path": granted, "readOnly": true})
 	in := func(p string) string { return filepath.Join(granted, p) }
 	if got := g.mustDo("read", in("in.txt")); got != "inside" {

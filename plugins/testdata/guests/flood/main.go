@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -15,14 +16,16 @@ import (
 )
 
 type floodArgs struct {
-	Channel string `json:"channel" desc:"log, progress, event, kv, artifact"`
+	Channel string `json:"channel" desc:"log, progress, event, kv, artifact, http"`
 	N       int    `json:"n"`
 	Size    int    `json:"size"`
 	Start   int    `json:"start,omitempty" desc:"first key number (kv)"`
+	URL     string `json:"url,omitempty" desc:"what to fetch (http): each response is read whole"`
 }
 
 func flood(ctx context.Context, a floodArgs) (string, error) {
 	chunk := strings.Repeat("x", a.Size)
+	read := 0
 	for i := 0; i < a.N; i++ {
 		var err error
 		switch a.Channel {
@@ -36,12 +39,20 @@ func flood(ctx context.Context, a floodArgs) (string, error) {
 		case "kv":
 			err = pdk.KVSet("k"+strconv.Itoa(a.Start+i), []byte(chunk))
 		case "artifact":
-			_, err = pdk.WriteArtifact(ctx, &pdk.ArtifactWrite{ArtifactID: "a", Type: "file", Name: "flood", Text: chunk})
+			_, err = pdk.WriteArtifact(ctx, &pdk.ArtifactWrite{ArtifactID: "a" + strconv.Itoa(i), Type: "file", Name: "flood", Text: chunk})
+		case "http":
+			var resp *pdk.HTTPResponse
+			if resp, err = pdk.HTTP(ctx, &pdk.HTTPRequest{Method: "GET", URL: a.URL}); err == nil {
+				var n int64
+				n, err = io.Copy(io.Discard, resp.Body)
+				read += int(n)
+				resp.Body.Close()
+			}
 		default:
 			return "", fmt.Errorf("unknown channel %q", a.Channel)
 		}
 		if err != nil {
-			return "", fmt.Errorf("write %d refused: %w", i, err)
+			return "", fmt.Errorf("write %d refused after %d bytes read: %w", i, read, err)
 		}
 	}
 	return "all written", nil

@@ -1,0 +1,128 @@
+// Command xescape is the hostile escape guest built with Extism's Go PDK
+// (the Extism ABI): one tool, fs, does any file operation a guest can ask of
+// WASI on the paths it is given, so that tests can check that an Extism
+// plugin's folders are confined like a Looopy-ABI plugin's.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/extism/go-pdk"
+)
+
+//go:wasmexport describe
+func describe() int32 {
+	pdk.OutputString(`{"kind":"tool","tools":[{"name":"fs","description":"Does one file operation.",` +
+		`"parameters":{"type":"object","properties":{"op":{"type":"string"},"path":{"type":"string"},` +
+		`"to":{"type":"string"},"text":{"type":"string"}},"required":["op","path"]}}]}`)
+	return 0
+}
+
+type request struct {
+	Call struct {
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"call"`
+}
+
+//go:wasmexport call_tool
+func callTool() int32 {
+	var req request
+	if err := json.Unmarshal(pdk.Input(), &req); err != nil {
+		pdk.SetError(err)
+		return 1
+	}
+	var a fsArgs
+	if err := json.Unmarshal(req.Call.Arguments, &a); err != nil {
+		pdk.SetError(err)
+		return 1
+	}
+	res, err := do(a)
+	if err != nil {
+		b, _ := json.Marshal(map[string]string{"code": "fs", "message": err.Error()})
+		pdk.SetErrorString(string(b))
+		return 1
+	}
+	out, _ := json.Marshal(map[string]any{"content": res})
+	pdk.Output(out)
+	return 0
+}
+
+type fsArgs struct {
+	Op   string `json:"op" desc:"read, write, append, create, truncate, list, stat, lstat, mkdir, rmdir, remove, rename, symlink, link, readlink, chmod, utimes"`
+	Path string `json:"path"`
+	To   string `json:"to,omitempty" desc:"second path (rename, link) or link target (symlink)"`
+	Text string `json:"text,omitempty"`
+}
+
+func do(a fsArgs) (string, error) {
+	switch a.Op {
+	case "read":
+		b, err := os.ReadFile(a.Path)
+		return string(b), err
+	case "write":
+		return "ok", os.WriteFile(a.Path, []byte(a.Text), 0o644)
+	case "append":
+		f, err := os.OpenFile(a.Path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		_, err = f.WriteString(a.Text)
+		return "ok", err
+	case "create":
+		f, err := os.OpenFile(a.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return "", err
+		}
+		return "ok", f.Close()
+	case "truncate":
+		f, err := os.OpenFile(a.Path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			return "", err
+		}
+		return "ok", f.Close()
+	case "list":
+		es, err := os.ReadDir(a.Path)
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		return strings.Join(names, ","), err
+	case "stat", "lstat":
+		st := os.Stat
+		if a.Op == "lstat" {
+			st = os.Lstat
+		}
+		fi, err := st(a.Path)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s %d %v", fi.Mode(), fi.Size(), fi.ModTime().Unix()), nil
+	case "mkdir":
+		return "ok", os.Mkdir(a.Path, 0o755)
+	case "rmdir", "remove":
+		return "ok", os.Remove(a.Path)
+	case "rename":
+		return "ok", os.Rename(a.Path, a.To)
+	case "symlink":
+		return "ok", os.Symlink(a.To, a.Path)
+	case "link":
+		return "ok", os.Link(a.To, a.Path)
+	case "readlink":
+		return os.Readlink(a.Path)
+	case "chmod":
+		return "ok", os.Chmod(a.Path, 0o777)
+	case "utimes":
+		t := time.Unix(1, 0)
+		return "ok", os.Chtimes(a.Path, t, t)
+	}
+	return "", fmt.Errorf("unknown op %q", a.Op)
+}
+
+func main() {}
