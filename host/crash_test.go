@@ -728,7 +728,9 @@ func TestLongCrashPoints(t *testing.T) {
 
 func crashAt(t *testing.T, bin, root, crashpoint string) {
 	plugins := filepath.Join(root, "plugins")
-	ledgerData := filepath.Join(plugins, "ledger", "data")
+	// The ledger's folder lies beside the plugin folder, where the host's
+	// default policy grants folders (never inside: the host owns it).
+	ledgerData := filepath.Join(root, "grants", "ledger")
 	crashPlugin(t, plugins, "scripted-model", map[string]any{"script": json.RawMessage(quickScript)}, nil)
 	crashPlugin(t, plugins, "ledger", map[string]any{"dir": ledgerData}, []string{ledgerData})
 	if err := os.MkdirAll(ledgerData, 0o755); err != nil {
@@ -775,6 +777,10 @@ func crashAt(t *testing.T, bin, root, crashpoint string) {
 	var mu sync.Mutex
 	told := map[string]string{} // tag -> task id
 	var wg sync.WaitGroup
+	// One client, made before the first task: the host may die at the
+	// first task's first write, while other clients would still be reading
+	// its card.
+	c := client10(t, p.base, "")
 	for i := 0; i < 12; i++ {
 		tag := fmt.Sprintf("q%02d", i)
 		watchers.watch(tag)
@@ -783,7 +789,6 @@ func crashAt(t *testing.T, bin, root, crashpoint string) {
 			defer wg.Done()
 			msg := userMsg("quick " + tag)
 			msg.ContextID = "ctx-" + tag
-			c := client10(t, p.base, "")
 			if i%2 == 0 {
 				r, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: msg,
 					Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
@@ -823,7 +828,7 @@ func crashAt(t *testing.T, bin, root, crashpoint string) {
 	p = startProc(t, bin, config, logf)
 	defer p.kill()
 	watchers.base.Store(&p.base)
-	c := client10(t, p.base, "")
+	c = client10(t, p.base, "")
 	deadline := time.Now().Add(2 * time.Minute)
 	for tag, id := range told {
 		var task *a2a.Task
