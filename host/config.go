@@ -40,7 +40,9 @@ type Config struct {
 	Plugins PluginsConfig `json:"plugins"`
 	// MCP: the host's tools served over MCP, and outside MCP servers as
 	// toolsets of the agent.
-	MCP    MCPConfig    `json:"mcp"`
+	MCP MCPConfig `json:"mcp"`
+	// Web: the chat page served at GET / (on unless disabled).
+	Web    WebConfig    `json:"web"`
 	Model  ModelConfig  `json:"model"`
 	Auth   AuthConfig   `json:"auth"`
 	Admin  AdminConfig  `json:"admin"`
@@ -105,6 +107,13 @@ type APIKey struct {
 	Key       string   `json:"key"`
 	Principal string   `json:"principal"`
 	Scopes    []string `json:"scopes,omitempty"`
+}
+
+// WebConfig is the web page's: served at GET / and /ui/ unless Disabled.
+type WebConfig struct {
+	// Disabled turns the page off (GET / then answers 404); the A2A and
+	// event routes it uses are unchanged.
+	Disabled bool `json:"disabled,omitempty"`
 }
 
 // AdminConfig guards the /admin API. With no token the admin API is off.

@@ -233,6 +233,10 @@ func (s *Server) register(r fiber.Router, mounted bool) {
 	r.Post("/a2a/v1", h(s.limitBody(mounted, false, s.handleRPC10)))
 	r.Post("/a2a/v0.3", h(s.limitBody(mounted, true, s.handleRPC03)))
 	r.Get("/.well-known/agent-card.json", h(s.handleCard))
+	if !s.cfg.Web.Disabled {
+		r.Get(root, h(s.handlePage))
+		r.Get("/ui/*", h(s.handlePageFile))
+	}
 	r.Get("/events/:contextId", h(s.handleEvents))
 	r.Get("/artifacts/:id", h(s.handleArtifact))
 	r.Get("/healthz", h(func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) }))

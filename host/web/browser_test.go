@@ -1,0 +1,351 @@
+package web_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/looopy-go/looopy/host"
+)
+
+// The page is tested in a real headless Chromium (Debian's chromium
+// package) driven by chromedp, against a real host serving the scripted
+// model and the calculator plugin. One browser serves the package's
+// tests; each test has its own tab (its own sessionStorage).
+
+var (
+	browserOnce   sync.Once
+	browserCtx    context.Context
+	browserCancel context.CancelFunc
+	browserErr    error
+)
+
+var wasmCache = filepath.Join(os.TempDir(), "looopy-host-test-wasm-cache")
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if browserCancel != nil {
+		browserCancel()
+	}
+	os.Exit(code)
+}
+
+// chromiumPath finds the browser: $LOOOPY_CHROMIUM, or chromium on PATH.
+// Missing, the test fails under CI and is skipped, saying so, elsewhere.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("LOOOPY_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "BROWSER TESTS NOT RUN: chromium is not installed (apt-get install -y chromium, or set LOOOPY_CHROMIUM to its path)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// tab opens a new tab of the package's browser, closed when t ends; every
+// action in it is bounded by a generous guard.
+func tab(t *testing.T) context.Context {
+	t.Helper()
+	path := chromiumPath(t)
+	browserOnce.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(path),
+			chromedp.NoSandbox,
+			chromedp.DisableGPU,
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.WindowSize(1280, 900),
+		)
+		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancel := chromedp.NewContext(alloc)
+		browserErr = chromedp.Do(ctx) // starts the browser
+		browserCtx = ctx
+		browserCancel = func() { cancel(); cancelAlloc() }
+	})
+	if browserErr != nil {
+		t.Fatalf("start chromium: %v", browserErr)
+	}
+	ctx, cancel := chromedp.NewContext(browserCtx)
+	ctx, cancelGuard := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelGuard(); cancel() })
+	return ctx
+}
+
+// artifactsDir is where screenshots go, kept after the run:
+// $LOOOPY_TEST_ARTIFACTS/web, or a new folder under the system's temporary
+// folder. Every screenshot's path is logged.
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	shotsOnce.Do(func() {
+		if base := os.Getenv("LOOOPY_TEST_ARTIFACTS"); base != "" {
+			shotsDir = filepath.Join(base, "web")
+			shotsErr = os.MkdirAll(shotsDir, 0o755)
+			return
+		}
+		shotsDir, shotsErr = os.MkdirTemp("", "looopy-web-screenshots-")
+	})
+	if shotsErr != nil {
+		t.Fatal(shotsErr)
+	}
+	return shotsDir
+}
+
+var (
+	shotsOnce sync.Once
+	shotsDir  string
+	shotsErr  error
+)
+
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	p := filepath.Join(artifactsDir(t), t.Name()+"-"+name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+const (
+	aliceKey   = "web-test-alice-key"
+	adminToken = "web-test-admin-token"
+)
+
+func config(dir, addr string, auth bool) host.Config {
+	cfg := host.Config{
+		Addr:      addr,
+		DataDir:   dir,
+		PluginDir: "../../examples/plugins",
+		Plugins: host.PluginsConfig{
+			Only:     []string{"scripted-model", "calculator"},
+			CacheDir: wasmCache,
+		},
+		Limits: host.LimitsConfig{
+			Heartbeat:     host.Duration(100 * time.Millisecond),
+			ShutdownGrace: host.Duration(2 * time.Second),
+		},
+	}
+	if auth {
+		cfg.Auth = host.AuthConfig{Enabled: true, Keys: []host.APIKey{{Key: aliceKey, Principal: "alice"}}}
+		cfg.Admin = host.AdminConfig{Token: adminToken}
+	}
+	return cfg
+}
+
+func startHost(t *testing.T, cfg host.Config) *host.Main {
+	t.Helper()
+	m := host.NewMain()
+	m.Config = cfg
+	m.Stdout = io.Discard
+	if os.Getenv("LOOOPY_TEST_LOG") != "" {
+		m.Stdout = os.Stderr
+	}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatalf("run host: %v", err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// freeAddr returns a loopback address nobody listens on now, for a host
+// that must come back on the same address after a restart.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// wait polls a JavaScript condition until it is true.
+func wait(t *testing.T, ctx context.Context, what, cond string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingInterval(50*time.Millisecond),
+		chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		dump, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("waiting for %s (%s): %v\npage:\n%s", what, cond, err, dump)
+	}
+}
+
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// say types a message and sends it.
+func say(t *testing.T, ctx context.Context, text string) {
+	t.Helper()
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("prompt"), text),
+		chromedp.Click(chromedp.ID("send")),
+	); err != nil {
+		t.Fatalf("say %q: %v", text, err)
+	}
+}
+
+func useKeys(t *testing.T, ctx context.Context, key, admin string) {
+	t.Helper()
+	steps := []chromedp.Action[chromedp.Void]{chromedp.SetValue(chromedp.ID("api-key"), key)}
+	if admin != "" {
+		steps = append(steps, chromedp.SetValue(chromedp.ID("admin-token"), admin))
+	}
+	if err := chromedp.Do(ctx, append(steps, chromedp.Click(chromedp.ID("save-keys")))...); err != nil {
+		t.Fatalf("use keys: %v", err)
+	}
+}
+
+// turnDone is true when the page shows n turns, every one ended.
+func turnsDone(n int) string {
+	return fmt.Sprintf(`(() => { const ts = document.querySelectorAll('#transcript > .turn');
+		return ts.length === %d && [...ts].every(t => ['completed','failed','canceled','rejected'].includes(t.dataset.status)); })()`, n)
+}
+
+// A turn with a tool call, with auth on: refused without the key, then the
+// call's arguments and result and the streamed answer; the key stays in
+// sessionStorage; the plugins panel shows grants and health with the admin
+// token; text from the conversation is never taken as HTML.
+func TestPageToolCallWithAuth(t *testing.T) {
+	ctx := tab(t)
+	m := startHost(t, config(t.TempDir(), "127.0.0.1:0", true))
+	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the page", `document.getElementById('plugins-note') !== null`)
+
+	// No key: the host refuses, and the page says so.
+	say(t, ctx, "calc 2+2")
+	wait(t, ctx, "the refusal", `!document.getElementById('error').hidden`)
+	if msg := eval[string](t, ctx, `document.getElementById('error').textContent`); !strings.Contains(strings.ToLower(msg), "credential") {
+		t.Fatalf("error without a key = %q, want the host's refusal", msg)
+	}
+	wait(t, ctx, "the plugins note", `document.getElementById('plugins-note').textContent.includes('admin token')`)
+	screenshot(t, ctx, "refused")
+
+	useKeys(t, ctx, aliceKey, adminToken)
+	say(t, ctx, "calc 2+2")
+	wait(t, ctx, "the turn", turnsDone(1))
+	tool := eval[map[string]any](t, ctx, `(() => { const b = document.querySelector('.tool[data-tool="calc"]');
+		return b ? {state: b.dataset.state, args: b.querySelector('.args').textContent, result: b.querySelector('.result').textContent} : null; })()`)
+	if tool == nil || tool["state"] != "done" || !strings.Contains(tool["args"].(string), `"expression": "2+2"`) || !strings.Contains(tool["result"].(string), "4") {
+		t.Fatalf("tool call shown as %v, want calc with 2+2 giving 4", tool)
+	}
+	turn := eval[map[string]any](t, ctx, `(() => { const t = document.querySelector('#transcript > .turn');
+		return {status: t.dataset.status, user: t.querySelector('.user').textContent, text: [...t.querySelectorAll('.text')].map(e => e.textContent).join('|')}; })()`)
+	if turn["status"] != "completed" || turn["user"] != "calc 2+2" || !strings.Contains(turn["text"].(string), "2+2 = 4") {
+		t.Fatalf("turn shown as %v", turn)
+	}
+	// The key is kept for this tab only.
+	store := eval[map[string]any](t, ctx, `({local: localStorage.length, session: sessionStorage.getItem('looopy.apiKey')})`)
+	if store["local"] != float64(0) || store["session"] != aliceKey {
+		t.Fatalf("storage = %v, want the key in sessionStorage only", store)
+	}
+	// The plugins panel, from /admin/plugins with the admin token.
+	wait(t, ctx, "the plugin list", `document.querySelector('.plugin[data-plugin="calculator"] .grant') !== null`)
+	if h := eval[string](t, ctx, `document.querySelector('.plugin[data-plugin="calculator"] .health').dataset.health`); h != "ok" {
+		t.Fatalf("calculator health shown as %q", h)
+	}
+	// The conversation is listed.
+	wait(t, ctx, "the context list", `document.querySelectorAll('#context-list li').length === 1`)
+
+	// Markup in the conversation is shown as text, never run.
+	say(t, ctx, `<img src=x onerror="window.pwned=1">`)
+	wait(t, ctx, "the echo", turnsDone(2))
+	got := eval[map[string]any](t, ctx, `({imgs: document.querySelectorAll('#transcript img').length, pwned: window.pwned === 1,
+		text: document.getElementById('transcript').textContent.includes('<img src=x onerror=')})`)
+	if got["imgs"] != float64(0) || got["pwned"] != false || got["text"] != true {
+		t.Fatalf("markup in the conversation: %v, want it shown as text", got)
+	}
+	screenshot(t, ctx, "done")
+}
+
+// A slow turn canceled from the page stops streaming and ends canceled.
+func TestPageCancel(t *testing.T) {
+	ctx := tab(t)
+	m := startHost(t, config(t.TempDir(), "127.0.0.1:0", false))
+	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
+		t.Fatal(err)
+	}
+	say(t, ctx, "SLOW 6s")
+	wait(t, ctx, "the first ticks", `(document.querySelector('#transcript .text') || {}).textContent?.includes('tick1')`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#transcript .turn .cancel`))); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the canceled status", `(document.querySelector('#transcript > .turn') || {dataset: {}}).dataset.status === 'canceled'`)
+	text := eval[string](t, ctx, `document.querySelector('#transcript .text').textContent`)
+	if strings.Contains(text, "tick6") || strings.Contains(text, "Done.") {
+		t.Fatalf("a canceled turn streamed to its end: %q", text)
+	}
+	if hidden := eval[bool](t, ctx, `document.querySelector('#transcript .turn .cancel').hidden`); !hidden {
+		t.Fatal("the cancel button is still offered on a canceled turn")
+	}
+	screenshot(t, ctx, "canceled")
+}
+
+// The host restarts (same data folder, same address) under an open page:
+// the page reconnects its event stream with Last-Event-ID, draws nothing
+// twice, and the conversation goes on.
+func TestPageReconnectAfterRestart(t *testing.T) {
+	ctx := tab(t)
+	dir, addr := t.TempDir(), freeAddr(t)
+	m := startHost(t, config(dir, addr, true))
+	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
+		t.Fatal(err)
+	}
+	useKeys(t, ctx, aliceKey, "")
+	say(t, ctx, "calc 2+2")
+	wait(t, ctx, "the first turn", turnsDone(1))
+	wait(t, ctx, "the live stream", `document.getElementById('conn').dataset.state === 'live'`)
+	before := eval[float64](t, ctx, `window.looopyStats.lastEventId`)
+
+	if err := m.Close(); err != nil {
+		t.Fatalf("close host: %v", err)
+	}
+	wait(t, ctx, "the page to notice", `document.getElementById('conn').dataset.state === 'reconnecting'`)
+	screenshot(t, ctx, "reconnecting")
+	m2 := startHost(t, config(dir, addr, true))
+	_ = m2
+	wait(t, ctx, "the stream back", `document.getElementById('conn').dataset.state === 'live'`)
+	say(t, ctx, "calc 3+3")
+	wait(t, ctx, "the second turn", turnsDone(2))
+
+	st := eval[map[string]float64](t, ctx, `window.looopyStats`)
+	if st["reconnects"] < 1 || st["duplicates"] != 0 || st["lastEventId"] <= before {
+		t.Fatalf("stream stats %v (last id before the restart %v): want a reconnect, no event twice, new events", st, before)
+	}
+	n := eval[map[string]float64](t, ctx, `({tools: document.querySelectorAll('.tool').length,
+		first: (document.getElementById('transcript').textContent.match(/2\+2 = 4/g) || []).length,
+		second: (document.getElementById('transcript').textContent.match(/3\+3 = 6/g) || []).length})`)
+	if n["tools"] != 2 || n["first"] != 1 || n["second"] != 1 {
+		t.Fatalf("after the restart the page shows %v, want each turn once", n)
+	}
+	screenshot(t, ctx, "after-restart")
+}

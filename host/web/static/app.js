@@ -1,0 +1,568 @@
+// The Looopy web page: plain JS, no build step. It speaks the host's own
+// A2A 1.0 JSON-RPC (POST ./) and its event stream (GET ./events/{contextId}),
+// with the API key (when auth is on) kept in sessionStorage and sent as a
+// bearer token. Everything shown is set as text, never as HTML.
+"use strict";
+
+const EXT = "https://github.com/looopy-go/looopy/blob/main/docs/A2A_EXTENSION.md#v1";
+const $ = (id) => document.getElementById(id);
+
+// stats is read by the browser tests (and is handy in the console).
+const stats = { frames: 0, duplicates: 0, reconnects: 0, lastEventId: 0 };
+window.looopyStats = stats;
+
+const state = {
+  contextId: "",
+  events: null,     // AbortController of the open event stream
+  lastId: 0,        // last event id seen on it
+  turns: new Map(), // taskId -> turn view
+  sent: new Map(),  // taskId -> text the user sent from this page
+};
+
+function key() { return sessionStorage.getItem("looopy.apiKey") || ""; }
+function adminToken() { return sessionStorage.getItem("looopy.adminToken") || ""; }
+
+function authHeaders(token) {
+  const h = {};
+  if (token) h["Authorization"] = "Bearer " + token;
+  return h;
+}
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+function showError(msg) {
+  const e = $("error");
+  if (!msg) { e.hidden = true; e.textContent = ""; return; }
+  e.hidden = false;
+  e.textContent = msg;
+}
+
+function setConn(s, text) {
+  const c = $("conn");
+  c.dataset.state = s;
+  c.textContent = text || s;
+}
+
+function randomId(prefix) {
+  const b = new Uint8Array(8);
+  crypto.getRandomValues(b);
+  return prefix + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+// ---- JSON-RPC ----
+
+let rpcSeq = 0;
+
+async function rpc(method, params) {
+  const res = await fetch("./", {
+    method: "POST",
+    headers: Object.assign({ "Content-Type": "application/json" }, authHeaders(key())),
+    body: JSON.stringify({ jsonrpc: "2.0", id: ++rpcSeq, method, params }),
+  });
+  let body;
+  try { body = await res.json(); } catch (e) { throw new Error(method + ": HTTP " + res.status); }
+  if (body.error) throw new Error(method + ": " + body.error.message + (body.error.data ? " " + JSON.stringify(body.error.data) : ""));
+  return body.result;
+}
+
+// readSSE reads a text/event-stream response, calling onFrame with each
+// frame ({id, event, data}) until the stream ends.
+async function readSSE(res, onFrame) {
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += dec.decode(value, { stream: true });
+    let i;
+    while ((i = buf.search(/\r?\n\r?\n/)) >= 0) {
+      const raw = buf.slice(0, i);
+      buf = buf.slice(i + (buf[i] === "\r" ? 4 : 2));
+      const f = { id: "", event: "", data: "" };
+      let data = [];
+      for (const line of raw.split(/\r?\n/)) {
+        if (line === "" || line[0] === ":") continue;
+        const c = line.indexOf(":");
+        const name = c < 0 ? line : line.slice(0, c);
+        let v = c < 0 ? "" : line.slice(c + 1);
+        if (v[0] === " ") v = v.slice(1);
+        if (name === "data") data.push(v);
+        else if (name === "id") f.id = v;
+        else if (name === "event") f.event = v;
+      }
+      if (data.length === 0) continue;
+      f.data = data.join("\n");
+      onFrame(f);
+    }
+  }
+}
+
+// send starts a turn (or answers a paused task, with taskId) with
+// SendStreamingMessage; the turn itself is drawn from the event stream.
+async function sendMessage(parts, taskId, userText) {
+  showError("");
+  if (!state.contextId) selectContext(randomId("web-"), true);
+  const contextId = state.contextId;
+  const message = { messageId: randomId("m-"), role: "ROLE_USER", contextId, parts };
+  if (taskId) message.taskId = taskId;
+  const headers = Object.assign({ "Content-Type": "application/json", Accept: "text/event-stream" }, authHeaders(key()));
+  if (!userText) headers["A2A-Extensions"] = EXT;
+  const res = await fetch("./", {
+    method: "POST", headers,
+    body: JSON.stringify({ jsonrpc: "2.0", id: ++rpcSeq, method: "SendStreamingMessage", params: { message } }),
+  });
+  const type = res.headers.get("Content-Type") || "";
+  if (!type.startsWith("text/event-stream")) {
+    let msg = "HTTP " + res.status;
+    try { const b = await res.json(); if (b.error) msg = b.error.message || JSON.stringify(b.error); } catch (e) { /* not JSON */ }
+    throw new Error(msg);
+  }
+  let opened = false;
+  await readSSE(res, (f) => {
+    let b;
+    try { b = JSON.parse(f.data); } catch (e) { return; }
+    if (b.error) { showError(b.error.message); return; }
+    const r = b.result || {};
+    const id = (r.task && r.task.id) || (r.statusUpdate && r.statusUpdate.taskId) || (r.artifactUpdate && r.artifactUpdate.taskId);
+    if (id && userText && !state.sent.has(id)) {
+      state.sent.set(id, userText);
+      const t = state.turns.get(id);
+      if (t) t.user.textContent = userText;
+    }
+    if (!opened && contextId === state.contextId) {
+      opened = true;
+      if (!state.events) openEvents(contextId);
+      loadContexts();
+    }
+  });
+}
+
+// ---- the event stream ----
+
+function openEvents(contextId) {
+  closeEvents();
+  const ctl = new AbortController();
+  state.events = ctl;
+  (async () => {
+    let delay = 250;
+    while (!ctl.signal.aborted) {
+      const headers = authHeaders(key());
+      if (state.lastId > 0) headers["Last-Event-ID"] = String(state.lastId);
+      try {
+        const res = await fetch("events/" + encodeURIComponent(contextId), { headers, signal: ctl.signal });
+        if (res.status === 404) { setConn("idle", "no events yet"); state.events = null; return; }
+        if (res.status === 401 || res.status === 403) {
+          const b = await res.json().catch(() => ({}));
+          setConn("error", "unauthorized");
+          showError("The host refused the key: " + (b.error || res.status) + ". Paste an API key above.");
+          state.events = null;
+          return;
+        }
+        if (!res.ok) throw new Error("HTTP " + res.status);
+        setConn("live", "live");
+        delay = 250;
+        await readSSE(res, (f) => onEventFrame(contextId, f));
+      } catch (e) {
+        if (ctl.signal.aborted) return;
+      }
+      if (ctl.signal.aborted) return;
+      stats.reconnects++;
+      setConn("reconnecting", "reconnecting…");
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 4000);
+    }
+  })();
+}
+
+function closeEvents() {
+  if (state.events) state.events.abort();
+  state.events = null;
+}
+
+function onEventFrame(contextId, f) {
+  if (contextId !== state.contextId) return;
+  stats.frames++;
+  const id = parseInt(f.id, 10);
+  if (id > 0) {
+    if (id <= state.lastId) { stats.duplicates++; return; }
+    state.lastId = id;
+    stats.lastEventId = id;
+  }
+  let ev;
+  try { ev = JSON.parse(f.data); } catch (e) { return; }
+  render(f.event || ev.kind, ev);
+}
+
+// ---- drawing a conversation ----
+
+function turnOf(ev) {
+  let t = state.turns.get(ev.taskId);
+  if (t) return t;
+  const box = el("div", "turn");
+  box.dataset.taskId = ev.taskId;
+  const head = el("div", "turn-head");
+  const status = el("span", "status", "submitted");
+  status.dataset.status = "submitted";
+  const cancel = el("button", "cancel", "Cancel");
+  cancel.type = "button";
+  cancel.onclick = () => rpc("CancelTask", { id: ev.taskId }).catch((e) => showError(e.message));
+  head.append(el("span", "task-id", ev.taskId), status, cancel);
+  const user = el("div", "user", state.sent.get(ev.taskId) || "");
+  const body = el("div", "body");
+  box.append(head, user, body);
+  t = { box, status, cancel, user, body, text: null, tools: new Map(), thoughts: new Map(), artifacts: new Map() };
+  state.turns.set(ev.taskId, t);
+  const parent = ev.parentTaskId && state.turns.get(ev.parentTaskId);
+  if (parent) { box.classList.add("subtask"); parent.body.append(box); }
+  else $("transcript").append(box);
+  if (!parent && !state.sent.has(ev.taskId)) fillUserText(ev.taskId, t);
+  return t;
+}
+
+// fillUserText shows what the user said to start a turn sent elsewhere (or
+// before the page was loaded).
+async function fillUserText(taskId, t) {
+  try {
+    const task = await rpc("GetTask", { id: taskId, historyLength: 100 });
+    for (const m of (task && task.history) || []) {
+      if (m.role !== "ROLE_USER") continue;
+      const txt = (m.parts || []).filter((p) => typeof p.text === "string").map((p) => p.text).join("");
+      if (txt && !t.user.textContent) t.user.textContent = txt;
+      return;
+    }
+  } catch (e) { /* the turn is drawn without it */ }
+}
+
+function setStatus(t, s, message) {
+  t.status.textContent = s + (message ? ": " + message : "");
+  t.status.dataset.status = s;
+  const done = ["completed", "failed", "canceled", "rejected"].includes(s);
+  t.cancel.hidden = done;
+  t.box.dataset.status = s;
+}
+
+function textSegment(t) {
+  if (!t.text) { t.text = el("div", "text"); t.body.append(t.text); }
+  return t.text;
+}
+
+function pretty(raw) {
+  if (raw === undefined || raw === null || raw === "") return "";
+  if (typeof raw !== "string") return JSON.stringify(raw, null, 2);
+  try { return JSON.stringify(JSON.parse(raw), null, 2); } catch (e) { return raw; }
+}
+
+function render(kind, ev) {
+  if (!ev.taskId) return;
+  const t = turnOf(ev);
+  switch (kind) {
+    case "task-created":
+      if (ev.initiator === "agent") t.box.classList.add("subtask");
+      break;
+    case "task-status":
+      setStatus(t, ev.status, ev.message);
+      break;
+    case "task-complete":
+      setStatus(t, ev.status, ev.status === "completed" ? "" : (ev.reason || ""));
+      if (ev.content && !t.body.querySelector(".text")) textSegment(t).textContent = ev.content;
+      break;
+    case "content-delta":
+      textSegment(t).textContent += ev.delta;
+      break;
+    case "content-complete":
+      textSegment(t).textContent = ev.content;
+      t.text = null;
+      break;
+    case "thought-stream": {
+      let th = t.thoughts.get(ev.thoughtId);
+      if (!th) {
+        th = el("div", "thought");
+        th.dataset.verbosity = ev.verbosity || "";
+        t.thoughts.set(ev.thoughtId, th);
+        t.body.append(th);
+        t.text = null;
+      }
+      th.textContent += ev.content;
+      break;
+    }
+    case "tool-start": {
+      t.text = null;
+      const box = el("div", "tool");
+      box.dataset.state = "running";
+      box.dataset.tool = ev.toolName;
+      box.append(el("div", "tool-name", "⚙ " + ev.toolName), el("pre", "args", pretty(ev.arguments)),
+        el("div", "progress"), el("pre", "result"));
+      t.tools.set(ev.toolCallId, box);
+      t.body.append(box);
+      break;
+    }
+    case "tool-progress": {
+      const box = t.tools.get(ev.toolCallId);
+      if (box) box.querySelector(".progress").textContent =
+        (ev.progress ? Math.round(ev.progress * 100) + "% " : "") + (ev.message || "");
+      break;
+    }
+    case "tool-complete": {
+      const box = t.tools.get(ev.toolCallId);
+      if (!box) break;
+      box.dataset.state = ev.success ? "done" : "failed";
+      box.querySelector(".result").textContent = ev.success ? "→ " + pretty(ev.result) : "✗ " + (ev.error || "failed");
+      break;
+    }
+    case "file-write":
+      artifact(t, ev, ev.name, ev.mimeType, ev.complete, ev.error);
+      break;
+    case "data-write": {
+      const a = artifact(t, ev, ev.name, "application/json", ev.complete, ev.error);
+      a.querySelector(".content").replaceChildren(el("pre", "", pretty(ev.data)));
+      break;
+    }
+    case "dataset-write": {
+      const a = artifact(t, ev, ev.name, "dataset", ev.complete, ev.error);
+      datasetRows(a, ev);
+      break;
+    }
+    case "subtask-created":
+      t.body.append(el("div", "note", "sub-agent " + (ev.agentId || "") + ": " + (ev.prompt || "")));
+      break;
+    case "input-required":
+      inputRequest(t, ev);
+      break;
+    case "input-received": {
+      const r = t.body.querySelector('.request[data-input-id="' + CSS.escape(ev.inputId) + '"]');
+      if (r) { r.dataset.answered = "true"; r.querySelectorAll("button").forEach((b) => { b.disabled = true; }); }
+      break;
+    }
+    case "auth-required":
+      t.body.append(el("div", "request", "authentication needed: " + (ev.prompt || ev.authType || "")));
+      break;
+    case "warning":
+      t.body.append(el("div", "warning", "⚠ " + (ev.message || ev.code || "")));
+      break;
+  }
+}
+
+function artifact(t, ev, name, mime, complete, error) {
+  let a = t.artifacts.get(ev.artifactId);
+  if (!a) {
+    a = el("div", "artifact");
+    a.dataset.artifactId = ev.artifactId;
+    const link = el("a", "download", "⬇ " + (name || ev.artifactId));
+    link.onclick = () => download(ev.artifactId, name || ev.artifactId);
+    a.append(link, el("span", "note"), el("div", "content"));
+    t.artifacts.set(ev.artifactId, a);
+    t.body.append(a);
+    t.text = null;
+  }
+  if (name) a.querySelector(".download").textContent = "⬇ " + name;
+  a.querySelector(".note").textContent = " " + (mime || "") + (error ? " failed: " + error : complete ? "" : " (writing…)");
+  return a;
+}
+
+function datasetRows(a, ev) {
+  let table = a.querySelector("table");
+  if (!table) {
+    table = el("table");
+    a.querySelector(".content").append(table);
+  }
+  let cols = (ev.schema && ev.schema.columns || []).map((c) => c.name);
+  if (!table.tHead) {
+    if (!cols.length && ev.rows && ev.rows.length) cols = Object.keys(ev.rows[0]);
+    const tr = table.createTHead().insertRow();
+    for (const c of cols) tr.append(el("th", "", c));
+  }
+  cols = Array.from(table.tHead.rows[0].cells, (c) => c.textContent);
+  const body = table.tBodies[0] || table.createTBody();
+  for (const row of ev.rows || []) {
+    if (body.rows.length >= 200) break;
+    const tr = body.insertRow();
+    for (const c of cols) {
+      const v = row[c];
+      tr.append(el("td", "", typeof v === "object" && v !== null ? JSON.stringify(v) : v));
+    }
+  }
+}
+
+async function download(id, name) {
+  try {
+    const res = await fetch("artifacts/" + encodeURIComponent(id), { headers: authHeaders(key()) });
+    if (!res.ok) throw new Error("artifact " + id + ": HTTP " + res.status);
+    const url = URL.createObjectURL(await res.blob());
+    const a = el("a");
+    a.href = url;
+    a.download = name;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (e) { showError(e.message); }
+}
+
+// inputRequest draws a request of the humans-in-the-loop extension: its
+// prompt, what it carries, and a form that answers it with a data part.
+function inputRequest(t, ev) {
+  const r = el("div", "request");
+  r.dataset.inputId = ev.inputId;
+  r.append(el("div", "prompt", ev.prompt || "input needed"));
+  const details = Object.assign({}, ev);
+  for (const k of ["kind", "contextId", "taskId", "timestamp", "prompt"]) delete details[k];
+  r.append(el("pre", "request-data", JSON.stringify(details, null, 2)));
+  const answer = (resp) => {
+    const parts = [{ data: { responses: [resp] }, metadata: { [EXT]: "responses" } }];
+    sendMessage(parts, ev.taskId).catch((e) => showError(e.message));
+  };
+  const type = ev.inputType || "";
+  if (type === "approval" || type === "tool-execution" || type === "confirmation") {
+    const yes = el("button", "approve", "Approve");
+    const no = el("button", "reject", "Reject");
+    yes.type = no.type = "button";
+    yes.onclick = () => answer({ inputId: ev.inputId, decision: "approve" });
+    no.onclick = () => answer({ inputId: ev.inputId, decision: "reject" });
+    r.append(yes, no);
+  }
+  const form = el("form", "answer");
+  const area = el("textarea");
+  area.rows = 3;
+  const field = type === "client-tool" ? { result: {} } : type === "text" ? { text: "" } : {};
+  area.value = JSON.stringify(Object.assign({ inputId: ev.inputId }, field));
+  const send = el("button", "", "Send answer");
+  send.type = "submit";
+  form.append(area, send);
+  form.onsubmit = (e) => {
+    e.preventDefault();
+    let resp;
+    try { resp = JSON.parse(area.value); } catch (err) { showError("The answer is not JSON: " + err.message); return; }
+    answer(resp);
+  };
+  r.append(form);
+  t.body.append(r);
+  t.text = null;
+}
+
+// ---- contexts ----
+
+function selectContext(id, fresh) {
+  closeEvents();
+  state.contextId = id;
+  state.lastId = 0;
+  stats.lastEventId = 0;
+  state.turns = new Map();
+  $("transcript").replaceChildren();
+  $("context-title").textContent = id ? "Conversation " + id : "New conversation";
+  for (const li of $("context-list").children) li.classList.toggle("current", li.dataset.contextId === id);
+  if (id) location.hash = "#" + encodeURIComponent(id);
+  else history.replaceState(null, "", location.pathname);
+  if (id && !fresh) openEvents(id);
+  if (!id) setConn("idle", "idle");
+}
+
+async function loadContexts() {
+  try {
+    const r = await rpc("ListTasks", { pageSize: 100 });
+    const seen = new Map();
+    for (const task of (r && r.tasks) || []) {
+      const ts = (task.status && task.status.timestamp) || "";
+      if (!seen.has(task.contextId) || seen.get(task.contextId) < ts) seen.set(task.contextId, ts);
+    }
+    if (state.contextId && !seen.has(state.contextId)) seen.set(state.contextId, "~");
+    const list = $("context-list");
+    list.replaceChildren();
+    for (const [id] of [...seen].sort((a, b) => (a[1] < b[1] ? 1 : -1))) {
+      const li = el("li", id === state.contextId ? "current" : "", id);
+      li.dataset.contextId = id;
+      li.title = id;
+      li.onclick = () => selectContext(id);
+      list.append(li);
+    }
+    $("contexts-note").textContent = seen.size ? "" : "No conversations yet.";
+  } catch (e) {
+    $("contexts-note").textContent = "Conversations not listed: " + e.message;
+  }
+}
+
+// ---- plugins and the agent card ----
+
+async function loadPlugins() {
+  const note = $("plugins-note");
+  const list = $("plugin-list");
+  list.replaceChildren();
+  const tok = adminToken();
+  if (!tok) {
+    note.textContent = "The plugin list comes from the admin API (/admin/plugins), which needs the admin token: paste it above to see the plugins, their grants and health.";
+  } else {
+    try {
+      const res = await fetch("admin/plugins", { headers: authHeaders(tok) });
+      const b = await res.json().catch(() => ({}));
+      if (!res.ok) {
+        note.textContent = "The admin API is not available to this page: " + (b.error || "HTTP " + res.status);
+      } else {
+        note.textContent = "";
+        for (const p of b.plugins || []) list.append(pluginItem(p));
+      }
+    } catch (e) { note.textContent = "The admin API is not available to this page: " + e.message; }
+  }
+  try {
+    const res = await fetch(".well-known/agent-card.json", { headers: authHeaders(key()) });
+    const card = await res.json();
+    $("agent-name").textContent = card.name || "";
+    const skills = $("skill-list");
+    skills.replaceChildren();
+    for (const s of card.skills || []) skills.append(el("li", "", s.name + (s.description ? ": " + s.description : "")));
+  } catch (e) { /* no card */ }
+}
+
+function pluginItem(p) {
+  const li = el("li", "plugin");
+  li.dataset.plugin = p.name;
+  const h = el("span", "health", p.health || (p.healthy ? "ok" : "unhealthy"));
+  h.dataset.health = p.health || (p.healthy ? "ok" : "failed");
+  li.append(el("strong", "", p.name + (p.version ? " " + p.version : "")), document.createTextNode(" "), h);
+  li.append(el("div", "note", (p.kind || "") + (p.sandboxed ? ", sandboxed" : ", NOT sandboxed") +
+    (p.tools && p.tools.length ? "; tools: " + p.tools.join(", ") : "") + "; calls " + p.calls + ", failures " + p.failures));
+  if (p.error) li.append(el("div", "warning", p.error));
+  if (p.grant) li.append(el("pre", "grant", JSON.stringify(p.grant, null, 1)));
+  return li;
+}
+
+// ---- wiring ----
+
+$("key-form").onsubmit = (e) => {
+  e.preventDefault();
+  const k = $("api-key").value.trim();
+  const a = $("admin-token").value.trim();
+  if (k) sessionStorage.setItem("looopy.apiKey", k); else sessionStorage.removeItem("looopy.apiKey");
+  if (a) sessionStorage.setItem("looopy.adminToken", a); else sessionStorage.removeItem("looopy.adminToken");
+  $("api-key").value = "";
+  $("admin-token").value = "";
+  $("api-key").placeholder = k ? "key set for this tab" : "only when auth is on";
+  showError("");
+  loadContexts();
+  loadPlugins();
+  if (state.contextId) selectContext(state.contextId);
+};
+
+$("composer").onsubmit = (e) => {
+  e.preventDefault();
+  const text = $("prompt").value.trim();
+  if (!text) return;
+  $("prompt").value = "";
+  sendMessage([{ text }], "", text).catch((err) => showError(err.message));
+};
+
+$("prompt").onkeydown = (e) => {
+  if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
+};
+
+$("new-context").onclick = () => selectContext("");
+$("show-thoughts").onchange = (e) => document.body.classList.toggle("hide-thoughts", !e.target.checked);
+
+if (key()) $("api-key").placeholder = "key set for this tab";
+loadContexts();
+loadPlugins();
+if (location.hash.length > 1) selectContext(decodeURIComponent(location.hash.slice(1)));
