@@ -2,6 +2,9 @@ package web_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -348,4 +351,98 @@ func TestPageReconnectAfterRestart(t *testing.T) {
 		t.Fatalf("after the restart the page shows %v, want each turn once", n)
 	}
 	screenshot(t, ctx, "after-restart")
+}
+
+// copyPlugin copies an example plugin into dir with its manifest's config
+// and granted paths replaced (nil paths: none).
+func copyPlugin(t *testing.T, dir, name string, cfg map[string]any, paths []string) {
+	t.Helper()
+	src := filepath.Join("..", "..", "examples", "plugins", name)
+	wasm, err := os.ReadFile(filepath.Join(src, name+".wasm"))
+	if err != nil {
+		t.Fatalf("read %s.wasm (run make plugins-go): %v", name, err)
+	}
+	b, err := os.ReadFile(filepath.Join(src, "plugin.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(wasm)
+	m["sha256"] = hex.EncodeToString(sum[:])
+	m["config"] = cfg
+	caps, _ := m["capabilities"].(map[string]any)
+	delete(caps, "allowedPaths")
+	if paths != nil {
+		var ap []any
+		for _, p := range paths {
+			ap = append(ap, map[string]any{"path": p})
+		}
+		caps["allowedPaths"] = ap
+	}
+	out := filepath.Join(dir, name)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(out, name+".wasm"), wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "plugin.json"), mb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A call that needs an approval pauses its turn; the page shows the
+// request (the call, the plugin and its grant) and its Approve button
+// answers it with the extension's data part; the call runs once, only
+// after the approval.
+func TestPageApproval(t *testing.T) {
+	ctx := tab(t)
+	root := t.TempDir()
+	plugins, ledger := filepath.Join(root, "plugins"), filepath.Join(root, "ledger")
+	if err := os.MkdirAll(ledger, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyPlugin(t, plugins, "scripted-model", map[string]any{}, nil)
+	copyPlugin(t, plugins, "ledger", map[string]any{"dir": ledger}, []string{ledger})
+	cfg := config(filepath.Join(root, "data"), "127.0.0.1:0", true)
+	cfg.PluginDir = plugins
+	cfg.Plugins.Only = []string{"scripted-model", "ledger"}
+	cfg.Plugins.PathRoots = []string{root}
+	cfg.Plugins.NoWatch = true
+	cfg.Interaction = host.InteractionConfig{Approval: host.ApprovalConfig{Tools: []string{"ledger_append"}}}
+	m := startHost(t, cfg)
+	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
+		t.Fatal(err)
+	}
+	useKeys(t, ctx, aliceKey, "")
+	say(t, ctx, "ledger pay 10")
+	wait(t, ctx, "the approval request", `document.querySelector('#transcript .request button.approve') !== null`)
+	req := eval[map[string]any](t, ctx, `(() => { const t = document.querySelector('#transcript > .turn'), r = t.querySelector('.request');
+		return {status: t.dataset.status, prompt: r.querySelector('.prompt').textContent, data: r.querySelector('.request-data').textContent}; })()`)
+	if req["status"] != "waiting-input" || !strings.Contains(req["prompt"].(string), "ledger_append") ||
+		!strings.Contains(req["data"].(string), `"pay 10"`) || !strings.Contains(req["data"].(string), "ledger") {
+		t.Fatalf("approval request shown as %v", req)
+	}
+	if _, err := os.Stat(filepath.Join(ledger, "ledger.log")); !os.IsNotExist(err) {
+		t.Fatalf("the ledger was written before the approval: %v", err)
+	}
+	screenshot(t, ctx, "request")
+
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#transcript .request button.approve`))); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the approved turn", turnsDone(1))
+	if st := eval[string](t, ctx, `document.querySelector('#transcript > .turn').dataset.status`); st != "completed" {
+		t.Fatalf("turn after the approval: %s", st)
+	}
+	wait(t, ctx, "the call", `(document.querySelector('.tool[data-tool="ledger_append"]') || {dataset: {}}).dataset.state === 'done'`)
+	b, err := os.ReadFile(filepath.Join(ledger, "ledger.log"))
+	if err != nil || strings.Count(string(b), "\n") != 1 || !strings.Contains(string(b), "pay 10") {
+		t.Fatalf("ledger after one approval = %q (%v), want one line", b, err)
+	}
+	screenshot(t, ctx, "approved")
 }

@@ -196,7 +196,10 @@ function onEventFrame(contextId, f) {
   }
   let ev;
   try { ev = JSON.parse(f.data); } catch (e) { return; }
+  const tr = $("transcript");
+  const atEnd = tr.scrollHeight - tr.scrollTop - tr.clientHeight < 40;
   render(f.event || ev.kind, ev);
+  if (atEnd) tr.scrollTop = tr.scrollHeight;
 }
 
 // ---- drawing a conversation ----
@@ -412,7 +415,10 @@ function inputRequest(t, ev) {
   r.append(el("div", "prompt", ev.prompt || "input needed"));
   const details = Object.assign({}, ev);
   for (const k of ["kind", "contextId", "taskId", "timestamp", "prompt"]) delete details[k];
-  r.append(el("pre", "request-data", JSON.stringify(details, null, 2)));
+  const more = el("details");
+  more.append(el("summary", "", (ev.inputType || "request") + (ev.call && ev.call.name ? ": " + ev.call.name : "")),
+    el("pre", "request-data", JSON.stringify(details, null, 2)));
+  r.append(more);
   const answer = (resp) => {
     const parts = [{ data: { responses: [resp] }, metadata: { [EXT]: "responses" } }];
     sendMessage(parts, ev.taskId).catch((e) => showError(e.message));
