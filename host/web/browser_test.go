@@ -446,3 +446,46 @@ func TestPageApproval(t *testing.T) {
 	}
 	screenshot(t, ctx, "approved")
 }
+
+// Thoughts (and the switch that hides them), a sub-agent's call and a
+// dataset artifact as a table with its download link.
+func TestPageThoughtsSubAgentDataset(t *testing.T) {
+	ctx := tab(t)
+	cfg := config(t.TempDir(), "127.0.0.1:0", false)
+	cfg.Plugins.Only = []string{"scripted-model", "researcher", "echo", "dataset-writer"}
+	m := startHost(t, cfg)
+	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
+		t.Fatal(err)
+	}
+	say(t, ctx, "think about rain")
+	wait(t, ctx, "the thinking turn", turnsDone(1))
+	if th := eval[string](t, ctx, `(document.querySelector('#transcript .thought') || {}).textContent || ''`); !strings.Contains(th, "rain") {
+		t.Fatalf("thought shown as %q", th)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("show-thoughts"))); err != nil {
+		t.Fatal(err)
+	}
+	if d := eval[string](t, ctx, `getComputedStyle(document.querySelector('#transcript .thought')).display`); d != "none" {
+		t.Fatalf("thoughts switched off still shown (display %q)", d)
+	}
+
+	say(t, ctx, "research owls")
+	wait(t, ctx, "the research turn", turnsDone(2))
+	sub := eval[map[string]any](t, ctx, `(() => { const t = document.querySelectorAll('#transcript > .turn')[1];
+		const r = t.querySelector('.tool[data-tool="researcher"]');
+		return {researcher: r ? r.dataset.state : '', result: r ? r.querySelector('.result').textContent : '',
+			note: [...t.querySelectorAll('.note')].map(n => n.textContent).join('|')}; })()`)
+	if sub["researcher"] != "done" || !strings.Contains(sub["result"].(string), "owls") || !strings.Contains(sub["note"].(string), "sub-agent researcher") {
+		t.Fatalf("sub-agent turn shown as %v", sub)
+	}
+
+	say(t, ctx, "dataset 3")
+	wait(t, ctx, "the dataset turn", turnsDone(3))
+	ds := eval[map[string]any](t, ctx, `(() => { const a = document.querySelector('.artifact');
+		return a ? {link: a.querySelector('a.download').textContent, head: [...a.querySelectorAll('th')].map(c => c.textContent).join(','),
+			rows: a.querySelectorAll('tbody tr').length} : null; })()`)
+	if ds == nil || ds["rows"] != float64(3) || !strings.Contains(ds["head"].(string), "label") || !strings.Contains(ds["link"].(string), "demo") {
+		t.Fatalf("dataset shown as %v", ds)
+	}
+	screenshot(t, ctx, "rich")
+}

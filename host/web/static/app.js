@@ -222,7 +222,14 @@ function turnOf(ev) {
   t = { box, status, cancel, user, body, text: null, tools: new Map(), thoughts: new Map(), artifacts: new Map() };
   state.turns.set(ev.taskId, t);
   const parent = ev.parentTaskId && state.turns.get(ev.parentTaskId);
-  if (parent) { box.classList.add("subtask"); parent.body.append(box); }
+  if (parent) {
+    // A sub-agent's task: canceled with its parent's, its work drawn in
+    // the parent's turn.
+    box.classList.add("subtask");
+    cancel.hidden = true;
+    status.textContent = "sub-agent";
+    parent.body.append(box);
+  }
   else $("transcript").append(box);
   if (!parent && !state.sent.has(ev.taskId)) fillUserText(ev.taskId, t);
   return t;
