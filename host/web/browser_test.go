@@ -37,6 +37,12 @@ var wasmCache = filepath.Join(os.TempDir(), "looopy-host-test-wasm-cache")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if shared != nil {
+		_ = shared.Close()
+	}
+	if sharedDir != "" {
+		_ = os.RemoveAll(sharedDir)
+	}
 	if browserCancel != nil {
 		browserCancel()
 	}
@@ -172,6 +178,41 @@ func startHost(t *testing.T, cfg host.Config) *host.Main {
 	return m
 }
 
+var (
+	sharedOnce sync.Once
+	shared     *host.Main
+	sharedDir  string
+	sharedErr  error
+)
+
+// openHost is a host with auth off shared by the tests that need nothing
+// of their own (each works in a conversation of its own): the scripted
+// model, the calculator, the researcher sub-agent, echo and the dataset
+// writer. It stops when the package's tests end.
+func openHost(t *testing.T) *host.Main {
+	t.Helper()
+	sharedOnce.Do(func() {
+		if sharedDir, sharedErr = os.MkdirTemp("", "looopy-web-test-"); sharedErr != nil {
+			return
+		}
+		cfg := config(sharedDir, "127.0.0.1:0", false)
+		cfg.InMemory = true
+		cfg.Plugins.Only = []string{"scripted-model", "calculator", "researcher", "echo", "dataset-writer"}
+		m := host.NewMain()
+		m.Config = cfg
+		m.Stdout = io.Discard
+		if os.Getenv("LOOOPY_TEST_LOG") != "" {
+			m.Stdout = os.Stderr
+		}
+		sharedErr = m.Run(context.Background())
+		shared = m
+	})
+	if sharedErr != nil {
+		t.Fatalf("run the shared host: %v", sharedErr)
+	}
+	return shared
+}
+
 // freeAddr returns a loopback address nobody listens on now, for a host
 // that must come back on the same address after a restart.
 func freeAddr(t *testing.T) string {
@@ -293,7 +334,7 @@ func TestPageToolCallWithAuth(t *testing.T) {
 // A slow turn canceled from the page stops streaming and ends canceled.
 func TestPageCancel(t *testing.T) {
 	ctx := tab(t)
-	m := startHost(t, config(t.TempDir(), "127.0.0.1:0", false))
+	m := openHost(t)
 	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
 		t.Fatal(err)
 	}
@@ -451,9 +492,7 @@ func TestPageApproval(t *testing.T) {
 // dataset artifact as a table with its download link.
 func TestPageThoughtsSubAgentDataset(t *testing.T) {
 	ctx := tab(t)
-	cfg := config(t.TempDir(), "127.0.0.1:0", false)
-	cfg.Plugins.Only = []string{"scripted-model", "researcher", "echo", "dataset-writer"}
-	m := startHost(t, cfg)
+	m := openHost(t)
 	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
 		t.Fatal(err)
 	}
