@@ -644,7 +644,7 @@ func (e *Egress) dialer(allowPrivate bool) func(ctx context.Context, network, ad
 			if !allowPrivate {
 				if kind := addressKind(ip); kind != "" {
 					if firstErr == nil {
-						firstErr = privateAddressError(ip, host, kind)
+						firstErr = privateAddressError(ip, host, port, kind)
 					}
 					continue
 				}
@@ -699,15 +699,15 @@ func dialGuard(host string, allowPrivate bool) func(network, address string, _ s
 			return newEgressError(fmt.Sprintf("egress: address %q of %q does not parse", address, host), err, ErrEgressDenied)
 		}
 		if kind := addressKind(ap.Addr()); kind != "" {
-			return privateAddressError(ap.Addr(), host, kind)
+			return privateAddressError(ap.Addr(), host, strconv.Itoa(int(ap.Port())), kind)
 		}
 		return nil
 	}
 }
 
-func privateAddressError(ip netip.Addr, host, kind string) error {
-	return newEgressError(fmt.Sprintf("egress: address %s of %q is private (%s) and the plugin is not granted private addresses",
-		ip, host, kind), nil, ErrEgressPrivateAddress, ErrEgressDenied)
+func privateAddressError(ip netip.Addr, host, port, kind string) error {
+	return newEgressError(fmt.Sprintf("egress: address %s of %q (port %s) is private (%s) and the plugin is not granted private addresses",
+		ip, host, port, kind), nil, ErrEgressPrivateAddress, ErrEgressDenied)
 }
 
 type addressRange struct {
@@ -953,22 +953,22 @@ func (a allowedHosts) check(u *url.URL) *egressError {
 	}
 	name := u.Hostname()
 	if len(a) == 0 {
-		return newEgressError(fmt.Sprintf("egress: host %q is not in the plugin's allowed hosts (it has none)", name), nil, ErrEgressDenied)
+		return newEgressError(fmt.Sprintf("egress: host %q on port %s is not in the plugin's allowed hosts (it has none)", name, port), nil, ErrEgressDenied)
 	}
 	if ip.IsValid() {
-		return newEgressError(fmt.Sprintf("egress: host %q is not in the plugin's allowed hosts (an IP address is reached only when listed itself)", name),
+		return newEgressError(fmt.Sprintf("egress: host %q on port %s is not in the plugin's allowed hosts (an IP address is reached only when listed itself)", name, port),
 			nil, ErrEgressDenied)
 	}
 	for _, p := range a {
 		if p.port != "" {
 			p.port = ""
 			if p.match(host, ip, port) {
-				return newEgressError(fmt.Sprintf("egress: host %q is in the plugin's allowed hosts only on other ports than %s", name, port),
+				return newEgressError(fmt.Sprintf("egress: host %q is in the plugin's allowed hosts only on other ports than port %s", name, port),
 					nil, ErrEgressDenied)
 			}
 		}
 	}
-	return newEgressError(fmt.Sprintf("egress: host %q is not in the plugin's allowed hosts", name), nil, ErrEgressDenied)
+	return newEgressError(fmt.Sprintf("egress: host %q on port %s is not in the plugin's allowed hosts", name, port), nil, ErrEgressDenied)
 }
 
 var errNotIP = errors.New("not an IP address")

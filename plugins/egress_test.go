@@ -232,12 +232,12 @@ func TestEgressHostNotAllowed(t *testing.T) {
 		allowed    []string
 		want       string
 	}{
-		{"not listed", "forbidden.test", []string{"allowed.test"}, `host "forbidden.test" is not in the plugin's allowed hosts`},
-		{"empty list", "allowed.test", nil, `host "allowed.test" is not in the plugin's allowed hosts (it has none)`},
-		{"suffix is not a subdomain", "evilallowed.test", []string{"*.allowed.test"}, `host "evilallowed.test" is not in`},
-		{"wildcard excludes apex", "allowed.test", []string{"*.allowed.test"}, `host "allowed.test" is not in`},
+		{"not listed", "forbidden.test", []string{"allowed.test"}, `host "forbidden.test" on port `},
+		{"empty list", "allowed.test", nil, `is not in the plugin's allowed hosts (it has none)`},
+		{"suffix is not a subdomain", "evilallowed.test", []string{"*.allowed.test"}, `host "evilallowed.test" on port `},
+		{"wildcard excludes apex", "allowed.test", []string{"*.allowed.test"}, `host "allowed.test" on port `},
 		{"allowed name as prefix", "allowed.test.forbidden.test", []string{"allowed.test"}, `host "allowed.test.forbidden.test"`},
-		{"other port", "allowed.test", []string{"allowed.test:1"}, `host "allowed.test" is in the plugin's allowed hosts only on other ports than`},
+		{"other port", "allowed.test", []string{"allowed.test:1"}, `host "allowed.test" is in the plugin's allowed hosts only on other ports than port `},
 		{"IP literal not listed", "127.0.0.1", []string{"allowed.test", "*"}, `an IP address is reached only when listed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,6 +247,9 @@ func TestEgressHostNotAllowed(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %q, want it to contain %q", err, tc.want)
+			}
+			if u, _ := url.Parse(srv.url(tc.host, "/")); !strings.Contains(err.Error(), "port "+u.Port()) {
+				t.Errorf("err = %q, want it to name the port %s", err, u.Port())
 			}
 			if r.lookups(tc.host) != 0 {
 				t.Errorf("%q was resolved before being refused", tc.host)
@@ -266,9 +269,9 @@ func TestEgressRedirectToForbiddenHost(t *testing.T) {
 	e, _ := newTestEgress(t, EgressConfig{})
 	for _, tc := range []struct{ name, to, want string }{
 		{"other host", forbidden.url("forbidden.test", "/secret"),
-			`refused: host "forbidden.test" is not in the plugin's allowed hosts`},
+			`refused: host "forbidden.test" on port `},
 		{"IP literal", forbidden.url("127.0.0.1", "/secret"),
-			`refused: host "127.0.0.1" is not in the plugin's allowed hosts (an IP address is reached only when listed itself)`},
+			`is not in the plugin's allowed hosts (an IP address is reached only when listed itself)`},
 		{"file scheme", "file:///etc/passwd", `to scheme "file" refused`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -441,7 +444,7 @@ func TestEgressPrivateAddressRefused(t *testing.T) {
 			if !errors.Is(err, ErrEgressPrivateAddress) || !errors.Is(err, ErrEgressDenied) {
 				t.Fatalf("err = %v, want ErrEgressPrivateAddress", err)
 			}
-			want := fmt.Sprintf("address %s of %q is private", tc.addr, host)
+			want := fmt.Sprintf("address %s of %q (port %d) is private", tc.addr, host, port)
 			if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tc.kind) {
 				t.Errorf("err = %q, want it to contain %q and %q", err, want, tc.kind)
 			}
@@ -478,7 +481,8 @@ func TestEgressDialGuard(t *testing.T) {
 	guard := dialGuard("x.test", false)
 	for _, addr := range []string{"127.0.0.1:80", "[::1]:443", "10.1.2.3:80", "[fe80::1%eth0]:80", "224.0.0.1:80", "[::ffff:192.168.1.1]:80"} {
 		err := guard("tcp", addr, nil)
-		if !errors.Is(err, ErrEgressPrivateAddress) || !strings.Contains(err.Error(), `of "x.test" is private`) {
+		_, p, _ := net.SplitHostPort(addr)
+		if !errors.Is(err, ErrEgressPrivateAddress) || !strings.Contains(err.Error(), `of "x.test" (port `+p+`) is private`) {
 			t.Errorf("guard(%s) = %v, want a private-address refusal", addr, err)
 		}
 	}
@@ -1012,6 +1016,6 @@ func ExampleEgress_Do() {
 	_, err = e.Do(context.Background(), &pdk.HTTPRequest{URL: "http://169.254.169.254/latest/meta-data/"}, grant)
 	fmt.Println(err)
 	// Output:
-	// egress: host "evil.test" is not in the plugin's allowed hosts
-	// egress: address 169.254.169.254 of "169.254.169.254" is private (link-local) and the plugin is not granted private addresses
+	// egress: host "evil.test" on port 443 is not in the plugin's allowed hosts
+	// egress: address 169.254.169.254 of "169.254.169.254" (port 80) is private (link-local) and the plugin is not granted private addresses
 }

@@ -101,6 +101,14 @@ func (s *callState) fail(format string, args ...any) int64 {
 	return -int64(len(msg))
 }
 
+// failWith is fail with a structured error the guest SDK decodes (its code
+// and whether it is transient survive the boundary).
+func (s *callState) failWith(e *pdk.Error) int64 {
+	b, _ := json.Marshal(e)
+	s.setRegister(b)
+	return -int64(len(b))
+}
+
 func readGuest(mod api.Module, ptr, n uint32, max int) ([]byte, bool) {
 	if int(n) > max {
 		return nil, false
@@ -392,6 +400,12 @@ func hostHTTPRequestFn(ctx context.Context, mod api.Module, stack []uint64) {
 	s.spent.httpRequests++
 	resp, err := s.p.egress.Do(ctx, &req, s.p.egressGrant())
 	if err != nil {
+		if errors.Is(err, ErrEgressDenied) {
+			// A refusal by policy is permanent: the guest is told so by
+			// its code, not left to guess from the words.
+			ret(s.failWith(&pdk.Error{Code: pdk.CodeDenied, Message: "http: " + err.Error()}))
+			return
+		}
 		ret(s.fail("http: %v", err))
 		return
 	}
