@@ -135,6 +135,21 @@ func toA2ATask(rec loop.TaskRecord, historyLength int) *a2a.Task {
 	if u := taskUsage(rec); u != nil {
 		t.Metadata = map[string]any{"usage": u}
 	}
+	if rec.Reason != "" {
+		// How the last turn ended: its reason (stop, max_iterations,
+		// length, content_filter, ...), the model's finish reason and the
+		// model calls made again.
+		if t.Metadata == nil {
+			t.Metadata = map[string]any{}
+		}
+		t.Metadata["reason"] = rec.Reason
+		if rec.FinishReason != "" {
+			t.Metadata["finishReason"] = rec.FinishReason
+		}
+		if rec.Retries > 0 {
+			t.Metadata["retries"] = rec.Retries
+		}
+	}
 	return t
 }
 

@@ -439,10 +439,8 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		rec.History = append(rec.History, o.Messages...)
 		rec.UpdatedAt = time.Now().UTC()
 		rec.TurnInput = 0
-		rec.Message = ""
-		if o.Err != nil {
-			rec.Message = o.Err.Error()
-		}
+		rec.Message = o.StatusMessage()
+		rec.FinishReason, rec.Retries = string(o.Finish), o.Retries
 		if a.cfg.TaskTTL > 0 && o.Status.Terminal() {
 			rec.ExpiresAt = rec.UpdatedAt.Add(a.cfg.TaskTTL)
 		}

@@ -3,6 +3,7 @@ package loop
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Match them with errors.Is.
@@ -59,7 +60,11 @@ type ModelError struct {
 	Code      string // rate_limit, server_error, timeout, invalid_request, ...
 	Message   string
 	Transient bool
-	Err       error
+	// RetryAfter is the wait the service asked for before a retry (0:
+	// none asked); the loop waits at least that long, or does not retry
+	// when it is longer than RetryPolicy.MaxRetryAfter.
+	RetryAfter time.Duration
+	Err        error
 }
 
 func (e *ModelError) Error() string {

@@ -255,8 +255,17 @@ type ThoughtStream struct {
 	Metadata    map[string]any `json:"metadata,omitempty"`
 }
 
+// Warning codes besides the turn's reasons (max_iterations, length,
+// content_filter).
+const (
+	// WarningModelRetry: a model call failed with a transient error and is
+	// being made again.
+	WarningModelRetry = "model_retry"
+)
+
 // Warning tells the client something went less well than asked, without
-// failing the task (the iteration limit was reached, say).
+// failing the task (the iteration limit was reached, a model call is
+// retried, an answer was cut off).
 type Warning struct {
 	Header
 	Code    string `json:"code"`

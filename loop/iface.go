@@ -136,9 +136,11 @@ type TaskRecord struct {
 	ParentTaskID string     `json:"parentTaskId,omitempty"`
 	Owner        string     `json:"owner,omitempty"` // principal
 	Status       TaskStatus `json:"status"`
-	Message      string     `json:"message,omitempty"` // status message: failure reason, input prompt
-	Reason       string     `json:"reason,omitempty"`  // why the turn ended
-	Content      string     `json:"content,omitempty"` // final assistant text
+	Message      string     `json:"message,omitempty"`      // status message: failure reason, input prompt
+	Reason       string     `json:"reason,omitempty"`       // why the turn ended
+	FinishReason string     `json:"finishReason,omitempty"` // the model's last finish reason
+	Retries      int        `json:"retries,omitempty"`      // model calls made again in the last turn
+	Content      string     `json:"content,omitempty"`      // final assistant text
 	Usage        Usage      `json:"usage"`
 	Iterations   int        `json:"iterations,omitempty"`
 	History      []Message  `json:"history,omitempty"`   // the turn's messages: its input, then what it produced

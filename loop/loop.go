@@ -25,17 +25,25 @@ const (
 	DefaultRetryAttempts   = 3
 	DefaultRetryBaseDelay  = 250 * time.Millisecond
 	DefaultRetryMaxDelay   = 8 * time.Second
+	// DefaultMaxRetryAfter bounds the wait a model's Retry-After may ask.
+	DefaultMaxRetryAfter = time.Minute
 	// MaxSubAgentDepth bounds sub-agent nesting.
 	MaxSubAgentDepth = 8
 )
 
 // RetryPolicy says how transient model errors are retried: up to Attempts
 // calls in all, waiting BaseDelay·2ⁿ (capped at MaxDelay) with jitter between
-// them. Zero fields take the defaults; Attempts 1 disables retries.
+// them, or longer when the model's error asks for a longer wait
+// (ModelError.RetryAfter) up to MaxRetryAfter; an error asking for more is
+// not retried. A call that failed after it had streamed text is never
+// retried: the client has seen that text, and a second attempt would show
+// it a different answer after it. Zero fields take the defaults; Attempts 1
+// disables retries.
 type RetryPolicy struct {
-	Attempts  int
-	BaseDelay time.Duration
-	MaxDelay  time.Duration
+	Attempts      int
+	BaseDelay     time.Duration
+	MaxDelay      time.Duration
+	MaxRetryAfter time.Duration
 }
 
 // Config configures a Loop. Zero fields take their defaults.
@@ -112,9 +120,10 @@ func New(cfg Config) (*Loop, error) {
 		concurrency:  orDefault(cfg.ToolConcurrency, DefaultToolConcurrency),
 		toolTimeout:  orDefault(cfg.ToolTimeout, DefaultToolTimeout),
 		retry: RetryPolicy{
-			Attempts:  orDefault(cfg.Retry.Attempts, DefaultRetryAttempts),
-			BaseDelay: orDefault(cfg.Retry.BaseDelay, DefaultRetryBaseDelay),
-			MaxDelay:  orDefault(cfg.Retry.MaxDelay, DefaultRetryMaxDelay),
+			Attempts:      orDefault(cfg.Retry.Attempts, DefaultRetryAttempts),
+			BaseDelay:     orDefault(cfg.Retry.BaseDelay, DefaultRetryBaseDelay),
+			MaxDelay:      orDefault(cfg.Retry.MaxDelay, DefaultRetryMaxDelay),
+			MaxRetryAfter: orDefault(cfg.Retry.MaxRetryAfter, DefaultMaxRetryAfter),
 		},
 		tracer:      cfg.Tracer,
 		log:         cfg.Logger,
@@ -190,7 +199,12 @@ type Outcome struct {
 	Requests   []InputRequest
 	Usage      Usage
 	Iterations int
-	Err        error
+	// Retries counts the model calls made again after a transient error.
+	Retries int
+	// Finish is the finish reason of the last model response (stop,
+	// length, content_filter, tool_calls; empty when none came).
+	Finish FinishReason
+	Err    error
 }
 
 // Reasons a turn ends.
@@ -200,7 +214,45 @@ const (
 	ReasonClientTool    = "client_tool"
 	ReasonError         = "error"
 	ReasonCanceled      = "canceled"
+	// ReasonLength and ReasonContentFilter: the model stopped before its
+	// answer was done (its token limit, its provider's filter); the turn
+	// completes with what it wrote.
+	ReasonLength        = "length"
+	ReasonContentFilter = "content_filter"
 )
+
+// StatusMessage is what the status that ends the turn says to the client:
+// the error of a failed turn, the question of one waiting for input, and
+// why a completed turn stopped short (iteration limit, cut-off answer).
+func (o *Outcome) StatusMessage() string {
+	switch {
+	case o.Err != nil:
+		return o.Err.Error()
+	case o.Status == TaskWaitingInput:
+		return o.Content
+	case o.Reason == ReasonMaxIterations:
+		return fmt.Sprintf("the turn stopped at its limit of %d iterations; its answer may be unfinished", o.Iterations)
+	case o.Reason == ReasonLength:
+		return "the model's answer was cut off at its token limit (finish reason length)"
+	case o.Reason == ReasonContentFilter:
+		return "the model's answer was cut off by its content filter (finish reason content_filter)"
+	}
+	return ""
+}
+
+// EndMetadata is how the turn ended, as the metadata of its last status
+// and of its task: the reason, the model's last finish reason and the
+// number of model calls made again after transient errors.
+func EndMetadata(o Outcome) map[string]any {
+	m := map[string]any{"reason": o.Reason}
+	if o.Finish != "" {
+		m["finishReason"] = string(o.Finish)
+	}
+	if o.Retries > 0 {
+		m["retries"] = o.Retries
+	}
+	return m
+}
 
 // turn is the state of one running turn.
 type turn struct {
@@ -220,6 +272,9 @@ type turn struct {
 	continuing bool
 	// toolCalls counts the tool calls the turn ran.
 	toolCalls atomic.Int64
+	// retries counts the model calls made again (callModel runs on the
+	// turn's goroutine only).
+	retries int
 }
 
 // Run executes one turn. It never panics on a misbehaving model or tool and
@@ -269,6 +324,7 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	}
 
 	out = tr.run(ctx)
+	out.Retries = tr.retries
 
 	if t.OnFinish != nil {
 		if err := t.OnFinish(context.WithoutCancel(ctx), &out); err != nil {
@@ -298,15 +354,10 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 }
 
 func (tr *turn) finish(out *Outcome) {
-	st := &TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: out.Status}
-	switch {
-	case out.Err != nil:
-		st.Message = out.Err.Error()
-	case out.Status == TaskWaitingInput:
-		st.Message = out.Content
-	}
+	st := &TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: out.Status,
+		Message: out.StatusMessage(), Metadata: EndMetadata(*out)}
 	if len(out.PendingCalls) > 0 {
-		st.Metadata = map[string]any{"pendingCalls": out.PendingCalls}
+		st.Metadata["pendingCalls"] = out.PendingCalls
 	}
 	if len(out.Requests) > 0 {
 		if st.Metadata == nil {
@@ -322,7 +373,7 @@ func (tr *turn) finish(out *Outcome) {
 	}
 	tr.emit(st)
 	tr.emit(&TaskComplete{Header: Header{Kind: KindTaskComplete}, Status: out.Status,
-		Content: out.Content, Reason: out.Reason, Usage: out.Usage})
+		Content: out.Content, Reason: out.Reason, Usage: out.Usage, Metadata: EndMetadata(*out)})
 }
 
 // emit stamps the header and hands the event to the sink, one at a time.
@@ -469,6 +520,7 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		return nil, true
 	}
 	out.Usage = out.Usage.Add(resp.Usage)
+	out.Finish = resp.FinishReason
 	msg := resp.Message
 	msg.Role = RoleAssistant
 	out.Messages = append(out.Messages, msg)
@@ -498,6 +550,15 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	}
 	if len(msg.ToolCalls) == 0 {
 		out.Status, out.Reason = TaskCompleted, ReasonStop
+		switch resp.FinishReason {
+		case FinishLength:
+			out.Reason = ReasonLength
+		case FinishContentFilter:
+			out.Reason = ReasonContentFilter
+		}
+		if out.Reason != ReasonStop {
+			tr.emit(&Warning{Header: Header{Kind: KindWarning}, Code: out.Reason, Message: out.StatusMessage()})
+		}
 		return nil, true
 	}
 	results, done := tr.toolPhase(ctx, iter, msg.ToolCalls, out)
@@ -604,12 +665,15 @@ func (tr *turn) collectTools(ctx context.Context) error {
 func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*ModelResponse, error) {
 	l := tr.l
 	deltas := 0
+	streamed := false // this attempt has sent the client something
 	onDelta := func(d Delta) {
 		if d.Content != "" {
 			tr.emit(&ContentDelta{Header: Header{Kind: KindContentDelta}, Delta: d.Content, Index: deltas, Iteration: iter})
 			deltas++
+			streamed = true
 		}
 		if d.Thought != "" {
+			streamed = true
 			tr.emit(&ThoughtStream{Header: Header{Kind: KindThoughtStream}, ThoughtType: "reasoning",
 				Verbosity: "normal", Content: d.Thought, Index: deltas})
 		}
@@ -633,6 +697,7 @@ func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*Mo
 		if l.metrics != nil {
 			began = time.Now()
 		}
+		streamed = false
 		resp, err := safeGenerate(mctx, tr.model, req, onDelta)
 		if err == nil && resp == nil {
 			err = &ModelError{Code: "empty_response", Message: "the model returned no response"}
@@ -653,15 +718,30 @@ func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*Mo
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		span.End()
-		if ctx.Err() != nil || !Transient(err) || attempt >= l.retry.Attempts {
-			if Transient(err) && attempt >= l.retry.Attempts {
-				return nil, fmt.Errorf("model call failed after %d attempts: %w", attempt, err)
-			}
+		if ctx.Err() != nil || !Transient(err) {
 			return nil, fmt.Errorf("model call: %w", err)
 		}
+		if streamed {
+			return nil, fmt.Errorf("model call failed after streaming part of its answer; not retried, so that the client is not shown a second answer after the first: %w", err)
+		}
+		if attempt >= l.retry.Attempts {
+			return nil, fmt.Errorf("model call failed after %d attempts: %w", attempt, err)
+		}
 		delay := backoff(l.retry, attempt)
+		var me *ModelError
+		if errors.As(err, &me) && me.RetryAfter > 0 {
+			if me.RetryAfter > l.retry.MaxRetryAfter {
+				return nil, fmt.Errorf("model call: the model asks to wait %s before a retry, longer than the host waits (%s): %w",
+					me.RetryAfter, l.retry.MaxRetryAfter, err)
+			}
+			delay = max(delay, me.RetryAfter)
+		}
+		tr.retries++
 		tr.emit(&InternalLLMRetry{Header: Header{Kind: KindInternalLLMRetry}, Iteration: iter,
 			Attempt: attempt, Delay: delay, Error: err.Error()})
+		tr.emit(&Warning{Header: Header{Kind: KindWarning}, Code: WarningModelRetry,
+			Message: fmt.Sprintf("the model call failed (%s); trying again in %s (attempt %d of %d)",
+				err, delay.Round(time.Millisecond), attempt+1, l.retry.Attempts)})
 		l.log.LogAttrs(ctx, slog.LevelWarn, "retrying model call", slog.Int("attempt", attempt),
 			slog.Duration("delay", delay), slog.String("error", err.Error()))
 		timer := time.NewTimer(delay)

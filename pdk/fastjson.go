@@ -208,6 +208,10 @@ func appendError(dst []byte, e *Error) []byte {
 	if e.Transient {
 		dst = append(dst, `,"transient":true`...)
 	}
+	if e.RetryAfter > 0 {
+		dst = append(dst, `,"retryAfter":`...)
+		dst = appendString(dst, e.RetryAfter.String())
+	}
 	return append(dst, '}')
 }
 

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseToolCallRequest(t *testing.T) {
@@ -65,7 +66,7 @@ func TestAppendMatchesEncodingJSON(t *testing.T) {
 				t.Errorf("appendToolResult = %s, want %s", got, want)
 			}
 		}
-		for _, e := range []Error{{Message: s}, {Code: "c", Message: s, Transient: true}} {
+		for _, e := range []Error{{Message: s}, {Code: "c", Message: s, Transient: true}, {Code: "c", Message: s, Transient: true, RetryAfter: Duration(1500 * time.Millisecond)}} {
 			want, _ := json.Marshal(&e)
 			if got := appendError(nil, &e); string(got) != string(want) {
 				t.Errorf("appendError = %s, want %s", got, want)

@@ -115,6 +115,10 @@ type Error struct {
 	Code      string `json:"code,omitempty"`
 	Message   string `json:"message"`
 	Transient bool   `json:"transient,omitempty"`
+	// RetryAfter is how long the service asked to be left alone before a
+	// retry (an HTTP Retry-After); the host waits at least that long, up
+	// to its own bound, before it calls again.
+	RetryAfter Duration `json:"retryAfter,omitempty"`
 }
 
 func (e *Error) Error() string {

@@ -194,7 +194,8 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 	if err != nil {
 		switch {
 		case errors.As(err, &pe):
-			return nil, &loop.ModelError{Code: pe.Code, Message: pe.Message, Transient: pe.Transient, Err: pe}
+			return nil, &loop.ModelError{Code: pe.Code, Message: pe.Message, Transient: pe.Transient,
+				RetryAfter: time.Duration(pe.RetryAfter), Err: pe}
 		case ctx.Err() != nil:
 			return nil, err
 		case errors.Is(err, ErrTimeout):

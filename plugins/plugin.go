@@ -425,7 +425,10 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	ctx, span := p.startCall(ctx, op)
 	discarded := false
 	defer func() { p.endCall(ctx, span, op, began, discarded, err) }()
-	cctx, cancel := context.WithTimeout(ctx, p.grant.CallTimeout)
+	// The cause names the limit, so that whatever the deadline cuts off
+	// (a host function, an HTTP read) says which one it was.
+	cctx, cancel := context.WithTimeoutCause(ctx, p.grant.CallTimeout,
+		fmt.Errorf("%w: the plugin's call timeout of %s ran out", context.DeadlineExceeded, p.grant.CallTimeout))
 	defer cancel()
 	inst, err := p.pool.get(cctx)
 	if err != nil {

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/looopy-go/looopy/pdk"
 )
@@ -101,3 +104,37 @@ func clip(s string, n int) string {
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// RetryAfter reads how long a server asks to be left alone: the
+// retry-after-ms header some APIs send, or Retry-After in seconds or as an
+// HTTP date (relative to now). Zero when neither says anything usable.
+func RetryAfter(headers map[string][]string, now time.Time) time.Duration {
+	if v := strings.TrimSpace(header(headers, "retry-after-ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < 1e12 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(header(headers, "Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 || secs > 1<<31 {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return at.Sub(now)
+	}
+	return 0
+}
+
+func header(h map[string][]string, name string) string {
+	for k, v := range h {
+		if strings.EqualFold(k, name) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}

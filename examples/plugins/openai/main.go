@@ -12,6 +12,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/looopy-go/looopy/pdk"
 )
@@ -60,7 +61,11 @@ func generate(ctx context.Context, req *pdk.ModelRequest, delta func(pdk.Delta) 
 	defer resp.Body.Close()
 	if resp.Status != 200 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return nil, StatusError(resp.Status, b)
+		e := StatusError(resp.Status, b)
+		if e.Transient {
+			e.RetryAfter = pdk.Duration(RetryAfter(resp.Headers, time.Now()))
+		}
+		return nil, e
 	}
 	if strings.Contains(strings.ToLower(header(resp.Headers, "Content-Type")), "application/json") {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxWholeBody))
@@ -70,15 +75,6 @@ func generate(ctx context.Context, req *pdk.ModelRequest, delta func(pdk.Delta) 
 		return ParseResponse(b, delta)
 	}
 	return ParseStream(resp.Body, delta)
-}
-
-func header(h map[string][]string, name string) string {
-	for k, v := range h {
-		if strings.EqualFold(k, name) && len(v) > 0 {
-			return v[0]
-		}
-	}
-	return ""
 }
 
 func main() {}

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/looopy-go/looopy/pdk"
 )
@@ -338,4 +340,25 @@ func FuzzParseStream(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		headers map[string][]string
+		want    time.Duration
+	}{
+		{map[string][]string{"Retry-After": {"7"}}, 7 * time.Second},
+		{map[string][]string{"retry-after": {" 2 "}}, 2 * time.Second},
+		{map[string][]string{"Retry-After-Ms": {"1500"}, "Retry-After": {"9"}}, 1500 * time.Millisecond},
+		{map[string][]string{"Retry-After": {now.Add(90 * time.Second).Format(http.TimeFormat)}}, 90 * time.Second},
+		{map[string][]string{"Retry-After": {now.Add(-time.Hour).Format(http.TimeFormat)}}, 0},
+		{map[string][]string{"Retry-After": {"-3"}}, 0},
+		{map[string][]string{"Retry-After": {"soon"}}, 0},
+		{nil, 0},
+	} {
+		if got := RetryAfter(tc.headers, now); got != tc.want {
+			t.Errorf("RetryAfter(%v) = %s, want %s", tc.headers, got, tc.want)
+		}
+	}
 }

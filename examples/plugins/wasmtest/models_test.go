@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/looopy-go/looopy/examples/plugins/wasmtest/chatserver"
 	"github.com/looopy-go/looopy/loop"
@@ -88,4 +90,85 @@ func mustPort(t *testing.T, raw string) string {
 		t.Fatal(err)
 	}
 	return u.Port()
+}
+
+type sink struct {
+	mu     sync.Mutex
+	events []loop.Event
+}
+
+func (s *sink) Emit(e loop.Event) {
+	s.mu.Lock()
+	s.events = append(s.events, e)
+	s.mu.Unlock()
+}
+
+func (s *sink) deltas() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	for _, e := range s.events {
+		if d, ok := e.(*loop.ContentDelta); ok {
+			b.WriteString(d.Delta + "|")
+		}
+	}
+	return b.String()
+}
+
+func runTurn(t *testing.T, m loop.Model, retry loop.RetryPolicy) (loop.Outcome, *sink) {
+	t.Helper()
+	l, err := loop.New(loop.Config{Model: m, Retry: retry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A guard only: the turns here end in seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := &sink{}
+	out := l.Run(ctx, loop.Turn{ContextID: "c", TaskID: "t", Messages: hello, Sink: s})
+	if ctx.Err() != nil {
+		t.Fatalf("the turn ran into the test's guard: %+v", out)
+	}
+	return out, s
+}
+
+// The adapter reads Retry-After and the loop waits at least that long
+// before it calls again; the retry is counted.
+func TestWasmOpenAIRetryAfter(t *testing.T) {
+	srv := chatserver.Start(t.Cleanup,
+		chatserver.Reply{Status: 503, ErrorMessage: "The server is overloaded", RetryAfter: "1"},
+		chatserver.Reply{Text: []string{"Hello", " again"}})
+	m := openAIModel(t, srv, plugins.Policy{AllowedHosts: []string{"127.0.0.1"}, AllowPrivateNetwork: true}, nil)
+	out, s := runTurn(t, m, loop.RetryPolicy{Attempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond})
+	if out.Status != loop.TaskCompleted || out.Content != "Hello again" || out.Retries != 1 || len(srv.Requests()) != 2 {
+		t.Fatalf("outcome %+v after %d requests", out, len(srv.Requests()))
+	}
+	var delay time.Duration
+	for _, e := range s.events {
+		if r, ok := e.(*loop.InternalLLMRetry); ok {
+			delay = r.Delay
+		}
+	}
+	if delay < time.Second {
+		t.Fatalf("the retry waited %s, less than the 1s the server asked", delay)
+	}
+}
+
+// The operator's maxCallTimeout caps the manifest's callTimeout, and a call
+// cut off by it after it streamed text is not made again: the client sees
+// the text once and a failure that says why.
+func TestWasmOpenAICallTimeoutCappedAndNotRetriedAfterOutput(t *testing.T) {
+	srv := chatserver.Start(t.Cleanup, chatserver.Reply{Text: []string{"The answer", " is"}, Stall: true})
+	m := openAIModel(t, srv, plugins.Policy{AllowedHosts: []string{"127.0.0.1"}, AllowPrivateNetwork: true, MaxCallTimeout: 2 * time.Second},
+		func(c map[string]any) { c["callTimeout"] = "5m" })
+	out, s := runTurn(t, m, loop.RetryPolicy{Attempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond})
+	if out.Status != loop.TaskFailed || out.Retries != 0 || len(srv.Requests()) != 1 {
+		t.Fatalf("outcome %+v after %d requests, want one failed call", out, len(srv.Requests()))
+	}
+	if msg := out.Err.Error(); !strings.Contains(msg, "timeout of 2s") || !strings.Contains(msg, "not retried") {
+		t.Fatalf("err = %q, want the capped timeout (2s) and that it was not retried", msg)
+	}
+	if got := s.deltas(); got != "The answer| is|" {
+		t.Fatalf("deltas %q, want the streamed text once", got)
+	}
 }
