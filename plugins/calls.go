@@ -65,11 +65,12 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 	if err != nil {
 		var pe *pdk.Error
 		if errors.As(err, &pe) {
-			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: pe.Message}, nil
+			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: p.redact(pe.Message)}, nil
 		}
 		return loop.ToolResult{}, err
 	}
 	res.ToolCallID = call.ID
+	p.redactResult(&res)
 	return res, nil
 }
 
@@ -164,11 +165,11 @@ func (p *Plugin) runAgent(ctx context.Context, t *pluginTool, call loop.ToolCall
 	if err != nil {
 		var pe *pdk.Error
 		if errors.As(err, &pe) {
-			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf("agent %q: %s", t.def.Name, pe.Message)}, nil
+			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf("agent %q: %s", t.def.Name, p.redact(pe.Message))}, nil
 		}
 		return loop.ToolResult{}, err
 	}
-	return loop.ToolResult{ToolCallID: call.ID, Content: resp.Content}, nil
+	return loop.ToolResult{ToolCallID: call.ID, Content: p.redact(resp.Content)}, nil
 }
 
 // generate runs one model call. Deltas the plugin emits reach onDelta on the
@@ -180,6 +181,13 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 		return nil, &loop.ModelError{Code: "invalid_request", Message: "encode request: " + err.Error(), Err: err}
 	}
 	var resp loop.ModelResponse
+	if onDelta != nil && p.redactor != nil {
+		inner := onDelta
+		onDelta = func(d loop.Delta) {
+			d.Content, d.Thought = p.redact(d.Content), p.redact(d.Thought)
+			inner(d)
+		}
+	}
 	setup := func(st *callState) { st.onDelta = onDelta }
 	decode := func(out []byte) error { return json.Unmarshal(out, &resp) }
 	err = p.invokeWith(ctx, pdk.OpGenerate, input, setup, decode)
@@ -194,6 +202,7 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 	if err != nil {
 		switch {
 		case errors.As(err, &pe):
+			pe = p.redactPE(pe)
 			return nil, &loop.ModelError{Code: pe.Code, Message: pe.Message, Transient: pe.Transient,
 				RetryAfter: time.Duration(pe.RetryAfter), Err: pe}
 		case ctx.Err() != nil:
@@ -203,8 +212,9 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 		case errors.Is(err, ErrUnloaded):
 			return nil, &loop.ModelError{Code: "unavailable", Message: err.Error(), Transient: true, Err: err}
 		}
-		return nil, &loop.ModelError{Code: "plugin_failed", Message: err.Error(), Err: err}
+		return nil, &loop.ModelError{Code: "plugin_failed", Message: p.redact(err.Error()), Err: err}
 	}
+	p.redactResponse(&resp)
 	return &resp, nil
 }
 

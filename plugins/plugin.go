@@ -48,12 +48,13 @@ var (
 // pin the version they started with, and an unloaded or replaced version
 // closes when the last of them lets go.
 type Plugin struct {
-	man   *Manifest
-	grant Grant
-	hash  string
-	desc  pdk.Describe
-	tools map[string]*pluginTool
-	defs  []loop.ToolDefinition
+	man      *Manifest
+	grant    Grant
+	redactor *strings.Replacer // the grant's secret values, nil when none
+	hash     string
+	desc     pdk.Describe
+	tools    map[string]*pluginTool
+	defs     []loop.ToolDefinition
 
 	log       *slog.Logger
 	kv        KV
@@ -186,7 +187,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	}
 	g := env.policy.Grant(m, env.lookupEnv)
 	p := &Plugin{
-		man: m, grant: g, hash: hash,
+		man: m, grant: g, hash: hash, redactor: newRedactor(g.Secrets),
 		log: env.log.With("plugin", m.Name, "version", m.Version),
 		kv:  env.kv, egress: env.egress, artifacts: env.artifacts,
 		loadedAt: time.Now(), tel: env.tel,

@@ -172,3 +172,23 @@ func TestWasmOpenAICallTimeoutCappedAndNotRetriedAfterOutput(t *testing.T) {
 		t.Fatalf("deltas %q, want the streamed text once", got)
 	}
 }
+
+// A server that quotes the API key in its error does not get the key into
+// the model error the host keeps and shows.
+func TestWasmOpenAIEchoedKeyIsRedacted(t *testing.T) {
+	srv := chatserver.Start(t.Cleanup, chatserver.Reply{EchoKey: true})
+	m := openAIModel(t, srv, plugins.Policy{AllowedHosts: []string{"127.0.0.1"}, AllowPrivateNetwork: true}, nil)
+	_, err := m.Generate(context.Background(), &loop.ModelRequest{Stream: true, Messages: hello}, nil)
+	var me *loop.ModelError
+	if !errors.As(err, &me) || me.Code != "unauthorized" || me.Transient {
+		t.Fatalf("err = %#v, want a permanent unauthorized model error", err)
+	}
+	if srv.Requests()[0].Auth != "Bearer "+testKey {
+		t.Fatalf("the server got %q, not the key", srv.Requests()[0].Auth)
+	}
+	for _, text := range []string{err.Error(), me.Message, me.Err.Error()} {
+		if strings.Contains(text, testKey) || !strings.Contains(text, "Incorrect API key provided: "+plugins.Redacted) {
+			t.Errorf("error text %q: want the key redacted", text)
+		}
+	}
+}
