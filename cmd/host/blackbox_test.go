@@ -206,9 +206,6 @@ func TestBlackBoxHostileTenant(t *testing.T) {
 		map[string]any{"allowedPaths": []map[string]any{{"path": granted}}}, nil)
 	installPlugin(t, pluginDir, "flood", "tool", flood,
 		map[string]any{"hostFunctions": []string{"log", "emit", "kv_get", "kv_set", "kv_delete", "artifact_write", "http_request", "http_read", "http_close"}}, nil)
-	// Over-asks: the root of the machine, the plugin folder, the data folder.
-	installPlugin(t, pluginDir, "greedy", "tool", escape,
-		map[string]any{"allowedPaths": []map[string]any{{"path": "/"}, {"path": pluginDir}, {"path": filepath.Join(top, "data")}}}, nil)
 
 	port := freePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
@@ -310,15 +307,32 @@ func TestBlackBoxHostileTenant(t *testing.T) {
 		}
 		alive("after " + a)
 	}
-	// The greedy plugin asked for "/", the plugin folder and the data
-	// folder: refused (logged), and nothing of them is readable.
+	// A plugin over-asks: the root of the machine, the plugin folder, the
+	// data folder. It is the escape guest again, dropped into the watched
+	// folder once the first is serving (were both there at start, the one
+	// loaded first would own the tool name, whichever it is). Its grants
+	// are refused and logged, and nothing of them is readable.
+	installPlugin(t, pluginDir, "greedy", "tool", escape,
+		map[string]any{"allowedPaths": []map[string]any{{"path": "/"}, {"path": pluginDir}, {"path": filepath.Join(top, "data")}}}, nil)
+	overAskLogged := func() bool {
+		for _, line := range strings.Split(out.String(), "\n") {
+			if strings.Contains(line, "capabilities asked for and not granted") && strings.Contains(line, "greedy") {
+				return true
+			}
+		}
+		return false
+	}
+	for logged := time.Now().Add(3 * time.Minute); !overAskLogged(); {
+		alive("while loading the over-asking plugin")
+		if time.Now().After(logged) {
+			t.Fatalf("the over-asking manifest was not reported:\n%.2000s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if hn, err := os.ReadFile("/etc/hostname"); err == nil && len(strings.TrimSpace(string(hn))) > 0 {
 		if got, _ := turn(t, mallory, "fs read /etc/hostname"); strings.Contains(got, strings.TrimSpace(string(hn))) {
 			t.Fatalf("read /etc/hostname answered %.300q", got)
 		}
-	}
-	if !strings.Contains(out.String(), "capabilities asked for and not granted") {
-		t.Fatalf("the over-asking manifest was not reported:\n%.2000s", out.String())
 	}
 
 	// Floods: each bounded, each answered, the host keeps serving.
