@@ -60,8 +60,20 @@ func TestPluginArtifactDownload(t *testing.T) {
 	if status != 200 || !strings.Contains(mime, "csv") || strings.Count(strings.TrimSpace(body), "\n") != 5 {
 		t.Fatalf("csv download: %d %s %q", status, mime, body)
 	}
-	if status, _, _ = get("bob-key", ""); status != 404 {
+	status, mime, foreign := get("bob-key", "")
+	if status != 404 {
 		t.Fatalf("bob downloads alice's artifact: status %d, want 404", status)
+	}
+	// Another principal's artifact answers exactly as one that does not
+	// exist (the id aside): nothing tells bob that alice's id is in use.
+	foreignMime := mime
+	known := id
+	id = "art-does-not-exist-0001"
+	status, mime, missing := get("bob-key", "")
+	id = known
+	if status != 404 || mime != foreignMime ||
+		strings.ReplaceAll(foreign, known, "ID") != strings.ReplaceAll(missing, "art-does-not-exist-0001", "ID") {
+		t.Fatalf("foreign artifact: %s %q; missing one: %d %s %q", foreignMime, foreign, status, mime, missing)
 	}
 	if status, _, _ = get("alice-key", "?format=xml"); status != 400 {
 		t.Fatalf("unknown format: status %d, want 400", status)
