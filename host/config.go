@@ -77,6 +77,11 @@ type AgentConfig struct {
 	// bytes (default 1 MiB; -1: no bound). It also bounds what the host
 	// keeps of a conversation in memory.
 	HistoryBytes int `json:"historyBytes,omitempty"`
+	// ArtifactTools offers the model the nine built-in artifact tools
+	// (create_artifact, append_artifact, ..., write_data: about 1,800
+	// prompt tokens on every call). Off by default: a small or CPU-served
+	// model pays for every tool it is offered.
+	ArtifactTools bool `json:"artifactTools,omitempty"`
 }
 
 // DefaultHistoryBytes is the default of agent.historyBytes.
@@ -85,12 +90,21 @@ const DefaultHistoryBytes = 1 << 20
 // DefaultMaxAgentBytes is the default of limits.maxAgentBytes.
 const DefaultMaxAgentBytes = 256 << 20
 
-// ModelConfig selects the model. Plugin names a model plugin (default
-// "scripted-model", the demo script); Config is handed to it.
+// ModelConfig selects the model and the parameters of every call the
+// agent makes. Plugin names a model plugin (default "scripted-model", the
+// demo script). The parameters set here reach the plugin in each request
+// and win over the plugin's own config; unset, the plugin's apply.
 type ModelConfig struct {
 	Plugin string `json:"plugin,omitempty"`
-	// Name is the model name passed in each request (optional).
+	// Name is the model name asked for in each request (the OpenAI
+	// adapter's "model"); empty: the plugin's configured model.
 	Name string `json:"name,omitempty"`
+	// Temperature of sampling, 0 to 2; unset: the plugin's or the
+	// server's default.
+	Temperature *float64 `json:"temperature,omitempty"`
+	// MaxTokens bounds each answer; 0: the plugin's or the server's
+	// default.
+	MaxTokens int `json:"maxTokens,omitempty"`
 }
 
 // AuthConfig turns client authentication on. With Enabled false every
@@ -212,6 +226,12 @@ func ParseConfig(b []byte) (Config, error) {
 func (c Config) Validate() error {
 	if c.Auth.Enabled && len(c.Auth.Keys) == 0 {
 		return errors.New("config: auth.enabled needs at least one key in auth.keys")
+	}
+	if t := c.Model.Temperature; t != nil && (*t < 0 || *t > 2) {
+		return fmt.Errorf("config: model.temperature %v: want 0 to 2", *t)
+	}
+	if c.Model.MaxTokens < 0 {
+		return fmt.Errorf("config: model.maxTokens %d: want 0 (the default) or more", c.Model.MaxTokens)
 	}
 	seen := map[string]bool{}
 	for i, k := range c.Auth.Keys {

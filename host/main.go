@@ -223,7 +223,9 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 		}
 	}
 
-	toolsets = append(toolsets, artifacts.NewTools(arts))
+	if cfg.Agent.ArtifactTools {
+		toolsets = append(toolsets, artifacts.NewTools(arts))
+	}
 	// The turn's commit and checkpoints get spans and a latency histogram.
 	ts, err := newTracedStore(st, tel)
 	if err != nil {

@@ -132,3 +132,42 @@ func TestEchoedAPIKeyIsRedactedEverywhere(t *testing.T) {
 		t.Fatalf("walk the data folder: %v (%d files)", err, files)
 	}
 }
+
+// The agent's model parameters in the host config (model.name,
+// temperature, maxTokens) reach the OpenAI-compatible server through the
+// real adapter, over the manifest's; the built-in artifact tools are offered
+// only when agent.artifactTools is on.
+func TestModelParamsAndArtifactToolsFromConfig(t *testing.T) {
+	for _, withTools := range []bool{false, true} {
+		srv := chatserver.Start(t.Cleanup)
+		temp := 0.25
+		h := openAIHost(t, srv, "LOOOPY_TEST_PARAMS_KEY", "sk-params-1234", func(cfg *host.Config) {
+			cfg.Model.Name, cfg.Model.Temperature, cfg.Model.MaxTokens = "config-model", &temp, 77
+			cfg.Agent.ArtifactTools = withTools
+		})
+		task := send(t, client10(t, h.URL(), ""), context.Background(), &a2a.SendMessageRequest{Message: userMsg("hello")})
+		if task.Status.State != a2a.TaskStateCompleted {
+			t.Fatalf("task %s", task.Status.State)
+		}
+		reqs := srv.Requests()
+		if len(reqs) != 1 {
+			t.Fatalf("%d requests", len(reqs))
+		}
+		b := reqs[0].Body
+		if b["model"] != "config-model" || b["temperature"] != 0.25 || b["max_tokens"] != float64(77) {
+			t.Errorf("request model %v temperature %v max_tokens %v, want the config's", b["model"], b["temperature"], b["max_tokens"])
+		}
+		tools, _ := b["tools"].([]any)
+		var names []string
+		for _, x := range tools {
+			f, _ := x.(map[string]any)["function"].(map[string]any)
+			names = append(names, f["name"].(string))
+		}
+		if !withTools && len(names) != 0 {
+			t.Errorf("artifact tools off: offered %v", names)
+		}
+		if withTools && (len(names) != 9 || !strings.Contains(strings.Join(names, ","), "create_artifact")) {
+			t.Errorf("artifact tools on: offered %v, want the nine", names)
+		}
+	}
+}

@@ -125,6 +125,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	}
 	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
 		MaxIterations: cfg.Agent.MaxIterations, Tracer: tel.tracer, Logger: log,
+		Params:      loop.ModelParams{Model: cfg.Model.Name, Temperature: cfg.Model.Temperature, MaxTokens: cfg.Model.MaxTokens},
 		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.Budget,
 		Approval:       (&Server{cfg: cfg, toolsets: opts.Toolsets, plugins: opts.Plugins}).approvalGate(),
 		CheckArguments: validateJSON})

@@ -185,3 +185,26 @@ func TestTurnEndingIsVisible(t *testing.T) {
 		}
 	})
 }
+
+// The loop's model parameters are in every request it makes.
+func TestModelParamsReachEveryRequest(t *testing.T) {
+	temp := 0.5
+	var got []*loop.ModelRequest
+	m := &fakeModel{fn: func(n int, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+		got = append(got, req)
+		if n == 1 {
+			return calls(call("c1", "echo", `{}`)), nil
+		}
+		return text("done"), nil
+	}}
+	out := newLoop(t, loop.Config{Model: m, Toolsets: []loop.Toolset{toolsMap{"echo": echoTool}},
+		Params: loop.ModelParams{Model: "m-1", Temperature: &temp, MaxTokens: 42}}).Run(context.Background(), userTurn("hi", nil))
+	if out.Status != loop.TaskCompleted || len(got) != 2 {
+		t.Fatalf("outcome %+v after %d calls", out, len(got))
+	}
+	for i, r := range got {
+		if r.Metadata["model"] != "m-1" || r.Temperature == nil || *r.Temperature != 0.5 || r.MaxTokens != 42 {
+			t.Errorf("request %d: model %v temperature %v max tokens %d", i, r.Metadata["model"], r.Temperature, r.MaxTokens)
+		}
+	}
+}

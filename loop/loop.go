@@ -46,9 +46,19 @@ type RetryPolicy struct {
 	MaxRetryAfter time.Duration
 }
 
+// ModelParams are the parameters of every model call of a Loop: the model
+// name (as ModelRequest.Metadata["model"]), temperature and max tokens.
+// Zero fields leave the model plugin's own settings.
+type ModelParams struct {
+	Model       string
+	Temperature *float64
+	MaxTokens   int
+}
+
 // Config configures a Loop. Zero fields take their defaults.
 type Config struct {
 	Model           Model
+	Params          ModelParams
 	Toolsets        []Toolset
 	SystemPrompt    string // injected at call time, never stored in history
 	MaxIterations   int
@@ -91,6 +101,7 @@ type Config struct {
 // A Loop holds no per-turn state and is safe for concurrent use.
 type Loop struct {
 	model        Model
+	params       ModelParams
 	toolsets     []Toolset
 	systemPrompt string
 	maxIter      int
@@ -114,6 +125,7 @@ func New(cfg Config) (*Loop, error) {
 	}
 	l := &Loop{
 		model:        cfg.Model,
+		params:       cfg.Params,
 		toolsets:     append([]Toolset(nil), cfg.Toolsets...),
 		systemPrompt: cfg.SystemPrompt,
 		maxIter:      orDefault(cfg.MaxIterations, DefaultMaxIterations),
@@ -510,7 +522,12 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	}
 	tr.emit(&InternalLLMCall{Header: Header{Kind: KindInternalLLMCall}, Iteration: iter,
 		MessageCount: len(conv), ToolCount: len(tr.defs)})
-	resp, err := tr.callModel(ctx, iter, &ModelRequest{Messages: conv, Tools: tr.defs, Stream: true})
+	req := &ModelRequest{Messages: conv, Tools: tr.defs, Stream: true,
+		Temperature: tr.l.params.Temperature, MaxTokens: tr.l.params.MaxTokens}
+	if tr.l.params.Model != "" {
+		req.Metadata = map[string]any{"model": tr.l.params.Model}
+	}
+	resp, err := tr.callModel(ctx, iter, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			*out = canceled(*out, ctx.Err())

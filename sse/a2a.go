@@ -73,9 +73,12 @@ func FinalA2A(ev a2a.Event) bool {
 //     the first, the schema in the artifact's metadata of the first;
 //   - tool-progress with a message: a working status update whose message
 //     says it (long tools show life);
+//   - warning: a working status update whose message says it, with
+//     {"warning": code} as metadata (a model call retried, an answer cut
+//     off, the iteration limit reached);
 //   - everything else (tool-start, tool-complete, input and auth requests,
 //     which the task status carries, task-complete, which follows the final
-//     status, sub-tasks, thoughts, warnings) is not mapped; internal events
+//     status, sub-tasks, thoughts) is not mapped; internal events
 //     never are.
 func ToA2A(e loop.Event) (a2a.Event, bool) {
 	if e == nil {
@@ -189,6 +192,20 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 				Message:   agentMessage(h, "progress-"+v.ToolCallID, v.Message),
 			},
 			Metadata: progressMeta(v),
+		}, true
+	case *loop.Warning:
+		if v.Message == "" {
+			return nil, false
+		}
+		return &a2a.TaskStatusUpdateEvent{
+			TaskID:    tid,
+			ContextID: h.ContextID,
+			Status: a2a.TaskStatus{
+				State:     a2a.TaskStateWorking,
+				Timestamp: stamp(h.Timestamp),
+				Message:   agentMessage(h, "warning", v.Message),
+			},
+			Metadata: map[string]any{"warning": v.Code},
 		}, true
 	}
 	return nil, false

@@ -178,6 +178,20 @@ func ToA2A03(e loop.Event) (a2a03.Event, bool) {
 			},
 			Metadata: progressMeta(v),
 		}, true
+	case *loop.Warning:
+		if v.Message == "" {
+			return nil, false
+		}
+		return &a2a03.TaskStatusUpdateEvent{
+			TaskID:    tid,
+			ContextID: h.ContextID,
+			Status: a2a03.TaskStatus{
+				State:     a2a03.TaskStateWorking,
+				Timestamp: stamp(h.Timestamp),
+				Message:   agentMessage03(h, "warning", v.Message),
+			},
+			Metadata: map[string]any{"warning": v.Code},
+		}, true
 	}
 	return nil, false
 }

@@ -345,17 +345,33 @@ func TestToA2AToolProgress(t *testing.T) {
 	}
 }
 
+// A warning (a retried model call, an answer cut off) is a working status
+// whose message says it, on both protocol versions.
+func TestToA2AWarning(t *testing.T) {
+	e := &loop.Warning{Header: hdr(loop.KindWarning, "c1", "t1"), Code: loop.WarningModelRetry, Message: "the model call failed; trying again"}
+	ev, raw, ok := wire1(t, e)
+	su, isSU := ev.(*a2a.TaskStatusUpdateEvent)
+	if !ok || !isSU || su.Status.State != a2a.TaskStateWorking || su.Status.Message.Parts[0].Text() != e.Message || su.Metadata["warning"] != "model_retry" {
+		t.Fatalf("1.0 warning: %s", raw)
+	}
+	ev3, raw3, ok := wire03(t, e)
+	if su3, _ := ev3.(*a2a03.TaskStatusUpdateEvent); !ok || su3 == nil || su3.Final || su3.Status.State != a2a03.TaskStateWorking || su3.Metadata["warning"] != "model_retry" {
+		t.Fatalf("0.3 warning: %s", raw3)
+	}
+}
+
 // Every kind of the protocol is either mapped (tested above) or not mapped
 // by decision; a new kind fails here until someone decides.
 func TestToA2AEveryKindDecided(t *testing.T) {
 	mapped := map[loop.EventKind]bool{
 		loop.KindTaskCreated: true, loop.KindTaskStatus: true, loop.KindContentDelta: true, loop.KindContentComplete: true,
 		loop.KindFileWrite: true, loop.KindDataWrite: true, loop.KindDatasetWrite: true, loop.KindToolProgress: true,
+		loop.KindWarning: true,
 	}
 	notMapped := map[loop.EventKind]bool{
 		loop.KindTaskComplete: true, loop.KindToolStart: true, loop.KindToolComplete: true,
 		loop.KindInputRequired: true, loop.KindInputReceived: true, loop.KindAuthRequired: true, loop.KindAuthCompleted: true,
-		loop.KindSubtaskCreated: true, loop.KindThoughtStream: true, loop.KindWarning: true,
+		loop.KindSubtaskCreated: true, loop.KindThoughtStream: true,
 	}
 	for _, k := range loop.AllKinds() {
 		e := loop.NewEvent(k)
@@ -367,6 +383,8 @@ func TestToA2AEveryKindDecided(t *testing.T) {
 		case *loop.ContentComplete:
 			v.Content = "x"
 		case *loop.ToolProgress:
+			v.Message = "x"
+		case *loop.Warning:
 			v.Message = "x"
 		}
 		_, ok1 := sse.ToA2A(e)
