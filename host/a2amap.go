@@ -129,7 +129,7 @@ func toA2ATask(rec loop.TaskRecord, historyLength int) *a2a.Task {
 		}
 	}
 	if rec.Content != "" {
-		t.Artifacts = []*a2a.Artifact{{ID: responseArtifactID(rec.ID), Name: "response",
+		t.Artifacts = []*a2a.Artifact{{ID: responseArtifactID(rec.ID), Name: sse.ResponseArtifactName,
 			Parts: a2a.ContentParts{a2a.NewTextPart(rec.Content)}}}
 	}
 	if u := taskUsage(rec); u != nil {

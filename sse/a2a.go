@@ -10,6 +10,10 @@ import (
 	"github.com/looopy-go/looopy/loop"
 )
 
+// ResponseArtifactName is the name of the artifact that carries a task's
+// text, streamed or in a task (SendMessage, GetTask): the same artifact.
+const ResponseArtifactName = "response"
+
 // ContentArtifactID names the artifact that carries a task's text as the
 // model writes it.
 func ContentArtifactID(taskID string) string { return "content-" + taskID }
@@ -116,6 +120,7 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 	case *loop.ContentDelta:
 		return artifactUpdate(h, &a2a.Artifact{
 			ID:    a2a.ArtifactID(ContentArtifactID(h.TaskID)),
+			Name:  ResponseArtifactName,
 			Parts: a2a.ContentParts{a2a.NewTextPart(v.Delta)},
 		}, v.Index > 0, false), true
 	case *loop.ContentComplete:
@@ -124,6 +129,7 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 		}
 		return artifactUpdate(h, &a2a.Artifact{
 			ID:    a2a.ArtifactID(ContentArtifactID(h.TaskID)),
+			Name:  ResponseArtifactName,
 			Parts: a2a.ContentParts{a2a.NewTextPart(v.Content)},
 		}, false, true), true
 	case *loop.FileWrite:

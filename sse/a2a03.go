@@ -92,6 +92,7 @@ func ToA2A03(e loop.Event) (a2a03.Event, bool) {
 	case *loop.ContentDelta:
 		return artifactUpdate03(h, &a2a03.Artifact{
 			ID:    a2a03.ArtifactID(ContentArtifactID(h.TaskID)),
+			Name:  ResponseArtifactName,
 			Parts: a2a03.ContentParts{a2a03.TextPart{Text: v.Delta}},
 		}, v.Index > 0, false), true
 	case *loop.ContentComplete:
@@ -100,6 +101,7 @@ func ToA2A03(e loop.Event) (a2a03.Event, bool) {
 		}
 		return artifactUpdate03(h, &a2a03.Artifact{
 			ID:    a2a03.ArtifactID(ContentArtifactID(h.TaskID)),
+			Name:  ResponseArtifactName,
 			Parts: a2a03.ContentParts{a2a03.TextPart{Text: v.Content}},
 		}, false, true), true
 	case *loop.FileWrite:

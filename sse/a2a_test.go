@@ -151,13 +151,13 @@ func TestToA2AContent(t *testing.T) {
 	for _, c := range cases {
 		ev, raw, ok := wire1(t, c.e)
 		au, isAU := ev.(*a2a.TaskArtifactUpdateEvent)
-		if !ok || !isAU || au.Artifact.ID != "content-t1" || au.Append != c.want.append || au.LastChunk != c.want.last ||
+		if !ok || !isAU || au.Artifact.ID != "content-t1" || au.Artifact.Name != "response" || au.Append != c.want.append || au.LastChunk != c.want.last ||
 			len(au.Artifact.Parts) != 1 || au.Artifact.Parts[0].Text() != c.want.text {
 			t.Fatalf("1.0 %s → %s", c.e.Head().Kind, raw)
 		}
 		ev3, raw3, ok := wire03(t, c.e)
 		au3, isAU3 := ev3.(*a2a03.TaskArtifactUpdateEvent)
-		if !ok || !isAU3 || au3.Artifact.ID != "content-t1" || au3.Append != c.want.append || au3.LastChunk != c.want.last ||
+		if !ok || !isAU3 || au3.Artifact.ID != "content-t1" || au3.Artifact.Name != "response" || au3.Append != c.want.append || au3.LastChunk != c.want.last ||
 			au3.Artifact.Parts[0].(a2a03.TextPart).Text != c.want.text {
 			t.Fatalf("0.3 %s → %s", c.e.Head().Kind, raw3)
 		}
