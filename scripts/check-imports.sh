@@ -25,4 +25,6 @@ deny ./artifacts/... "gofiber|tetratelabs/wazero|extism|redis/go-redis|^$mod/(pl
 deny ./artifacts "minio/minio-go"
 deny ./host/mcp/... "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|redis/go-redis|minio/minio-go|^$mod/(store|plugins|host$|host/cli|sse|artifacts|cmd)"
 deny ./host/cli/... "^$mod/cmd"
+# The terminal chat is an A2A client: nothing of the server in it.
+deny ./host/chat/... "gofiber|dgraph-io/badger|tetratelabs/wazero|extism|redis/go-redis|minio/minio-go|^$mod/(loop|store|plugins|host$|host/cli|host/taskrt|sse|artifacts|cmd)"
 exit $fail

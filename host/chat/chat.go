@@ -1,0 +1,456 @@
+package chat
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+	"github.com/a2aproject/a2a-go/v2/a2aext"
+)
+
+// ExtensionURI names Looopy's humans-in-the-loop extension
+// (docs/A2A_EXTENSION.md): the key of its data parts and metadata.
+const ExtensionURI = "https://github.com/looopy-go/looopy/blob/main/docs/A2A_EXTENSION.md#v1"
+
+// DefaultURL is the agent the chat talks to when none is given: a host
+// started with its defaults on this machine.
+const DefaultURL = "http://127.0.0.1:8080"
+
+// Options configure a chat.
+type Options struct {
+	// URL is the agent's base URL; its card is read from
+	// URL/.well-known/agent-card.json.
+	URL string
+	// APIKey, when set, goes with every request: as a bearer token, or in
+	// the header APIKeyHeader names.
+	APIKey       string
+	APIKeyHeader string
+	// ContextID resumes a conversation; empty starts a new one.
+	ContextID string
+	// Color paints the meta lines (set it when the output is a terminal).
+	Color bool
+	// SaveDir is where /save writes when it is given no path ("." when
+	// empty).
+	SaveDir string
+	// NoThoughts hides the agent's thoughts (Looopy hosts only).
+	NoThoughts bool
+	// Interrupts carries one value per interrupt (Ctrl-C): the first
+	// cancels the running turn, a second before the next line quits.
+	Interrupts <-chan struct{}
+	// Transport, when set, carries the requests (tests); the default is
+	// http.DefaultTransport.
+	Transport http.RoundTripper
+}
+
+// Run holds a conversation until the input ends, /quit, a second
+// interrupt or ctx's end. It returns an error only when the agent can not
+// be reached at all (its card, or a client for it).
+func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
+	if opts.URL == "" {
+		opts.URL = DefaultURL
+	}
+	opts.URL = strings.TrimRight(opts.URL, "/")
+	if opts.SaveDir == "" {
+		opts.SaveDir = "."
+	}
+	s := &session{opts: opts, p: &printer{w: out, color: opts.Color}, contextID: opts.ContextID, arts: map[string]*artifact{}}
+	s.hc = &http.Client{Transport: authTransport{base: opts.Transport, key: opts.APIKey, header: opts.APIKeyHeader}}
+	if err := s.connect(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = s.client.Destroy() }()
+
+	lines := make(chan string)
+	go readLines(in, lines)
+	s.lines = lines
+	if s.contextID != "" {
+		s.resume(ctx)
+	}
+	s.p.line(styleDim, "Type a message; /help lists the commands, Ctrl-C cancels a turn, /quit leaves.")
+	return s.loop(ctx)
+}
+
+// authTransport adds the API key to every request.
+type authTransport struct {
+	base   http.RoundTripper
+	key    string
+	header string
+}
+
+func (t authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	base := t.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if t.key == "" {
+		return base.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	if t.header == "" || strings.EqualFold(t.header, "Authorization") {
+		r.Header.Set("Authorization", "Bearer "+t.key)
+	} else {
+		r.Header.Set(t.header, t.key)
+	}
+	return base.RoundTrip(r)
+}
+
+func readLines(in io.Reader, out chan<- string) {
+	defer close(out)
+	r := bufio.NewReader(in)
+	for {
+		s, err := r.ReadString('\n')
+		if s != "" || err == nil {
+			out <- strings.TrimRight(s, "\r\n")
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+type session struct {
+	opts      Options
+	p         *printer
+	hc        *http.Client
+	client    *a2aclient.Client
+	card      *a2a.AgentCard
+	looopy    bool // the card lists Looopy's extension: /events is there
+	contextID string
+	lastEvent int64 // the last /events id seen in this context
+
+	lines      <-chan string
+	interrupts int // interrupts since the last line
+
+	pause   *pause
+	arts    map[string]*artifact // by task and artifact id
+	artList []*artifact          // in arrival order; /save N is 1-based
+}
+
+// connect reads the card and makes the client: A2A 1.0 when the card
+// offers it, else 0.3 through the SDK's compatibility transport.
+func (s *session) connect(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res := &agentcard.Resolver{Client: s.hc, CardParser: parseCard}
+	card, err := res.Resolve(cctx, s.opts.URL)
+	if err != nil {
+		return fmt.Errorf("read the agent card of %s: %w", s.opts.URL, err)
+	}
+	s.card = card
+	s.client, err = a2aclient.NewFromCard(cctx, card,
+		a2aclient.WithJSONRPCTransport(s.hc),
+		a2aclient.WithRESTTransport(s.hc),
+		a2av0.WithJSONRPCTransport(a2av0.JSONRPCTransportConfig{Client: s.hc}),
+		a2aclient.WithCallInterceptors(a2aext.NewActivator(ExtensionURI)),
+	)
+	if err != nil {
+		return fmt.Errorf("no way to talk to %s: %w", s.opts.URL, err)
+	}
+	for _, e := range card.Capabilities.Extensions {
+		if e.URI == ExtensionURI {
+			s.looopy = true
+		}
+	}
+	s.p.line(styleBold, "Connected to %s (%s) at %s", sanitize(orDash(card.Name)), protocolOf(card), s.opts.URL)
+	if card.Description != "" {
+		s.p.line(styleDim, "%s", sanitize(card.Description))
+	}
+	return nil
+}
+
+// parseCard reads a 1.0 card, or a 0.3 one (which names no
+// supportedInterfaces).
+func parseCard(b []byte) (*a2a.AgentCard, error) {
+	card, err := agentcard.DefaultCardParser(b)
+	if err == nil && len(card.SupportedInterfaces) > 0 {
+		return card, nil
+	}
+	return a2av0.NewAgentCardParser()(b)
+}
+
+func protocolOf(card *a2a.AgentCard) string {
+	best := ""
+	for _, i := range card.SupportedInterfaces {
+		v := "A2A " + string(i.ProtocolVersion) + " " + string(i.ProtocolBinding)
+		if best == "" || strings.HasPrefix(string(i.ProtocolVersion), "1") {
+			best = v
+			if strings.HasPrefix(string(i.ProtocolVersion), "1") {
+				break
+			}
+		}
+	}
+	return best
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// loop reads lines and acts on them until the conversation ends.
+func (s *session) loop(ctx context.Context) error {
+	for {
+		s.p.prompt(s.promptText())
+		select {
+		case <-ctx.Done():
+			s.p.endLine()
+			return nil
+		case <-s.opts.Interrupts:
+			s.interrupts++
+			if s.interrupts >= 2 {
+				s.p.line(styleDim, "bye")
+				return nil
+			}
+			if s.pause != nil {
+				s.p.line(styleAsk, "^C: canceling the paused task (Ctrl-C again quits)")
+				s.cancelPaused(ctx)
+				continue
+			}
+			s.p.line(styleDim, "^C: Ctrl-C again (or /quit) leaves")
+		case line, ok := <-s.lines:
+			if !ok {
+				s.p.endLine()
+				return nil
+			}
+			s.interrupts = 0
+			if quit := s.handle(ctx, line); quit {
+				return nil
+			}
+		}
+	}
+}
+
+func (s *session) promptText() string {
+	if s.pause != nil {
+		return s.pause.promptText()
+	}
+	return "you> "
+}
+
+const helpText = `Commands:
+  /help               this list
+  /quit, /exit        leave (so does Ctrl-D, or Ctrl-C twice)
+  /cancel             cancel the paused task
+  /artifacts          list the artifacts received
+  /save N [path]      save artifact N (to path, or to its name in the save folder)
+  /context            show the conversation's context id
+  /new                start a new conversation
+Anything else is sent to the agent. While a turn runs, Ctrl-C cancels it.
+When the agent asks for an approval: y (approve), n [reason] (reject),
+e {json} (approve with edited arguments, when allowed).`
+
+// handle acts on one line; it reports whether the chat should end.
+func (s *session) handle(ctx context.Context, line string) bool {
+	trimmed := strings.TrimSpace(line)
+	if strings.HasPrefix(trimmed, "/") {
+		f := strings.Fields(trimmed)
+		switch f[0] {
+		case "/quit", "/exit":
+			return true
+		case "/help":
+			s.p.line(styleNone, "%s", helpText)
+		case "/cancel":
+			if s.pause == nil {
+				s.p.line(styleDim, "nothing to cancel: no task is paused")
+			} else {
+				s.cancelPaused(ctx)
+			}
+		case "/artifacts":
+			s.listArtifacts()
+		case "/save":
+			s.save(f[1:])
+		case "/context":
+			if s.contextID == "" {
+				s.p.line(styleDim, "no context yet: the first message starts one")
+			} else {
+				s.p.line(styleNone, "context %s", s.contextID)
+			}
+		case "/new":
+			s.contextID, s.lastEvent, s.pause = "", 0, nil
+			s.p.line(styleDim, "new conversation")
+		default:
+			s.p.line(styleErr, "unknown command %s (/help lists them)", f[0])
+		}
+		return false
+	}
+	if s.pause != nil {
+		return s.answer(ctx, trimmed)
+	}
+	if trimmed == "" {
+		return false
+	}
+	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(line))
+	return s.turn(ctx, msg)
+}
+
+// cancelPaused cancels the task that waits for an answer.
+func (s *session) cancelPaused(ctx context.Context) {
+	id := s.pause.taskID
+	s.pause = nil
+	s.cancelTask(ctx, id)
+}
+
+func (s *session) cancelTask(ctx context.Context, id a2a.TaskID) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t, err := s.client.CancelTask(cctx, &a2a.CancelTaskRequest{ID: id})
+	if err != nil {
+		s.p.line(styleErr, "cancel %s: %s", id, sanitize(err.Error()))
+		return
+	}
+	if t != nil && t.Status.State.Terminal() {
+		s.p.line(styleAsk, "⊘ task %s: %s", id, stateName(t.Status.State))
+	}
+}
+
+func stateName(st a2a.TaskState) string {
+	s := strings.ToLower(strings.TrimPrefix(string(st), "TASK_STATE_"))
+	return strings.ReplaceAll(s, "_", "-")
+}
+
+// streamItem is one event of a stream, or the error that ended it.
+type streamItem struct {
+	ev  a2a.Event
+	err error
+}
+
+// turnState is what one leg of a turn (a message and its stream) learned.
+type turnState struct {
+	taskID       a2a.TaskID
+	state        a2a.TaskState
+	textShown    bool
+	cancelWanted bool
+	canceling    bool
+	ended        bool // a final event came (terminal, paused, or a message)
+}
+
+// turn sends msg and shows its stream until the task ends or pauses. It
+// reports whether the chat should end (a second interrupt).
+func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
+	if msg.ContextID == "" {
+		msg.ContextID = s.contextID
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items := make(chan streamItem)
+	go func() {
+		defer close(items)
+		for ev, err := range s.client.SendStreamingMessage(tctx, &a2a.SendMessageRequest{Message: msg}) {
+			select {
+			case items <- streamItem{ev, err}:
+			case <-tctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	st := &turnState{taskID: msg.TaskID}
+	events := 0
+	var feed *eventFeed
+	defer func() {
+		if feed != nil {
+			feed.stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-s.opts.Interrupts:
+			s.interrupts++
+			if s.interrupts >= 2 {
+				s.p.line(styleDim, "bye")
+				return true
+			}
+			if st.taskID == "" {
+				st.cancelWanted = true
+				s.p.line(styleAsk, "^C: canceling the turn (Ctrl-C again quits)")
+			} else {
+				s.p.line(styleAsk, "^C: canceling the turn (Ctrl-C again quits)")
+				st.canceling = true
+				go s.cancelTask(ctx, st.taskID)
+			}
+		case it, ok := <-items:
+			if !ok {
+				if events == 0 {
+					s.silent(ctx)
+				}
+				s.finishTurn(ctx, st, feed)
+				return false
+			}
+			events++
+			if it.err != nil {
+				s.p.line(styleErr, "error: %s", sanitize(it.err.Error()))
+				s.finishTurn(ctx, st, feed)
+				return false
+			}
+			s.render(st, it.ev)
+			if st.cancelWanted && st.taskID != "" {
+				st.cancelWanted, st.canceling = false, true
+				go s.cancelTask(ctx, st.taskID)
+			}
+			if feed == nil && s.looopy && st.taskID != "" && s.contextID != "" {
+				feed = s.follow(ctx, st.taskID)
+			}
+		}
+	}
+}
+
+// finishTurn waits for the Looopy feed to catch up (so every tool call of
+// the turn is shown before the prompt comes back), lists the turn's
+// incomplete artifacts and says how a stream that broke off left the
+// task.
+func (s *session) finishTurn(ctx context.Context, st *turnState, feed *eventFeed) {
+	if feed != nil {
+		feed.wait(st.state)
+	}
+	s.p.endLine()
+	if !st.ended && st.taskID != "" {
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if t, err := s.client.GetTask(gctx, &a2a.GetTaskRequest{ID: st.taskID}); err == nil {
+			s.p.line(styleDim, "the stream ended; task %s is %s", st.taskID, stateName(t.Status.State))
+			if t.Status.State == a2a.TaskStateInputRequired || t.Status.State == a2a.TaskStateAuthRequired {
+				s.status(st, t.Status, nil)
+			}
+		}
+	}
+}
+
+// silent explains a stream that ended without an event or an error: some
+// servers answer a streaming request they refuse (a missing credential,
+// say) with a plain JSON-RPC error, which a stream reader does not see. A
+// harmless call brings the reason back.
+func (s *session) silent(ctx context.Context) {
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := s.client.GetTask(gctx, &a2a.GetTaskRequest{ID: a2a.NewTaskID()})
+	switch {
+	case errors.Is(err, a2a.ErrUnauthenticated) || errors.Is(err, a2a.ErrUnauthorized):
+		s.p.line(styleErr, "error: the agent refused the message: %s (give an API key: -api-key or $LOOOPY_API_KEY)", sanitize(err.Error()))
+	case err != nil && !errors.Is(err, a2a.ErrTaskNotFound):
+		s.p.line(styleErr, "error: the agent sent nothing back: %s", sanitize(err.Error()))
+	default:
+		s.p.line(styleErr, "error: the agent sent nothing back")
+	}
+}
+
+// atoi reads a positive number.
+func atoi(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n > 0
+}

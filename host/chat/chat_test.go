@@ -1,0 +1,284 @@
+package chat_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"iter"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+
+	"github.com/looopy-go/looopy/host/chat"
+)
+
+// The chat works with any A2A server: here a2a-go's own server (a2asrv)
+// with a trivial executor, over real HTTP, on A2A 1.0 and on 0.3 (a card
+// that offers only 0.3). The executor streams text in two chunks (the
+// second carrying a terminal escape sequence that must not reach the
+// terminal), a progress message and a file artifact; "ask" pauses the
+// task for a plain input-required answer; "slow" works until canceled.
+
+type executor struct {
+	mu       sync.Mutex
+	answered []string // the answers to "ask", as the executor got them
+}
+
+func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		text := ""
+		for _, p := range ec.Message.Parts {
+			text += p.Text()
+		}
+		if ec.StoredTask != nil { // the answer to "ask", on the same task
+			e.mu.Lock()
+			e.answered = append(e.answered, text)
+			e.mu.Unlock()
+			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted,
+				a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("Nice to meet you, "+text+"."))), nil)
+			return
+		}
+		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) {
+			return
+		}
+		switch text {
+		case "ask":
+			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired,
+				a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("What is your name?"))), nil)
+		case "slow":
+			if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking,
+				a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("working slowly"))), nil) {
+				return
+			}
+			<-ctx.Done()
+		default:
+			steps := []a2a.Event{
+				a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking,
+					a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("looking it up"))),
+				&a2a.TaskArtifactUpdateEvent{TaskID: ec.TaskID, ContextID: ec.ContextID,
+					Artifact: &a2a.Artifact{ID: "answer", Parts: a2a.ContentParts{a2a.NewTextPart("Hello, ")}}},
+				&a2a.TaskArtifactUpdateEvent{TaskID: ec.TaskID, ContextID: ec.ContextID, Append: true, LastChunk: true,
+					Artifact: &a2a.Artifact{ID: "answer", Parts: a2a.ContentParts{a2a.NewTextPart("world\x1b]0;pwned\x07 (" + text + ")")}}},
+				&a2a.TaskArtifactUpdateEvent{TaskID: ec.TaskID, ContextID: ec.ContextID, LastChunk: true,
+					Artifact: &a2a.Artifact{ID: "note", Name: "note.txt", Parts: a2a.ContentParts{
+						&a2a.Part{Content: a2a.Raw("line one\nline two\n"), Filename: "note.txt", MediaType: "text/plain"}}}},
+				a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil),
+			}
+			for _, ev := range steps {
+				if !yield(ev, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (e *executor) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
+	}
+}
+
+// serve runs a2asrv with the executor: A2A 1.0, or (v03) 0.3 only.
+func serve(t *testing.T, v03 bool) (string, *executor) {
+	t.Helper()
+	ex := &executor{}
+	handler := a2asrv.NewHandler(ex)
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	card := &a2a.AgentCard{Name: "Trivial", Description: "a2asrv with a trivial executor", Version: "1",
+		Capabilities: a2a.AgentCapabilities{Streaming: true}, DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
+		Skills: []a2a.AgentSkill{{ID: "hello", Name: "hello", Description: "says hello", Tags: []string{"hello"}}}}
+	if v03 {
+		card.SupportedInterfaces = []*a2a.AgentInterface{{URL: srv.URL + "/rpc", ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version}}
+		mux.Handle("/rpc", a2av0.NewJSONRPCHandler(handler))
+		mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewAgentCardHandler(a2av0.NewStaticAgentCardProducer(card)))
+	} else {
+		card.SupportedInterfaces = []*a2a.AgentInterface{a2a.NewAgentInterface(srv.URL+"/rpc", a2a.TransportProtocolJSONRPC)}
+		mux.Handle("/rpc", a2asrv.NewJSONRPCHandler(handler))
+		mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(card))
+	}
+	return srv.URL, ex
+}
+
+// session is a chat run in the test: lines typed into its input, its
+// output read back.
+type session struct {
+	t     *testing.T
+	in    *io.PipeWriter
+	intr  chan struct{}
+	out   *syncBuffer
+	read  int
+	done  chan error
+	saved string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(t *testing.T, opts chat.Options) *session {
+	t.Helper()
+	r, w := io.Pipe()
+	s := &session{t: t, in: w, intr: make(chan struct{}, 2), out: &syncBuffer{}, done: make(chan error, 1), saved: t.TempDir()}
+	opts.Interrupts, opts.SaveDir = s.intr, s.saved
+	go func() { s.done <- chat.Run(context.Background(), opts, r, s.out) }()
+	t.Cleanup(func() {
+		_ = w.Close()
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("the chat did not end when its input did")
+		}
+		if t.Failed() {
+			t.Logf("output:\n%s", s.out.String())
+		}
+	})
+	return s
+}
+
+func (s *session) say(line string) {
+	s.t.Helper()
+	if _, err := io.WriteString(s.in, line+"\n"); err != nil {
+		s.t.Fatalf("type %q: %v", line, err)
+	}
+}
+
+// expect waits for want in the output after the last match and returns
+// what came before it (the guard only fails fast).
+func (s *session) expect(want string) string {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		o := s.out.String()
+		if i := strings.Index(o[s.read:], want); i >= 0 {
+			before := o[s.read : s.read+i]
+			s.read += i + len(want)
+			return before
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the chat never showed %q; after the last match:\n%s", want, o[s.read:])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestChatWithA2ASrv(t *testing.T) {
+	for _, v03 := range []bool{false, true} {
+		name := "A2A-1.0"
+		if v03 {
+			name = "A2A-0.3"
+		}
+		t.Run(name, func(t *testing.T) {
+			url, ex := serve(t, v03)
+			s := start(t, chat.Options{URL: url})
+			want := "(A2A 1.0 JSONRPC)"
+			if v03 {
+				want = "(A2A 0.3 JSONRPC)"
+			}
+			s.expect("Connected to Trivial " + want)
+			s.expect("you> ")
+
+			// Text in two chunks, progress, a file artifact.
+			s.say("hi there")
+			s.expect("… looking it up")
+			s.expect("Hello, world]0;pwned (hi there)") // the escape and the bell removed, the rest shown as text
+			s.expect("📎 artifact #1 note.txt: text/plain, 18 bytes — /save 1")
+			s.expect("you> ")
+			if o := s.out.String(); strings.ContainsAny(o, "\x1b\x07") {
+				t.Fatalf("a control sequence from the server reached the terminal: %q", o)
+			}
+			s.say("/save 1")
+			s.expect("saved artifact #1 to " + filepath.Join(s.saved, "note.txt"))
+			if b, err := os.ReadFile(filepath.Join(s.saved, "note.txt")); err != nil || string(b) != "line one\nline two\n" {
+				t.Fatalf("saved artifact = %q (%v)", b, err)
+			}
+			s.say("/save 1")
+			s.expect("exists: give another path")
+			s.say("/save 7")
+			s.expect("no artifact #7")
+
+			// A plain input-required pause: the next line answers it, as
+			// text, on the same task.
+			s.say("ask")
+			s.expect("? the agent needs input-required: What is your name?")
+			s.expect("answer> ")
+			s.say("Ada")
+			s.expect("Nice to meet you, Ada.")
+			ex.mu.Lock()
+			got := append([]string(nil), ex.answered...)
+			ex.mu.Unlock()
+			if len(got) != 1 || got[0] != "Ada" {
+				t.Fatalf("the executor got answers %q, want [Ada] on the paused task", got)
+			}
+
+			// An interrupt cancels the running task over CancelTask.
+			s.say("slow")
+			s.expect("… working slowly")
+			s.intr <- struct{}{}
+			s.expect("canceling the turn")
+			s.expect("⊘ canceled")
+			s.expect("you> ")
+
+			s.say("/quit")
+			select {
+			case err := <-s.done:
+				if err != nil {
+					t.Fatalf("chat ended with %v", err)
+				}
+				s.done <- nil
+			case <-time.After(30 * time.Second):
+				t.Fatal("the chat did not end at /quit")
+			}
+		})
+	}
+}
+
+// A URL with no agent behind it is an error, said at once.
+func TestChatNoAgent(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	err := chat.Run(context.Background(), chat.Options{URL: srv.URL}, strings.NewReader(""), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "agent card") {
+		t.Fatalf("Run against no agent = %v, want an error about the agent card", err)
+	}
+}
+
+// Colours only when asked for (the command asks when its output is a
+// terminal).
+func TestChatColours(t *testing.T) {
+	url, _ := serve(t, false)
+	for _, color := range []bool{false, true} {
+		var out syncBuffer
+		err := chat.Run(context.Background(), chat.Options{URL: url, Color: color}, strings.NewReader("/context\n"), &out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := strings.Contains(out.String(), "\x1b["); has != color {
+			t.Fatalf("colour %v: output has escape sequences: %v\n%q", color, has, out.String())
+		}
+	}
+}
