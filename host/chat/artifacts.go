@@ -33,8 +33,7 @@ type artifact struct {
 }
 
 // inlineText reports whether an artifact is the answer's text rather
-// than a file: text parts only, none a named file, and no name of its own
-// unless it is Looopy's content artifact.
+// than a file: text parts only (plain text), none of them a named file.
 func inlineText(a *a2a.Artifact) bool {
 	if len(a.Parts) == 0 {
 		return false
@@ -47,7 +46,7 @@ func inlineText(a *a2a.Artifact) bool {
 			return false
 		}
 	}
-	return a.Name == "" || strings.HasPrefix(string(a.ID), "content-")
+	return true
 }
 
 func (s *session) artifact(st *turnState, ev *a2a.TaskArtifactUpdateEvent) {
