@@ -9,9 +9,11 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/gofiber/fiber/v2"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/looopy-go/looopy/loop"
@@ -105,8 +107,12 @@ func (s *Server) approvalGate() loop.ApprovalGate {
 		if t.Auth != nil && slices.Contains(ac.ExemptPrincipals, t.Auth.Principal) {
 			return nil
 		}
+		byName := matchAny(ac.Tools, call.Name)
+		if !byName && len(ac.Plugins) == 0 {
+			return nil // no need to find the tool's plugin
+		}
 		src := s.toolSource(ctx, call.Name)
-		if !matchAny(ac.Tools, call.Name) && (src.plugin == "" || !matchAny(ac.Plugins, src.plugin)) {
+		if !byName && (src.plugin == "" || !matchAny(ac.Plugins, src.plugin)) {
 			return nil
 		}
 		req := &loop.InputRequest{RequireUser: !ac.AgentMayApprove, Tool: src.view,
@@ -496,4 +502,20 @@ func (s *Server) clientToolsOf(ctx context.Context, m *a2a.Message) ([]loop.Clie
 		return nil, fmt.Errorf("%w: the client tools' schemas are %d bytes; at most %d", a2a.ErrInvalidParams, size, maxClientSchemaSize)
 	}
 	return out, nil
+}
+
+// activateExtensions answers a client that activates the interaction
+// extension (A2A-Extensions on 1.0, X-A2A-Extensions on 0.3) with the same
+// header naming it: the host serves it on every request.
+func activateExtensions(c *fiber.Ctx, v03 bool) {
+	name := "A2A-Extensions"
+	if v03 {
+		name = "X-A2A-Extensions"
+	}
+	for _, v := range strings.Split(c.Get(name), ",") {
+		if strings.TrimSpace(v) == loop.InteractionURI {
+			c.Set(name, loop.InteractionURI)
+			return
+		}
+	}
 }

@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	a2a03 "github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/a2aproject/a2a-go/v2/a2aext"
 
 	"github.com/looopy-go/looopy/host"
 	"github.com/looopy-go/looopy/loop"
@@ -24,6 +29,11 @@ const approvalScript = `{"rules": [
  {"name": "ledger", "match": "(?i)^ledger\\s+(.+)$", "steps": [
   {"toolCall": {"name": "ledger_append", "arguments": {"entry": "$1"}}},
   {"text": "Ledger: {{lastToolResult}}"}]},
+ {"name": "both", "match": "(?i)^both (\\S+) (\\S+)$", "steps": [
+  {"toolCall": {"name": "ledger_append", "arguments": {"entry": "$1"}}},
+  {"toolCall": {"name": "get_location", "arguments": {"precision": "city"}}},
+  {"toolCall": {"name": "ledger_append", "arguments": {"entry": "$2"}}},
+  {"text": "Done: {{toolResults}}"}]},
  {"name": "where", "match": "(?i)^where am i$", "steps": [
   {"toolCall": {"name": "get_location", "arguments": {"precision": "city"}}},
   {"text": "You are in {{lastToolResult}}"}]},
@@ -348,6 +358,28 @@ func TestApprovalA2A03(t *testing.T) {
 	if n := len(ah.lines(t)); n != 1 {
 		t.Fatalf("ledger has %d lines, want 1", n)
 	}
+	// Streamed: the final status update carries the requests part.
+	var last a2a03.Event
+	for ev, err := range c.SendStreamingMessage(ctx, msg03("ledger streamed", "")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ev
+	}
+	su, ok := last.(*a2a03.TaskStatusUpdateEvent)
+	if !ok || !su.Final || su.Status.State != a2a03.TaskStateInputRequired || su.Status.Message == nil {
+		t.Fatalf("0.3 stream ends with %#v", last)
+	}
+	found := false
+	for _, p := range su.Status.Message.Parts {
+		if dp, ok := p.(a2a03.DataPart); ok && dp.Metadata[loop.InteractionURI] == "requests" {
+			reqs, _ := dp.Data["requests"].([]any)
+			found = len(reqs) == 1 && reqs[0].(map[string]any)["inputType"] == "approval"
+		}
+	}
+	if !found {
+		t.Fatalf("0.3 stream's pause has no requests part: %+v", su.Status.Message)
+	}
 }
 
 // Unanswered requests expire as the operator says: rejected (the task goes
@@ -555,4 +587,168 @@ func TestClientToolsA2A03(t *testing.T) {
 	if done, ok := res.(*a2a03.Task); !ok || done.Status.State != a2a03.TaskStateCompleted || !strings.Contains(text03(done), "You are in Lyon") {
 		t.Fatalf("0.3 after the result: %#v", res)
 	}
+}
+
+// One response asks for three things (two approvals, a client tool): the
+// answers may come in several messages; the task stays paused, listing
+// what is still open, until the last, and goes on once.
+func TestPartialAnswers(t *testing.T) {
+	t.Parallel()
+	ah := newApprovalHost(t, host.InteractionConfig{Approval: host.ApprovalConfig{Tools: []string{"ledger_append"}}})
+	h := startHost(t, ah.cfg)
+	c := client10(t, h.URL(), "")
+	ctx := context.Background()
+	task := send(t, c, ctx, &a2a.SendMessageRequest{Message: offering(userMsg("both one two"), locationTool)})
+	reqs := requestsOf(t, task)
+	if task.Status.State != a2a.TaskStateInputRequired || len(reqs) != 3 {
+		t.Fatalf("task %s with %d requests, want 3: %v", task.Status.State, len(reqs), reqs)
+	}
+	ids := map[string]string{} // input type + entry -> input id
+	for _, r := range reqs {
+		args, _ := r["call"].(map[string]any)["arguments"].(map[string]any)
+		entry, _ := args["entry"].(string)
+		ids[r["inputType"].(string)+entry] = r["inputId"].(string)
+	}
+	// A plain text message does not answer them.
+	if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: func() *a2a.Message {
+		m := userMsg("hello?")
+		m.TaskID = task.ID
+		return m
+	}()}); err == nil {
+		t.Fatal("a text message was accepted by a task waiting for responses")
+	}
+	got := send(t, c, ctx, &a2a.SendMessageRequest{Message: answerMsg(task.ID,
+		map[string]any{"inputId": ids["approvalone"], "decision": "approve"})})
+	if got.Status.State != a2a.TaskStateInputRequired || len(requestsOf(t, got)) != 2 || len(ah.lines(t)) != 0 {
+		t.Fatalf("after one answer: %s, %d open, ledger %q", got.Status.State, len(requestsOf(t, got)), ah.lines(t))
+	}
+	got = send(t, c, ctx, &a2a.SendMessageRequest{Message: answerMsg(task.ID,
+		map[string]any{"inputId": ids["client-tool"], "result": map[string]any{"content": "Oslo", "data": map[string]any{"city": "Oslo"}}})})
+	if got.Status.State != a2a.TaskStateInputRequired || len(requestsOf(t, got)) != 1 {
+		t.Fatalf("after two answers: %s, %d open", got.Status.State, len(requestsOf(t, got)))
+	}
+	done := send(t, c, ctx, &a2a.SendMessageRequest{Message: answerMsg(task.ID,
+		map[string]any{"inputId": ids["approvaltwo"], "decision": "reject", "reason": "only one"})})
+	if done.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("after the last answer: %s", done.Status.State)
+	}
+	lines := ah.lines(t)
+	if len(lines) != 1 || !strings.HasSuffix(lines[0], "\tone") {
+		t.Fatalf("ledger = %q, want the approved call only", lines)
+	}
+	text := artifactText(done)
+	if !strings.Contains(text, "Oslo") || !strings.Contains(text, "only one") {
+		t.Fatalf("the model did not see every result: %q", text)
+	}
+}
+
+// recordingTransport keeps the request and response headers of every call.
+type recordingTransport struct {
+	mu   sync.Mutex
+	sent []string // the A2A-Extensions header of each request
+	got  []string // the A2A-Extensions header of each response
+}
+
+func (rt *recordingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.sent = append(rt.sent, r.Header.Get("A2A-Extensions"))
+	if err == nil {
+		rt.got = append(rt.got, resp.Header.Get("A2A-Extensions"))
+	}
+	return resp, err
+}
+
+// The card declares the extension; a client that activates it (the
+// official activator) is answered with the header naming it; one that
+// does not is not.
+func TestInteractionExtensionDeclaredAndActivated(t *testing.T) {
+	t.Parallel()
+	ah := newApprovalHost(t, host.InteractionConfig{Approval: host.ApprovalConfig{Tools: []string{"ledger_append"}}})
+	h := startHost(t, ah.cfg)
+	ctx := context.Background()
+	card, err := agentcard.NewResolver(http.DefaultClient).Resolve(ctx, h.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ext *a2a.AgentExtension
+	for i := range card.Capabilities.Extensions {
+		if card.Capabilities.Extensions[i].URI == loop.InteractionURI {
+			ext = &card.Capabilities.Extensions[i]
+		}
+	}
+	if ext == nil || ext.Required || ext.Params["onTimeout"] != "reject" || ext.Params["inputTimeout"] != "24h0m0s" {
+		t.Fatalf("card extensions = %+v", card.Capabilities.Extensions)
+	}
+	rec := &recordingTransport{}
+	c, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(&http.Client{Transport: rec}),
+		a2aclient.WithCallInterceptors(a2aext.NewActivator(loop.InteractionURI)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Destroy()
+	task := send(t, c, ctx, &a2a.SendMessageRequest{Message: userMsg("ledger activated")})
+	pausedForApproval(t, task)
+	rec.mu.Lock()
+	sent, got := rec.sent, rec.got
+	rec.mu.Unlock()
+	if len(sent) != 1 || sent[0] != loop.InteractionURI || got[0] != loop.InteractionURI {
+		t.Fatalf("activation: sent %q, answered %q", sent, got)
+	}
+	// Without activation, no header; 0.3 uses its own header name.
+	for _, tc := range []struct{ path, header, value string }{
+		{"/", "A2A-Extensions", ""}, {"/a2a/v0.3", "X-A2A-Extensions", loop.InteractionURI}} {
+		req, _ := http.NewRequest(http.MethodPost, h.URL()+tc.path,
+			strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"`+string(task.ID)+`"}}`))
+		req.Header.Set("Content-Type", "application/json")
+		if tc.value != "" {
+			req.Header.Set(tc.header, tc.value)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.Header.Get(tc.header) != tc.value {
+			t.Fatalf("%s: %s answered %q, want %q", tc.path, tc.header, resp.Header.Get(tc.header), tc.value)
+		}
+	}
+}
+
+// BenchmarkApprovalRoundTrip: a task that pauses for an approval (one
+// SendMessage, the ledger call held) and its approval (a second
+// SendMessage, the call run, the task completed), on Badger, one client.
+// Reports round trips per second and the latency of each half.
+func BenchmarkApprovalRoundTrip(b *testing.B) {
+	ah := newApprovalHost(b, host.InteractionConfig{Approval: host.ApprovalConfig{Tools: []string{"ledger_append"}}})
+	h := startHost(b, ah.cfg)
+	c := client10(b, h.URL(), "")
+	ctx := context.Background()
+	pause := make([]time.Duration, b.N)
+	approve := make([]time.Duration, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		t0 := time.Now()
+		task := send(b, c, ctx, &a2a.SendMessageRequest{Message: userMsg("ledger bench")})
+		pause[i] = time.Since(t0)
+		r := pausedForApproval(b, task)
+		t1 := time.Now()
+		done := send(b, c, ctx, &a2a.SendMessageRequest{Message: answerMsg(task.ID,
+			map[string]any{"inputId": r["inputId"], "decision": "approve"})})
+		approve[i] = time.Since(t1)
+		if done.Status.State != a2a.TaskStateCompleted {
+			b.Fatalf("after approval: %s", done.Status.State)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	med := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "roundtrips/s")
+	b.ReportMetric(med(pause), "pause-p50-ms")
+	b.ReportMetric(med(approve), "approve-p50-ms")
 }

@@ -364,6 +364,7 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 	if v03 {
 		call.toError = toRPCError03
 	}
+	activateExtensions(c, v03)
 	answered := false
 	answer := func(result any, err error) (*taskStream, error) {
 		answered = true
