@@ -125,6 +125,7 @@ type session struct {
 	client    *a2aclient.Client
 	card      *a2a.AgentCard
 	looopy    bool // the card lists Looopy's extension: /events is there
+	noFeed    bool // /events failed once: A2A alone from then on
 	contextID string
 	lastEvent int64 // the last /events id seen in this context
 
@@ -360,7 +361,12 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 	}()
 	st := &turnState{taskID: msg.TaskID}
 	events := 0
+	// Against a Looopy host the turn is drawn from its event stream (one
+	// ordered log: text, tool calls, sub-agents, artifacts); the A2A events
+	// are kept and only their final status is shown, once that stream has
+	// caught up. Should the stream fail, the kept events are drawn instead.
 	var feed *eventFeed
+	var kept []a2a.Event
 	defer func() {
 		if feed != nil {
 			feed.stop()
@@ -376,47 +382,76 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 				s.p.line(styleDim, "bye")
 				return true
 			}
+			s.p.line(styleAsk, "^C: canceling the turn (Ctrl-C again quits)")
 			if st.taskID == "" {
 				st.cancelWanted = true
-				s.p.line(styleAsk, "^C: canceling the turn (Ctrl-C again quits)")
 			} else {
-				s.p.line(styleAsk, "^C: canceling the turn (Ctrl-C again quits)")
 				st.canceling = true
 				go s.cancelTask(ctx, st.taskID)
 			}
+		case <-feed.failedCh():
+			feed.stop()
+			st.textShown = st.textShown || feed.st.textShown
+			feed, s.noFeed = nil, true
+			for _, ev := range kept {
+				s.render(st, ev)
+			}
+			kept = nil
 		case it, ok := <-items:
 			if !ok {
 				if events == 0 {
 					s.silent(ctx)
 				}
-				s.finishTurn(ctx, st, feed)
+				s.finishTurn(ctx, st, &feed, kept)
 				return false
 			}
 			events++
 			if it.err != nil {
 				s.p.line(styleErr, "error: %s", sanitize(it.err.Error()))
-				s.finishTurn(ctx, st, feed)
+				s.finishTurn(ctx, st, &feed, kept)
 				return false
 			}
-			s.render(st, it.ev)
+			if feed != nil {
+				s.note(st, it.ev)
+				kept = append(kept, it.ev)
+			} else {
+				s.render(st, it.ev)
+			}
 			if st.cancelWanted && st.taskID != "" {
 				st.cancelWanted, st.canceling = false, true
 				go s.cancelTask(ctx, st.taskID)
 			}
-			if feed == nil && s.looopy && st.taskID != "" && s.contextID != "" {
+			if feed == nil && s.looopy && !s.noFeed && !st.ended && st.taskID != "" && s.contextID != "" {
 				feed = s.follow(ctx, st.taskID)
 			}
 		}
 	}
 }
 
-// finishTurn waits for the Looopy feed to catch up (so every tool call of
-// the turn is shown before the prompt comes back), lists the turn's
-// incomplete artifacts and says how a stream that broke off left the
-// task.
-func (s *session) finishTurn(ctx context.Context, st *turnState, feed *eventFeed) {
-	if feed != nil {
+// finishTurn lets the Looopy event stream catch up (so that everything
+// of the turn is on screen before the prompt comes back) and shows the
+// final status it kept; a stream that broke off is followed by a look at
+// the task.
+func (s *session) finishTurn(ctx context.Context, st *turnState, feedp **eventFeed, kept []a2a.Event) {
+	if feed := *feedp; feed != nil {
 		feed.wait(st.state)
+		feed.stop()
+		*feedp = nil
+		st.textShown = st.textShown || feed.st.textShown
+		for _, ev := range kept {
+			switch v := ev.(type) {
+			case *a2a.TaskStatusUpdateEvent:
+				if finalState(v.Status.State) {
+					s.status(st, v.Status, v.Metadata)
+				}
+			case *a2a.Task:
+				if finalState(v.Status.State) {
+					s.status(st, v.Status, v.Metadata)
+				}
+			case *a2a.Message:
+				s.message(st, v)
+			}
+		}
 	}
 	s.p.endLine()
 	if !st.ended && st.taskID != "" {
@@ -428,6 +463,34 @@ func (s *session) finishTurn(ctx context.Context, st *turnState, feed *eventFeed
 				s.status(st, t.Status, nil)
 			}
 		}
+	}
+}
+
+// finalState reports whether a task in st waits for the client or ended.
+func finalState(st a2a.TaskState) bool {
+	return st.Terminal() || st == a2a.TaskStateInputRequired || st == a2a.TaskStateAuthRequired
+}
+
+// note takes from an event what the turn needs to go on (its task, its
+// context, its state) without showing it.
+func (s *session) note(st *turnState, ev a2a.Event) {
+	switch v := ev.(type) {
+	case *a2a.Task:
+		s.noteTask(st, v.ID, v.ContextID)
+		st.state = v.Status.State
+	case *a2a.TaskStatusUpdateEvent:
+		s.noteTask(st, v.TaskID, v.ContextID)
+		st.state = v.Status.State
+	case *a2a.TaskArtifactUpdateEvent:
+		s.noteTask(st, v.TaskID, v.ContextID)
+		return
+	case *a2a.Message:
+		s.noteTask(st, v.TaskID, v.ContextID)
+		st.ended = true
+		return
+	}
+	if finalState(st.state) {
+		st.ended = true
 	}
 }
 

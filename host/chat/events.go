@@ -3,6 +3,7 @@ package chat
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,9 +17,11 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 )
 
-// The kinds of Looopy's event stream the chat reads: what A2A has no form
-// for, and task-complete, which says the turn's events are all there.
-const feedKinds = "tool-start,tool-complete,tool-progress,subtask-created,thought-stream,warning,task-complete"
+// The kinds of Looopy's event stream the chat draws a turn from: the
+// text, the tool calls, sub-agents, thoughts, artifacts, answers to
+// pauses, and task-complete, which says the turn's events are all there.
+const feedKinds = "content-delta,content-complete,tool-start,tool-complete,tool-progress,subtask-created,thought-stream," +
+	"warning,file-write,data-write,dataset-write,input-received,task-complete"
 
 // feedCatchUp bounds how long the end of a turn waits for the event
 // stream to deliver the turn's last events.
@@ -26,12 +29,15 @@ const feedCatchUp = 15 * time.Second
 
 // eventFeed reads a Looopy host's /events stream of the conversation for
 // one leg of a turn, from the last event the chat saw, and shows the
-// events of the turn's task and its sub-tasks.
+// events of the turn's task and its sub-tasks. Until stop returns it owns
+// the session's artifacts.
 type eventFeed struct {
 	s      *session
+	st     turnState // what it showed (text)
 	root   string
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the stream ends
+	failed chan struct{} // closed when the stream could not be read
 	rootUp chan struct{} // closed at the root task's task-complete
 	once   sync.Once
 	last   atomic.Int64
@@ -42,7 +48,7 @@ type eventFeed struct {
 
 func (s *session) follow(ctx context.Context, taskID a2a.TaskID) *eventFeed {
 	fctx, cancel := context.WithCancel(ctx)
-	f := &eventFeed{s: s, root: string(taskID), cancel: cancel, done: make(chan struct{}), rootUp: make(chan struct{}),
+	f := &eventFeed{s: s, root: string(taskID), cancel: cancel, done: make(chan struct{}), rootUp: make(chan struct{}), failed: make(chan struct{}),
 		tasks: map[string]string{string(taskID): ""}, tools: map[string]string{}}
 	f.last.Store(s.lastEvent)
 	go f.run(fctx, s.contextID)
@@ -64,6 +70,15 @@ func (f *eventFeed) wait(state a2a.TaskState) {
 	case <-t.C:
 		f.s.p.line(styleDim, "(the host's event stream did not say the turn ended; tool calls may be missing above)")
 	}
+}
+
+// failedCh is closed when the stream could not be read (nil for no feed,
+// which never fires in a select).
+func (f *eventFeed) failedCh() <-chan struct{} {
+	if f == nil {
+		return nil
+	}
+	return f.failed
 }
 
 func (f *eventFeed) stop() {
@@ -89,12 +104,14 @@ func (f *eventFeed) run(ctx context.Context, contextID string) {
 	if err != nil {
 		if ctx.Err() == nil {
 			f.s.p.line(styleDim, "(no tool calls shown: the host's event stream: %s)", sanitize(err.Error()))
+			close(f.failed)
 		}
 		return
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		f.s.p.line(styleDim, "(no tool calls shown: the host's event stream answered %s)", resp.Status)
+		close(f.failed)
 		return
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -146,6 +163,19 @@ type looopyEvent struct {
 	Content      string          `json:"content"`
 	Code         string          `json:"code"`
 	Reason       string          `json:"reason"`
+	Delta        string          `json:"delta"`
+	Index        int             `json:"index"`
+	ArtifactID   string          `json:"artifactId"`
+	Data         json.RawMessage `json:"data"`
+	Encoding     string          `json:"encoding"`
+	Complete     bool            `json:"complete"`
+	Name         string          `json:"name"`
+	MimeType     string          `json:"mimeType"`
+	Description  string          `json:"description"`
+	Rows         []any           `json:"rows"`
+	InputID      string          `json:"inputId"`
+	ProvidedBy   string          `json:"providedBy"`
+	Metadata     map[string]any  `json:"metadata"`
 }
 
 func (f *eventFeed) event(kind string, data []byte) {
@@ -197,9 +227,32 @@ func (f *eventFeed) event(kind string, data []byte) {
 			p.line(styleErr, "%s  ↳ %s failed: %s", pre, sanitize(e.ToolName), sanitize(oneLine(clip(e.Error, maxShownArg))))
 		}
 	case "tool-progress":
-		if e.Message == "" && e.Progress > 0 { // with a message it comes over A2A
+		switch {
+		case e.Message != "":
+			p.line(styleDim, "%s  … %s", pre, sanitize(oneLine(e.Message)))
+		case e.Progress > 0:
 			p.line(styleDim, "%s  … %s %.0f%%", pre, sanitize(tool), e.Progress*100)
 		}
+	case "content-delta", "content-complete":
+		if e.TaskID != f.root || agent != "" {
+			return // a sub-agent's text is its answer, shown as its result
+		}
+		id := a2a.ArtifactID("content-" + e.TaskID)
+		ev := &a2a.TaskArtifactUpdateEvent{TaskID: a2a.TaskID(e.TaskID), Append: e.Index > 0,
+			Artifact: &a2a.Artifact{ID: id, Parts: a2a.ContentParts{a2a.NewTextPart(e.Delta)}}}
+		if e.Kind == "content-complete" {
+			if e.Content == "" {
+				return
+			}
+			ev.Append, ev.LastChunk, ev.Artifact.Parts = false, true, a2a.ContentParts{a2a.NewTextPart(e.Content)}
+		}
+		f.s.artifact(&f.st, ev)
+	case "file-write", "data-write", "dataset-write":
+		if ev := artifactEvent(e); ev != nil {
+			f.s.artifact(&f.st, ev)
+		}
+	case "input-received":
+		p.line(styleDim, "%s✓ answer to %s received%s", pre, sanitize(e.InputID), sanitize(suffix(" (", str(e.Metadata["decision"]), ")")))
 	case "subtask-created":
 		p.line(styleAgent, "%s⤷ sub-agent %s: %s", pre, sanitize(e.AgentID), sanitize(oneLine(clip(e.Prompt, maxShownArg))))
 	case "thought-stream":
@@ -213,4 +266,53 @@ func (f *eventFeed) event(kind string, data []byte) {
 			f.once.Do(func() { close(f.rootUp) })
 		}
 	}
+}
+
+// artifactEvent is a Looopy artifact event in its A2A form (as the host
+// maps it on its A2A stream), so that both streams draw artifacts alike.
+func artifactEvent(e looopyEvent) *a2a.TaskArtifactUpdateEvent {
+	art := &a2a.Artifact{ID: a2a.ArtifactID(e.ArtifactID), Name: e.Name, Description: e.Description}
+	ev := &a2a.TaskArtifactUpdateEvent{TaskID: a2a.TaskID(e.TaskID), Artifact: art, Append: e.Index > 0, LastChunk: e.Complete}
+	if e.Error != "" {
+		art.Metadata = map[string]any{"status": "failed", "error": e.Error}
+	}
+	switch e.Kind {
+	case "file-write":
+		var data string
+		if json.Unmarshal(e.Data, &data) != nil {
+			return nil
+		}
+		var part *a2a.Part
+		switch e.Encoding {
+		case "":
+			part = a2a.NewTextPart(data)
+		case "base64":
+			raw, err := base64.StdEncoding.DecodeString(data)
+			if err != nil {
+				return nil
+			}
+			part = a2a.NewRawPart(raw)
+		default:
+			return nil
+		}
+		part.MediaType, part.Filename = e.MimeType, e.Name
+		art.Parts = a2a.ContentParts{part}
+	case "data-write":
+		if e.Error != "" {
+			return nil
+		}
+		var data map[string]any
+		if json.Unmarshal(e.Data, &data) != nil {
+			return nil
+		}
+		ev.Append, ev.LastChunk = false, true
+		art.Parts = a2a.ContentParts{a2a.NewDataPart(data)}
+	case "dataset-write":
+		rows := e.Rows
+		if rows == nil {
+			rows = []any{}
+		}
+		art.Parts = a2a.ContentParts{a2a.NewDataPart(map[string]any{"rows": rows})}
+	}
+	return ev
 }

@@ -63,8 +63,9 @@ var (
 const chatKey = "chat-test-key"
 
 // chatHost is the package's host for the chat tests, with auth on: the
-// scripted model, the calculator, and the ledger, whose ledger_append
-// waits for an approval. Each test talks in conversations of its own.
+// scripted model, the calculator, the researcher sub-agent, echo, the
+// dataset writer, and the ledger, whose ledger_append waits for an
+// approval. Each test talks in conversations of its own.
 func chatHost(t *testing.T) (*host.Main, string) {
 	t.Helper()
 	chatHostOnce.Do(func() {
@@ -83,6 +84,9 @@ func chatHost(t *testing.T) (*host.Main, string) {
 		}{
 			{"scripted-model", map[string]any{}, nil},
 			{"calculator", nil, nil},
+			{"researcher", nil, nil},
+			{"echo", nil, nil},
+			{"dataset-writer", nil, nil},
 			{"ledger", map[string]any{"dir": chatLedger}, []string{chatLedger}},
 		} {
 			if chatHostErr = copyExamplePlugin(plugins, p.name, p.cfg, p.paths); chatHostErr != nil {
@@ -95,7 +99,7 @@ func chatHost(t *testing.T) (*host.Main, string) {
 			DataDir:   filepath.Join(chatHostDir, "data"),
 			PluginDir: plugins,
 			Plugins: host.PluginsConfig{
-				Only:      []string{"scripted-model", "calculator", "ledger"},
+				Only:      []string{"scripted-model", "calculator", "ledger", "researcher", "echo", "dataset-writer"},
 				CacheDir:  filepath.Join(os.TempDir(), "looopy-host-test-wasm-cache"),
 				PathRoots: []string{chatHostDir},
 				NoWatch:   true,
@@ -118,7 +122,7 @@ func chatHost(t *testing.T) (*host.Main, string) {
 }
 
 // copyExamplePlugin copies an example plugin into dir with its config and
-// granted paths replaced (nil config or paths: none).
+// granted paths replaced (nil config: the example's; nil paths: none).
 func copyExamplePlugin(dir, name string, cfg map[string]any, paths []string) error {
 	src := filepath.Join("..", "..", "examples", "plugins", name)
 	wasm, err := os.ReadFile(filepath.Join(src, name+".wasm"))
@@ -137,8 +141,6 @@ func copyExamplePlugin(dir, name string, cfg map[string]any, paths []string) err
 	m["sha256"] = hex.EncodeToString(sum[:])
 	if cfg != nil {
 		m["config"] = cfg
-	} else {
-		delete(m, "config")
 	}
 	caps, _ := m["capabilities"].(map[string]any)
 	delete(caps, "allowedPaths")
@@ -329,6 +331,42 @@ func TestChatToolCallOnATerminal(t *testing.T) {
 	if code := tm.wait(); code != 0 {
 		t.Fatalf("exit code %d after /quit", code)
 	}
+}
+
+// A sub-agent's activity (its own tool calls marked with its name) and an
+// artifact (a dataset: name, type, size) saved from the chat.
+func TestChatSubAgentAndArtifact(t *testing.T) {
+	m, _ := chatHost(t)
+	tm := startChat(t, []string{"LOOOPY_API_KEY=" + chatKey}, m.URL())
+	tm.expect("you> ")
+	tm.typeLine("research owls")
+	tm.expect(`⚙ researcher {"prompt":"owls"}`)
+	tm.expect("⤷ sub-agent researcher: owls")
+	tm.expect(`[researcher] ⚙ echo {"text":"notes on owls"}`)
+	tm.expect("↳ researcher → My notes on owls")
+	tm.expect("The researcher says: My notes on owls")
+	tm.expect("you> ")
+
+	tm.typeLine("dataset 3")
+	tm.expect("📎 artifact #1 demo: dataset, 3 rows, ")
+	tm.expect("/save 1")
+	tm.expect("Dataset written")
+	tm.expect("you> ")
+	out := filepath.Join(t.TempDir(), "rows.json")
+	tm.typeLine("/save 1 " + out)
+	tm.expect("saved artifact #1 to " + out)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &saved); err != nil || len(saved.Rows) != 3 {
+		t.Fatalf("saved dataset %s = %q (%v), want 3 rows", out, b, err)
+	}
+	tm.typeLine("/quit")
+	tm.wait()
 }
 
 // Without the API key the host refuses the chat, which says so and exits
