@@ -429,6 +429,38 @@ func TestChatApproval(t *testing.T) {
 	tm.wait()
 }
 
+// A chat that left while a task waited for an approval: resuming its
+// context shows the request again, and the answer given there runs the
+// call.
+func TestChatResumeAPausedTask(t *testing.T) {
+	m, ledger := chatHost(t)
+	env := []string{"LOOOPY_API_KEY=" + chatKey}
+	tm := startChat(t, env, m.URL())
+	tm.expect("you> ")
+	tm.typeLine("ledger resume 5")
+	tm.expect("approve? [y/n reason")
+	match := contextLine.FindStringSubmatch(tm.text())
+	if match == nil {
+		t.Fatalf("no context id shown:\n%s", tm.text())
+	}
+	tm.typeLine("/quit")
+	tm.wait()
+
+	tm = startChat(t, env, "-context", match[1], m.URL())
+	tm.expect("waits for an answer:")
+	tm.expect(`call: ledger_append {"entry":"resume 5"}`)
+	tm.expect("approve? [y/n reason")
+	tm.typeLine("y")
+	tm.expect("Ledger: ")
+	tm.expect("you> ")
+	b, err := os.ReadFile(filepath.Join(ledger, "ledger.log"))
+	if err != nil || strings.Count(string(b), "resume 5") != 1 {
+		t.Fatalf("ledger after the approval from the resumed chat = %q (%v), want resume 5 once", b, err)
+	}
+	tm.typeLine("/quit")
+	tm.wait()
+}
+
 // Ctrl-C cancels the running turn (it ends canceled, before its end), the
 // chat goes on; at the prompt a first Ctrl-C only warns and a second
 // quits.
