@@ -438,6 +438,17 @@ func (s *session) finishTurn(ctx context.Context, st *turnState, feedp **eventFe
 		feed.stop()
 		*feedp = nil
 		st.textShown = st.textShown || feed.st.textShown
+		select {
+		case <-feed.failed:
+			// The stream failed after the turn's last A2A event: draw
+			// them all.
+			s.noFeed = true
+			for _, ev := range kept {
+				s.render(st, ev)
+			}
+			kept = nil
+		default:
+		}
 		for _, ev := range kept {
 			switch v := ev.(type) {
 			case *a2a.TaskStatusUpdateEvent:

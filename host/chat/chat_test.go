@@ -91,13 +91,19 @@ func (e *executor) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Se
 // serve runs a2asrv with the executor: A2A 1.0, or (v03) 0.3 only.
 func serve(t *testing.T, v03 bool) (string, *executor) {
 	t.Helper()
+	return serveCard(t, v03, nil)
+}
+
+// serveCard is serve with extensions listed on the card.
+func serveCard(t *testing.T, v03 bool, exts []a2a.AgentExtension) (string, *executor) {
+	t.Helper()
 	ex := &executor{}
 	handler := a2asrv.NewHandler(ex)
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	card := &a2a.AgentCard{Name: "Trivial", Description: "a2asrv with a trivial executor", Version: "1",
-		Capabilities: a2a.AgentCapabilities{Streaming: true}, DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
+		Capabilities: a2a.AgentCapabilities{Streaming: true, Extensions: exts}, DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
 		Skills: []a2a.AgentSkill{{ID: "hello", Name: "hello", Description: "says hello", Tags: []string{"hello"}}}}
 	if v03 {
 		card.SupportedInterfaces = []*a2a.AgentInterface{{URL: srv.URL + "/rpc", ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version}}
@@ -254,6 +260,29 @@ func TestChatWithA2ASrv(t *testing.T) {
 				t.Fatal("the chat did not end at /quit")
 			}
 		})
+	}
+}
+
+// A server whose card lists Looopy's extension but that serves no
+// /events stream: the chat says so and draws the turn from A2A, nothing
+// lost.
+func TestChatWithoutTheEventStream(t *testing.T) {
+	url, _ := serveCard(t, false, []a2a.AgentExtension{{URI: chat.ExtensionURI}})
+	s := start(t, chat.Options{URL: url})
+	s.expect("you> ")
+	s.say("hi")
+	s.expect("the host's event stream answered 404")
+	s.expect("Hello, world]0;pwned (hi)")
+	s.expect("📎 artifact #1 note.txt: text/plain, 18 bytes")
+	s.expect("you> ")
+	s.say("again")
+	s.expect("Hello, world]0;pwned (again)")
+	s.expect("you> ")
+	if n := strings.Count(s.out.String(), "event stream answered"); n != 1 {
+		t.Fatalf("the failing event stream was tried %d times, want once", n)
+	}
+	if n := strings.Count(s.out.String(), "Hello, world]0;pwned (hi)"); n != 1 {
+		t.Fatalf("the first answer was shown %d times, want once", n)
 	}
 }
 

@@ -10,11 +10,12 @@
 // pause (a server that knows nothing of the extension) is answered with the
 // next line as text on the same task.
 //
-// Against a Looopy host (its card lists the extension) the chat also reads
-// the host's own event stream (GET /events/{contextId}) for what A2A has no
-// form for: tool calls with their arguments and results, sub-agents and
-// thoughts. It never needs it: without it, the conversation goes on with
-// what A2A carries.
+// Against a Looopy host (its card lists the extension) the chat draws each
+// turn from the host's own event stream (GET /events/{contextId}), which
+// also carries what A2A has no form for: tool calls with their arguments
+// and results, sub-agents and thoughts, all in the log's order; the A2A
+// stream still says when the turn ends and how. It never needs it: should
+// that stream fail, the conversation goes on with what A2A carries.
 //
 // An interrupt (Ctrl-C) cancels the running turn (CancelTask); a second one
 // before the next line quits. Colours are used only when the output is a
