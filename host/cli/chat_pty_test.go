@@ -65,7 +65,7 @@ const chatKey = "chat-test-key"
 // chatHost is the package's host for the chat tests, with auth on: the
 // scripted model, the calculator, the researcher sub-agent, echo, the
 // dataset writer, and the ledger, whose ledger_append waits for an
-// approval. Each test talks in conversations of its own.
+// approval (which may edit its arguments). Each test talks in conversations of its own.
 func chatHost(t *testing.T) (*host.Main, string) {
 	t.Helper()
 	chatHostOnce.Do(func() {
@@ -105,7 +105,7 @@ func chatHost(t *testing.T) (*host.Main, string) {
 				NoWatch:   true,
 			},
 			Auth:        host.AuthConfig{Enabled: true, Keys: []host.APIKey{{Key: chatKey, Principal: "alice"}}},
-			Interaction: host.InteractionConfig{Approval: host.ApprovalConfig{Tools: []string{"ledger_append"}}},
+			Interaction: host.InteractionConfig{Approval: host.ApprovalConfig{Tools: []string{"ledger_append"}, AllowEdits: true}},
 			Limits:      host.LimitsConfig{Heartbeat: host.Duration(100 * time.Millisecond), ShutdownGrace: host.Duration(2 * time.Second)},
 		}
 		m.Stdout = io.Discard
@@ -236,7 +236,7 @@ func startChat(t *testing.T, env []string, args ...string) *term {
 			<-tm.exited
 		}
 		_ = master.Close()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("LOOOPY_TEST_SCREEN") != "" {
 			t.Logf("screen:\n%s", tm.text())
 		}
 	})
@@ -414,6 +414,20 @@ func TestChatApproval(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(ledger, "ledger.log"))
 	if err != nil || strings.Count(string(b), "pay 10") != 1 {
 		t.Fatalf("ledger after one approval = %q (%v), want pay 10 once", b, err)
+	}
+
+	// Edited arguments: refused when not JSON, run as edited when they are.
+	tm.typeLine("ledger pay 30")
+	tm.expect("approve? [y/n reason/e {json}]")
+	tm.typeLine("e pay 3")
+	tm.expect("edited arguments must be a JSON object")
+	tm.typeLine(`e {"entry":"pay 3"}`)
+	tm.expect(`⚙ ledger_append {"entry":"pay 3"}`)
+	tm.expect("Ledger: ")
+	tm.expect("you> ")
+	b, _ = os.ReadFile(filepath.Join(ledger, "ledger.log"))
+	if strings.Contains(string(b), "pay 30") || strings.Count(string(b), "pay 3") != 1 {
+		t.Fatalf("ledger after an edited approval = %q, want pay 3 once and no pay 30", b)
 	}
 
 	tm.typeLine("ledger pay 99")
