@@ -13,18 +13,26 @@ import (
 	"github.com/looopy-go/looopy/pdk"
 )
 
-// BenchmarkCloseOnContextDone measures what wazero's close-on-context-done
-// costs a Go guest: it checks for termination at every loop header, and a Go
-// guest's functions are all loops. The host keeps it on regardless (without
-// it a runaway guest cannot be stopped).
+// BenchmarkCloseOnContextDone measures what stopping a Go guest costs: with
+// wazero's close-on-context-done, an exit to Go at every loop header (a Go
+// guest's functions are all loops); with the host's rewrite (interrupt.go),
+// a countdown at every loop header and function entry and an exit every
+// fuelPerExit of them; "off" cannot stop a runaway guest at all.
 func BenchmarkCloseOnContextDone(b *testing.B) {
 	ctx := context.Background()
-	for _, v := range []string{"off", "on", "on+timeout"} {
+	for _, v := range []string{"off", "on", "on+timeout", "fuel", "fuel+timeout"} {
 		b.Run(v, func(b *testing.B) {
 			bin, _ := os.ReadFile(guestWasm(b, "echo"))
 			rc := wazero.NewRuntimeConfig().WithMemoryLimitPages(512).WithMemoryCapacityFromMax(true)
-			if v != "off" {
+			switch {
+			case strings.HasPrefix(v, "on"):
 				rc = rc.WithCloseOnContextDone(true)
+			case strings.HasPrefix(v, "fuel"):
+				in, err := addInterrupt(bin)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bin = in.bin
 			}
 			rt := wazero.NewRuntimeWithConfig(ctx, rc)
 			defer rt.Close(ctx)
@@ -32,6 +40,10 @@ func BenchmarkCloseOnContextDone(b *testing.B) {
 			mod, err := rt.InstantiateWithConfig(ctx, bin, wazero.NewModuleConfig().WithStartFunctions("_initialize").WithName("").WithSysNanotime().WithSysWalltime())
 			if err != nil {
 				b.Fatal(err)
+			}
+			var stop guestStop
+			if strings.HasPrefix(v, "fuel") {
+				stop, _ = guestStopOf(mod)
 			}
 			alloc, fn, mem := mod.ExportedFunction(pdk.ExportAlloc), mod.ExportedFunction(pdk.ExportCall), mod.Memory()
 			in := []byte(echoRequest)
@@ -42,6 +54,9 @@ func BenchmarkCloseOnContextDone(b *testing.B) {
 					var cancel func()
 					cctx, cancel = context.WithTimeout(ctx, time.Minute)
 					defer cancel()
+				}
+				if stop.fuel != nil {
+					defer stop.arm(cctx)()
 				}
 				stack[0] = uint64(len(in))
 				alloc.CallWithStack(cctx, stack[:])

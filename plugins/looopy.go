@@ -99,6 +99,7 @@ type looopyDriver struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	modCfg   wazero.ModuleConfig
+	intr     *interruptible // nil: wazero's close-on-context-done stops the guest
 }
 
 func (d *looopyDriver) abi() string { return "looopy" }
@@ -129,6 +130,21 @@ func (d *looopyDriver) newInstance(ctx context.Context) (instance, error) {
 	if in.mem == nil || in.alloc == nil || in.fn == nil {
 		_ = mod.Close(ctx)
 		return nil, errors.New("instantiate: module lost its exports")
+	}
+	if d.intr != nil {
+		stop, ok := guestStopOf(mod)
+		if !ok {
+			_ = mod.Close(ctx)
+			return nil, errors.New("instantiate: the interrupt globals are missing")
+		}
+		in.stop = &stop
+		if err := in.initialize(ictx, d.intr.hasStart); err != nil {
+			_ = mod.Close(ctx)
+			if tail := in.stderr.lastLines(); tail != "" {
+				return nil, fmt.Errorf("instantiate: %w (stderr: %s)", err, tail)
+			}
+			return nil, fmt.Errorf("instantiate: %w", err)
+		}
 	}
 	return in, nil
 }
@@ -193,6 +209,7 @@ func typeNames(ts []api.ValueType) []string {
 
 type looopyInstance struct {
 	mod    api.Module
+	stop   *guestStop // stops the guest (nil: wazero's checks do)
 	mem    api.Memory
 	alloc  api.Function
 	fn     api.Function
@@ -212,12 +229,46 @@ func (in *looopyInstance) close() {
 	in.stderr.endCall()
 }
 
-func (in *looopyInstance) call(ctx context.Context, op pdk.Op, input []byte) ([]byte, error) {
+// initialize runs what a module runs before its first call, the former
+// start section and then _initialize, with the interrupt armed.
+func (in *looopyInstance) initialize(ctx context.Context, hasStart bool) (err error) {
+	in.begin(ctx)
+	defer in.end()
+	disarm := in.stop.arm(ctx)
+	defer func() {
+		if !disarm() && err == nil {
+			err = context.Cause(ctx)
+		}
+	}()
+	for _, name := range []string{startExport, "_initialize"} {
+		if name == startExport && !hasStart {
+			continue
+		}
+		if f := in.mod.ExportedFunction(name); f != nil {
+			if _, err := f.Call(ctx); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (in *looopyInstance) call(ctx context.Context, op pdk.Op, input []byte) (out []byte, err error) {
 	defer in.stdout.endCall()
 	defer in.stderr.endCall()
 	in.stderr.clearTail()
 	in.begin(ctx)
 	defer in.end()
+	if in.stop != nil {
+		disarm := in.stop.arm(ctx)
+		defer func() {
+			if !disarm() && err == nil {
+				// The guest finished as its context ended: it may already
+				// be marked to stop, so it must not serve again.
+				out, err = nil, context.Cause(ctx)
+			}
+		}()
+	}
 	ctx = context.WithValue(ctx, callStateKey{}, in.st)
 	stack := in.stack[:]
 	var ptr uint32

@@ -53,6 +53,7 @@ type Plugin struct {
 	redactor *strings.Replacer // the grant's secret values, nil when none
 	hash     string
 	desc     pdk.Describe
+	stopper  string // what stops a running guest: "fuel" (interrupt.go) or "wazero"
 	tools    map[string]*pluginTool
 	defs     []loop.ToolDefinition
 
@@ -155,6 +156,7 @@ func (p *Plugin) shutdown() {
 // loadEnv is what loading a plugin needs from its registry.
 type loadEnv struct {
 	cache     wazero.CompilationCache
+	icache    wazero.CompilationCache // code compiled with interrupt.go's checks instead of wazero's
 	policy    Policy
 	lookupEnv func(string) (string, bool)
 	log       *slog.Logger
@@ -207,20 +209,48 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		}
 	}()
 
-	rtCfg := wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(g.MemoryPages).
-		WithCompilationCache(env.cache)
-	rt := wazero.NewRuntimeWithConfig(ctx, rtCfg)
+	// A guest is stopped by the checks addInterrupt compiles in, or, for a
+	// module it does not rewrite, by wazero's (see interrupt.go).
+	code, intr, why := interruptibleCode(bin)
+	if code == nil {
+		return nil, why
+	}
+	if why != nil && !errors.Is(why, errSkip) {
+		p.log.Info("guest compiled with wazero's interrupt checks (slower)", "reason", why)
+	}
+	newRuntime := func(intr *interruptible) wazero.Runtime {
+		cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(g.MemoryPages)
+		if intr != nil {
+			cfg = cfg.WithCompilationCache(env.icache)
+		} else {
+			cfg = cfg.WithCloseOnContextDone(true).WithCompilationCache(env.cache)
+		}
+		return wazero.NewRuntimeWithConfig(ctx, cfg)
+	}
+	rt := newRuntime(intr)
 	closeRT := true
 	defer func() {
 		if closeRT {
 			_ = rt.Close(context.Background())
 		}
 	}()
-	cm, err := rt.CompileModule(ctx, bin)
+	cm, err := rt.CompileModule(ctx, code)
+	if err != nil && intr != nil {
+		// The rewrite of a module wazero takes should compile too; if it
+		// does not, the module runs as it came, under wazero's checks.
+		_ = rt.Close(context.Background())
+		rewriteErr := err
+		code, intr, rt = bin, nil, newRuntime(nil)
+		if cm, err = rt.CompileModule(ctx, code); err == nil {
+			p.log.Warn("guest compiled with wazero's interrupt checks (slower): its rewrite did not compile", "err", rewriteErr)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("compile: %w", err)
+	}
+	p.stopper = "wazero"
+	if intr != nil {
+		p.stopper = "fuel"
 	}
 	abi, err := abiOf(cm)
 	if err != nil {
@@ -240,8 +270,9 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		if err := instantiateHostModule(ctx, rt, g.HostFunctions); err != nil {
 			return nil, fmt.Errorf("host functions: %w", err)
 		}
-		p.drv = &looopyDriver{p: p, rt: rt, compiled: cm, modCfg: moduleConfig(m, g, p.roots)}
+		p.drv = &looopyDriver{p: p, rt: rt, compiled: cm, modCfg: moduleConfig(m, g, p.roots, intr), intr: intr}
 	case "extism":
+		p.stopper = "wazero" // the Extism SDK's runtime, on the module as it came
 		if err := checkExtismExports(cm, m.Kind); err != nil {
 			return nil, err
 		}
@@ -394,9 +425,13 @@ func compileSchema(tool string, schema json.RawMessage) (_ *jsonschema.Schema, e
 // moduleConfig is the WASI sandbox of a Looopy-ABI instance: no arguments,
 // no environment but the config and secrets, no folder unless granted, real
 // clocks, crypto randomness.
-func moduleConfig(m *Manifest, g Grant, roots []*grantRoot) wazero.ModuleConfig {
+func moduleConfig(m *Manifest, g Grant, roots []*grantRoot, intr *interruptible) wazero.ModuleConfig {
+	start := []string{"_initialize"}
+	if intr != nil {
+		start = nil // the driver calls them, with the interrupt armed
+	}
 	cfg := wazero.NewModuleConfig().
-		WithStartFunctions("_initialize").
+		WithStartFunctions(start...).
 		WithSysWalltime().WithSysNanotime().
 		WithRandSource(rand.Reader)
 	if len(m.Config) > 0 {

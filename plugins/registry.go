@@ -151,18 +151,27 @@ func New(cfg Config) (*Registry, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	var cache wazero.CompilationCache
+	// Two caches: wazero keys compiled code by the module alone, not by
+	// whether it was compiled with close-on-context-done, so code compiled
+	// without those checks (rewritten modules, see interrupt.go) must never
+	// be found by a runtime that relies on them.
+	var cache, icache wazero.CompilationCache
 	if cfg.CacheDir != "" {
-		if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
+		idir := filepath.Join(cfg.CacheDir, "interruptible")
+		if err := os.MkdirAll(idir, 0o755); err != nil {
 			return nil, fmt.Errorf("plugins: cache dir: %w", err)
 		}
 		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("plugins: cache dir: %w", err)
 		}
-		cache = c
+		ic, err := wazero.NewCompilationCacheWithDir(idir)
+		if err != nil {
+			return nil, fmt.Errorf("plugins: cache dir: %w", err)
+		}
+		cache, icache = c, ic
 	} else {
-		cache = wazero.NewCompilationCache()
+		cache, icache = wazero.NewCompilationCache(), wazero.NewCompilationCache()
 	}
 	for _, h := range cfg.Policy.AllowedHosts {
 		if h == "*" {
@@ -187,7 +196,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r := &Registry{
 		env: loadEnv{
-			cache: cache, policy: policy, lookupEnv: lookup, log: log,
+			cache: cache, icache: icache, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
 			kvQuotas: &kvQuotas{}, kvUsage: cfg.KVUsage, quotaKV: cfg.KVQuota,
 		},
@@ -228,7 +237,7 @@ func (r *Registry) Close() error {
 	for _, p := range old {
 		p.release()
 	}
-	return r.env.cache.Close(context.Background())
+	return errors.Join(r.env.cache.Close(context.Background()), r.env.icache.Close(context.Background()))
 }
 
 // Load reads the plugin at path (a manifest, or a folder holding
@@ -296,7 +305,7 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 		old.release()
 	}
 	r.log.InfoContext(ctx, "plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
-		"previous", ev.Previous, "grant", p.grant.String(), "took", ev.Duration)
+		"stopper", p.stopper, "previous", ev.Previous, "grant", p.grant.String(), "took", ev.Duration)
 	r.endLoad(ctx, span, ev)
 	r.emit(ev)
 	r.mu.RLock()
