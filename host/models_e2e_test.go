@@ -19,7 +19,7 @@ import (
 
 // openAIHost serves the real openai.wasm pointed at srv, its key in the
 // environment variable env.
-func openAIHost(t *testing.T, srv *chatserver.Server, env, key string, edit func(cfg *host.Config)) *testHost {
+func openAIHost(t testing.TB, srv *chatserver.Server, env, key string, edit func(cfg *host.Config)) *testHost {
 	t.Helper()
 	t.Setenv(env, key)
 	root := t.TempDir()

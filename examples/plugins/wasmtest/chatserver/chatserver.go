@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Reply is one scripted answer to a chat-completions request.
@@ -29,6 +30,8 @@ type Reply struct {
 	EchoKey bool
 	// Text is sent as content deltas, one chunk per element.
 	Text []string
+	// ChunkDelay is waited before each content chunk: a model generating.
+	ChunkDelay time.Duration
 	// ToolCalls are sent as deltas: the id and name first, then the
 	// arguments in two pieces.
 	ToolCalls []ToolCall
@@ -157,6 +160,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
 	words := 0
 	for _, t := range reply.Text {
+		if reply.ChunkDelay > 0 {
+			time.Sleep(reply.ChunkDelay)
+		}
 		send(chunk(map[string]any{"content": t}, nil))
 		words += len(strings.Fields(t))
 	}

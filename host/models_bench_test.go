@@ -1,0 +1,153 @@
+package host_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/looopy-go/looopy/examples/plugins/wasmtest/chatserver"
+	"github.com/looopy-go/looopy/host"
+)
+
+// BenchmarkRealModelOverhead: what the host adds to a streamed answer of an
+// OpenAI-compatible server on loopback (the chatserver fake: 40 content
+// chunks, 2 ms apart, as a model generating), against the same server
+// called directly with net/http in the same run. "direct" parses the
+// server's stream as a client would; "looopy" is the default host (Badger
+// on disk) running the real openai.wasm, read through the official a2a-go
+// client's SendStreamingMessage; "looopy-mem" is the same in memory.
+// Reports the medians of the time to the first text and to the end.
+func BenchmarkRealModelOverhead(b *testing.B) {
+	const chunks = 40
+	text := make([]string, chunks)
+	for i := range text {
+		text[i] = fmt.Sprintf(" w%d", i)
+	}
+	reply := chatserver.Reply{Text: text, ChunkDelay: 2 * time.Millisecond}
+	for _, mode := range []string{"direct", "looopy", "looopy-mem"} {
+		b.Run(mode, func(b *testing.B) {
+			srv := chatserver.Start(b.Cleanup)
+			srv.Default = reply
+			var turn func(ctx context.Context) (first, end time.Duration, err error)
+			if mode == "direct" {
+				turn = directTurn(srv.BaseURL())
+			} else {
+				h := openAIHost(b, srv, "LOOOPY_BENCH_OPENAI_KEY", "sk-bench", func(cfg *host.Config) {
+					cfg.InMemory = mode == "looopy-mem"
+				})
+				turn = a2aTurn(b, h.URL())
+			}
+			ctx := context.Background()
+			for range 3 { // connections, plugin instances
+				if _, _, err := turn(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			firsts, ends := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				first, end, err := turn(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				firsts, ends = append(firsts, first), append(ends, end)
+			}
+			b.StopTimer()
+			median := func(d []time.Duration) float64 {
+				slices.Sort(d)
+				return float64(d[len(d)/2].Microseconds()) / 1000
+			}
+			b.ReportMetric(median(firsts), "first-text-ms")
+			b.ReportMetric(median(ends), "end-ms")
+		})
+	}
+}
+
+// directTurn streams one chat completion from the server itself.
+func directTurn(base string) func(ctx context.Context) (time.Duration, time.Duration, error) {
+	client := &http.Client{Timeout: time.Minute}
+	body := []byte(`{"model":"bench","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`)
+	return func(ctx context.Context) (first, end time.Duration, err error) {
+		t0 := time.Now()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer sk-bench")
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		var text strings.Builder
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok || line == "[DONE]" {
+				continue
+			}
+			var chunk struct {
+				Choices []struct {
+					Delta struct {
+						Content string `json:"content"`
+					} `json:"delta"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal([]byte(line), &chunk); err != nil {
+				return 0, 0, err
+			}
+			for _, c := range chunk.Choices {
+				if c.Delta.Content != "" && first == 0 {
+					first = time.Since(t0)
+				}
+				text.WriteString(c.Delta.Content)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return 0, 0, err
+		}
+		if !strings.HasSuffix(text.String(), " w39") {
+			return 0, 0, fmt.Errorf("answer %q", text.String())
+		}
+		return first, time.Since(t0), nil
+	}
+}
+
+// a2aTurn streams one turn from a host through the official client.
+func a2aTurn(b *testing.B, url string) func(ctx context.Context) (time.Duration, time.Duration, error) {
+	c := benchClient(b, url+"/a2a/v1")
+	return func(ctx context.Context) (first, end time.Duration, err error) {
+		t0 := time.Now()
+		var state a2a.TaskState
+		for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: userMsg("hello")}) {
+			if err != nil {
+				return 0, 0, err
+			}
+			switch e := ev.(type) {
+			case *a2a.TaskArtifactUpdateEvent:
+				if first == 0 {
+					for _, p := range e.Artifact.Parts {
+						if p.Text() != "" {
+							first = time.Since(t0)
+						}
+					}
+				}
+			case *a2a.TaskStatusUpdateEvent:
+				state = e.Status.State
+			case *a2a.Task:
+				state = e.Status.State
+			}
+		}
+		if state != a2a.TaskStateCompleted || first == 0 {
+			return 0, 0, fmt.Errorf("turn ended %s, first text after %s", state, first)
+		}
+		return first, time.Since(t0), nil
+	}
+}
