@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"strconv"
 	"strings"
@@ -345,20 +346,8 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 	}
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	items := make(chan streamItem)
-	go func() {
-		defer close(items)
-		for ev, err := range s.client.SendStreamingMessage(tctx, &a2a.SendMessageRequest{Message: msg}) {
-			select {
-			case items <- streamItem{ev, err}:
-			case <-tctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	items := pump(tctx, s.client.SendStreamingMessage(tctx, &a2a.SendMessageRequest{Message: msg}))
+	resubscribed := 0
 	st := &turnState{taskID: msg.TaskID}
 	events := 0
 	// Against a Looopy host the turn is drawn from its event stream (one
@@ -398,6 +387,25 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 			}
 			kept = nil
 		case it, ok := <-items:
+			var a2aErr *a2a.Error
+			if (!ok || (it.err != nil && !errors.As(it.err, &a2aErr) && !errors.Is(it.err, a2a.ErrTaskNotFound))) &&
+				events > 0 && !st.ended && st.taskID != "" && resubscribed < maxResubscribe {
+				// The stream broke off before the task ended or paused:
+				// follow the task again.
+				resubscribed++
+				why := "ended"
+				if ok {
+					why = sanitize(it.err.Error())
+				}
+				s.p.line(styleDim, "(the stream broke off: %s; following task %s again)", why, st.taskID)
+				select {
+				case <-time.After(time.Duration(resubscribed) * 500 * time.Millisecond):
+				case <-ctx.Done():
+					return true
+				}
+				items = pump(tctx, s.client.SubscribeToTask(tctx, &a2a.SubscribeToTaskRequest{ID: st.taskID}))
+				continue
+			}
 			if !ok {
 				if events == 0 {
 					s.silent(ctx)
@@ -426,6 +434,30 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 			}
 		}
 	}
+}
+
+// maxResubscribe bounds how often one turn follows its task again after
+// its stream broke off.
+const maxResubscribe = 5
+
+// pump forwards a stream's events to a channel, closed after the last (or
+// after an error).
+func pump(ctx context.Context, seq iter.Seq2[a2a.Event, error]) <-chan streamItem {
+	items := make(chan streamItem)
+	go func() {
+		defer close(items)
+		for ev, err := range seq {
+			select {
+			case items <- streamItem{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return items
 }
 
 // finishTurn lets the Looopy event stream catch up (so that everything
@@ -470,7 +502,7 @@ func (s *session) finishTurn(ctx context.Context, st *turnState, feedp **eventFe
 		defer cancel()
 		if t, err := s.client.GetTask(gctx, &a2a.GetTaskRequest{ID: st.taskID}); err == nil {
 			s.p.line(styleDim, "the stream ended; task %s is %s", st.taskID, stateName(t.Status.State))
-			if t.Status.State == a2a.TaskStateInputRequired || t.Status.State == a2a.TaskStateAuthRequired {
+			if finalState(t.Status.State) {
 				s.status(st, t.Status, nil)
 			}
 		}

@@ -30,7 +30,8 @@ import (
 
 type executor struct {
 	mu       sync.Mutex
-	answered []string // the answers to "ask", as the executor got them
+	answered []string      // the answers to "ask", as the executor got them
+	release  chan struct{} // "wait" goes on when it is closed
 }
 
 func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
@@ -54,6 +55,14 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 		case "ask":
 			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired,
 				a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("What is your name?"))), nil)
+		case "wait":
+			if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking,
+				a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("step one"))), nil) {
+				return
+			}
+			<-e.release // on, whatever became of the request
+			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted,
+				a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("after the break"))), nil)
 		case "slow":
 			if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking,
 				a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("working slowly"))), nil) {
@@ -88,6 +97,45 @@ func (e *executor) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Se
 	}
 }
 
+// breaker ends every response in flight when told to, as a dropped
+// connection would.
+type breakerT struct {
+	mu      sync.Mutex
+	cancels []context.CancelFunc
+	stream  int // streaming requests since the last break
+}
+
+func (b *breakerT) streams() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stream
+}
+
+var breaker = &breakerT{}
+
+func (b *breakerT) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		b.mu.Lock()
+		b.cancels = append(b.cancels, cancel)
+		if r.Header.Get("Accept") == "text/event-stream" {
+			b.stream++
+		}
+		b.mu.Unlock()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func (b *breakerT) breakAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.cancels {
+		c()
+	}
+	b.cancels, b.stream = nil, 1
+}
+
 // serve runs a2asrv with the executor: A2A 1.0, or (v03) 0.3 only.
 func serve(t *testing.T, v03 bool) (string, *executor) {
 	t.Helper()
@@ -97,10 +145,10 @@ func serve(t *testing.T, v03 bool) (string, *executor) {
 // serveCard is serve with extensions listed on the card.
 func serveCard(t *testing.T, v03 bool, exts []a2a.AgentExtension) (string, *executor) {
 	t.Helper()
-	ex := &executor{}
+	ex := &executor{release: make(chan struct{})}
 	handler := a2asrv.NewHandler(ex)
 	mux := http.NewServeMux()
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(breaker.wrap(mux))
 	t.Cleanup(srv.Close)
 	card := &a2a.AgentCard{Name: "Trivial", Description: "a2asrv with a trivial executor", Version: "1",
 		Capabilities: a2a.AgentCapabilities{Streaming: true, Extensions: exts}, DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
@@ -283,6 +331,33 @@ func TestChatWithoutTheEventStream(t *testing.T) {
 	}
 	if n := strings.Count(s.out.String(), "Hello, world]0;pwned (hi)"); n != 1 {
 		t.Fatalf("the first answer was shown %d times, want once", n)
+	}
+}
+
+// A stream that breaks off before its task ends: the chat follows the
+// task again (SubscribeToTask) and shows how it ends.
+func TestChatFollowsATaskAfterTheStreamBreaks(t *testing.T) {
+	url, ex := serve(t, false)
+	s := start(t, chat.Options{URL: url})
+	s.expect("you> ")
+	s.say("wait")
+	s.expect("… step one")
+	breaker.breakAll()
+	s.expect("(the stream broke off")
+	s.expect("following task")
+	// The task goes on once the chat follows it again.
+	deadline := time.Now().Add(60 * time.Second)
+	for breaker.streams() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the chat never followed the task again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(ex.release)
+	got := s.expect("after the break")
+	s.expect("you> ")
+	if strings.Contains(got, "error") || strings.Contains(got, "the stream ended") {
+		t.Fatalf("the task's end did not come on the stream that followed it:\n%s", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -91,28 +92,59 @@ func (f *eventFeed) stop() {
 
 func (f *eventFeed) run(ctx context.Context, contextID string) {
 	defer close(f.done)
+	connected, tries := false, 0
+	for {
+		ok, err := f.read(ctx, contextID)
+		if ctx.Err() != nil {
+			return
+		}
+		if ok {
+			connected, tries = true, 0
+		}
+		tries++
+		if !connected || tries > feedRetries {
+			sep := ": "
+			if errors.Is(err, errAnswered) {
+				sep = " "
+			}
+			f.s.p.line(styleDim, "(no tool calls shown: the host's event stream%s%s)", sep, sanitize(err.Error()))
+			close(f.failed)
+			return
+		}
+		// A stream that broke off is read again from the last event seen.
+		t := time.NewTimer(time.Duration(tries) * 500 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// feedRetries is how many times in a row a broken event stream is opened
+// again before the chat goes on with A2A alone.
+const feedRetries = 6
+
+// read reads the stream once, from the last event seen, until it ends. It
+// reports whether it got the stream at all, and why it ended.
+func (f *eventFeed) read(ctx context.Context, contextID string) (bool, error) {
 	u := f.s.opts.URL + "/events/" + url.PathEscape(contextID) + "?kinds=" + feedKinds
 	if l := f.last.Load(); l > 0 {
 		u += "&lastEventId=" + strconv.FormatInt(l, 10)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return
+		return false, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := f.s.hc.Do(req)
 	if err != nil {
-		if ctx.Err() == nil {
-			f.s.p.line(styleDim, "(no tool calls shown: the host's event stream: %s)", sanitize(err.Error()))
-			close(f.failed)
-		}
-		return
+		return false, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		f.s.p.line(styleDim, "(no tool calls shown: the host's event stream answered %s)", resp.Status)
-		close(f.failed)
-		return
+		return false, fmt.Errorf("%w %s", errAnswered, resp.Status)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -142,7 +174,13 @@ func (f *eventFeed) run(ctx context.Context, contextID string) {
 			data.WriteString(strings.TrimPrefix(line[5:], " "))
 		}
 	}
+	if err := sc.Err(); err != nil {
+		return true, err
+	}
+	return true, errors.New("ended")
 }
+
+var errAnswered = errors.New("answered")
 
 // looopyEvent holds the fields of the event kinds the chat shows.
 type looopyEvent struct {
