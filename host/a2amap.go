@@ -135,6 +135,18 @@ func toA2ATask(rec loop.TaskRecord, historyLength int) *a2a.Task {
 	if u := taskUsage(rec); u != nil {
 		t.Metadata = map[string]any{"usage": u}
 	}
+	if rec.ParentTaskID != "" || len(rec.Subtasks) > 0 {
+		// Sub-agents: the parent of a sub-task, the sub-tasks of a task.
+		if t.Metadata == nil {
+			t.Metadata = map[string]any{}
+		}
+		if rec.ParentTaskID != "" {
+			t.Metadata["parentTaskId"] = rec.ParentTaskID
+		}
+		if len(rec.Subtasks) > 0 {
+			t.Metadata["subtasks"] = rec.Subtasks
+		}
+	}
 	if rec.Reason != "" {
 		// How the last turn ended: its reason (stop, max_iterations,
 		// length, content_filter, ...), the model's finish reason and the

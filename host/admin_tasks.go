@@ -29,6 +29,7 @@ type AdminTask struct {
 	UpdatedAt    time.Time       `json:"updatedAt"`
 	ExpiresAt    time.Time       `json:"expiresAt,omitzero"`
 	ParentTaskID string          `json:"parentTaskId,omitempty"`
+	Subtasks     []string        `json:"subtasks,omitempty"`
 }
 
 // errNoDurability: the journal or checkpoints were asked for on a host
@@ -187,7 +188,7 @@ func (s *Server) adminTask(rec loop.TaskRecord) AdminTask {
 	return AdminTask{ID: rec.ID, ContextID: rec.ContextID, Owner: rec.Owner, Status: rec.Status,
 		Message: rec.Message, Reason: rec.Reason, Iterations: rec.Iterations, Messages: len(rec.History),
 		Running: s.tasks.Running(rec.ID) != nil, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
-		ExpiresAt: rec.ExpiresAt, ParentTaskID: rec.ParentTaskID}
+		ExpiresAt: rec.ExpiresAt, ParentTaskID: rec.ParentTaskID, Subtasks: rec.Subtasks}
 }
 
 func knownStatus(st loop.TaskStatus) bool {

@@ -128,7 +128,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		Params:      loop.ModelParams{Model: cfg.Model.Name, Temperature: cfg.Model.Temperature, MaxTokens: cfg.Model.MaxTokens},
 		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.Budget,
 		Approval:       (&Server{cfg: cfg, toolsets: opts.Toolsets, plugins: opts.Plugins}).approvalGate(),
-		CheckArguments: validateJSON})
+		CheckArguments: validateJSON, Subtasks: st.Tasks, SubtaskTTL: time.Duration(cfg.Limits.TaskTTL)})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}

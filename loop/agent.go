@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,6 +303,9 @@ func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Tur
 	msgs := make([]Message, 0, len(history)+len(input))
 	t.Messages = append(append(msgs, history...), input...)
 	t.ContextID, t.TaskID, t.AgentID = a.cfg.ContextID, rec.ID, a.cfg.AgentID
+	if t.Owner == "" {
+		t.Owner = rec.Owner
+	}
 	t.OnFinish = func(ctx context.Context, o *Outcome) error {
 		return a.finishTurn(ctx, rec, input, o, lease)
 	}
@@ -436,6 +440,11 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 		rec.Status, rec.Reason, rec.Content = o.Status, o.Reason, o.Content
 		rec.Usage, rec.Iterations, rec.PendingCalls = o.Usage, o.Iterations, o.PendingCalls
 		rec.Requests = o.Requests
+		for _, id := range o.Subtasks {
+			if !slices.Contains(rec.Subtasks, id) {
+				rec.Subtasks = append(rec.Subtasks, id)
+			}
+		}
 		rec.History = append(rec.History, o.Messages...)
 		rec.UpdatedAt = time.Now().UTC()
 		rec.TurnInput = 0

@@ -49,6 +49,9 @@ type ToolEnv struct {
 	// CallID is the id of the tool call this env was made for. Calls a
 	// sub-agent makes through Tools are journaled under it.
 	CallID string
+
+	turn *turn    // the turn the call runs in (nil: called outside a turn)
+	sub  *Subtask // the sub-task this env is the sub-agent's env of
 }
 
 // ToolsetPinner is implemented by toolsets whose contents change while the
@@ -146,6 +149,9 @@ type TaskRecord struct {
 	History      []Message  `json:"history,omitempty"`   // the turn's messages: its input, then what it produced
 	TurnInput    int        `json:"turnInput,omitempty"` // while working: how many trailing History messages are the running turn's input
 	PendingCalls []ToolCall `json:"pendingCalls,omitempty"`
+	// Subtasks are the ids of the sub-tasks the task's turns started
+	// (sub-agents), oldest first.
+	Subtasks []string `json:"subtasks,omitempty"`
 	// Requests are what a paused task waits for (approvals, client tool
 	// results), with the answers recorded so far; a task that goes on
 	// keeps them until its turn ends.

@@ -94,6 +94,11 @@ type Config struct {
 	// against the tool's parameters schema: a call that fails is answered
 	// to the model as an error at once, without a pause.
 	CheckArguments func(schema, args json.RawMessage) error
+	// Subtasks, when set, keeps a record of each sub-agent's task
+	// (ToolEnv.StartSubtask), owned by the parent task's owner; finished
+	// ones expire after SubtaskTTL (0: never).
+	Subtasks   TaskStore
+	SubtaskTTL time.Duration
 }
 
 // Loop runs single turns: call the model, run the tools it asks for in
@@ -116,6 +121,8 @@ type Loop struct {
 	budget       func(context.Context, *Turn, TurnUsage) error
 	approval     ApprovalGate
 	checkArgs    func(schema, args json.RawMessage) error
+	subtasks     TaskStore
+	subtaskTTL   time.Duration
 }
 
 // New returns a Loop for cfg.
@@ -144,6 +151,8 @@ func New(cfg Config) (*Loop, error) {
 		budget:      cfg.Budget,
 		approval:    cfg.Approval,
 		checkArgs:   cfg.CheckArguments,
+		subtasks:    cfg.Subtasks,
+		subtaskTTL:  cfg.SubtaskTTL,
 	}
 	if cfg.Meter != nil {
 		lm, err := newLoopMetrics(cfg.Meter)
@@ -171,6 +180,9 @@ type Turn struct {
 	TaskID       string
 	AgentID      string
 	ParentTaskID string
+	// Owner is the principal the task belongs to; its sub-tasks are
+	// recorded as theirs.
+	Owner string
 	// Messages is the history followed by this turn's input: a user message,
 	// or tool messages answering the client tool calls of the previous turn.
 	Messages []Message
@@ -216,7 +228,9 @@ type Outcome struct {
 	// Finish is the finish reason of the last model response (stop,
 	// length, content_filter, tool_calls; empty when none came).
 	Finish FinishReason
-	Err    error
+	// Subtasks are the ids of the sub-tasks the turn started.
+	Subtasks []string
+	Err      error
 }
 
 // Reasons a turn ends.
@@ -287,6 +301,15 @@ type turn struct {
 	// retries counts the model calls made again (callModel runs on the
 	// turn's goroutine only).
 	retries int
+	// out is the outcome being built (its usage is read by sub-agents'
+	// budget checks while tools run; it changes only between rounds).
+	out *Outcome
+	// subMu guards what sub-agents report: their usage not yet folded
+	// into out, how many run, the sub-tasks started.
+	subMu      sync.Mutex
+	subUsage   Usage
+	activeSubs int
+	subtasks   []string
 }
 
 // Run executes one turn. It never panics on a misbehaving model or tool and
@@ -313,7 +336,7 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	}
 	tr.env = ToolEnv{
 		ContextID: t.ContextID, TaskID: t.TaskID, AgentID: t.AgentID,
-		Auth: t.Auth, Emit: tr.emit, Model: tr.model, Tools: (*turnTools)(tr), Depth: t.Depth,
+		Auth: t.Auth, Emit: tr.emit, Model: tr.model, Tools: (*turnTools)(tr), Depth: t.Depth, turn: tr,
 	}
 
 	ctx, span := l.startSpan(ctx, "agent.execute",
@@ -337,6 +360,10 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 
 	out = tr.run(ctx)
 	out.Retries = tr.retries
+	out.Usage = out.Usage.Add(tr.takeSubUsage())
+	tr.subMu.Lock()
+	out.Subtasks = append([]string(nil), tr.subtasks...)
+	tr.subMu.Unlock()
 
 	if t.OnFinish != nil {
 		if err := t.OnFinish(context.WithoutCancel(ctx), &out); err != nil {
@@ -411,6 +438,7 @@ func (tr *turn) emit(e Event) {
 func (tr *turn) run(ctx context.Context) Outcome {
 	l := tr.l
 	var out Outcome
+	tr.out = &out
 	// conv is what the model sees: the system prompt, then the history.
 	conv := make([]Message, 0, len(tr.t.Messages)+8)
 	if l.systemPrompt != "" {
@@ -593,6 +621,7 @@ func (tr *turn) toolPhase(ctx context.Context, iter int, calls []ToolCall, out *
 	var pending []ToolCall
 	var reqs []InputRequest
 	results := tr.runTools(ctx, calls, &pending, &reqs)
+	out.Usage = out.Usage.Add(tr.takeSubUsage()) // what sub-agents used is the turn's
 	out.Messages = append(out.Messages, results...)
 	if len(pending) > 0 {
 		out.Status, out.Reason, out.PendingCalls, out.Requests = TaskWaitingInput, ReasonClientTool, pending, reqs
@@ -915,10 +944,21 @@ func clientToolRequest(c ToolCall) InputRequest {
 // journal, the call is recorded before it starts and when it ends; a call
 // the journal shows completed (a resumed turn) is not run again.
 func (tr *turn) runTool(ctx context.Context, call ToolCall) Message {
+	return tr.runToolFor(ctx, call, nil)
+}
+
+// runToolFor is runTool for a call of the turn (sub nil) or of one of its
+// sub-agents: then its events carry the sub-task's id and it runs with the
+// sub-agent's env.
+func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) Message {
+	emit := tr.emit
+	if sub != nil {
+		emit = sub.Emit
+	}
 	ctx, span := tr.l.startSpanf(ctx, "tool[%s]", call.Name, attribute.String("looopy.tool.name", call.Name),
 		attribute.String("looopy.tool.call_id", call.ID))
 	defer span.End()
-	if res, replayed := tr.fromJournal(ctx, call); replayed {
+	if res, replayed := tr.fromJournal(ctx, call, emit); replayed {
 		span.SetAttributes(attribute.Bool("looopy.tool.replayed", true))
 		return toolMessage(call, res)
 	}
@@ -930,13 +970,13 @@ func (tr *turn) runTool(ctx context.Context, call ToolCall) Message {
 		if err != nil {
 			// Not journaled, not run: running it could not be made safe.
 			res := ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was not run: the host could not record the call: %v", call.Name, err)}
-			tr.emitComplete(call, res, 0)
+			tr.emitCompleteTo(emit, call, res, 0)
 			return toolMessage(call, res)
 		}
 	}
-	tr.emit(&ToolStart{Header: Header{Kind: KindToolStart}, ToolCallID: call.ID, ToolName: call.Name, Arguments: call.Arguments})
+	emit(&ToolStart{Header: Header{Kind: KindToolStart}, ToolCallID: call.ID, ToolName: call.Name, Arguments: call.Arguments})
 	start := time.Now()
-	res := tr.callTool(ctx, call)
+	res := tr.callTool(ctx, call, sub)
 	res.ToolCallID = call.ID
 	tr.toolCalls.Add(1)
 	if tr.l.metrics != nil {
@@ -951,14 +991,14 @@ func (tr *turn) runTool(ctx context.Context, call ToolCall) Message {
 	}
 	span.SetAttributes(attribute.Bool("looopy.tool.success", !res.IsError))
 	tr.endCall(ctx, call, res)
-	tr.emitComplete(call, res, time.Since(start))
+	tr.emitCompleteTo(emit, call, res, time.Since(start))
 	return toolMessage(call, res)
 }
 
 // fromJournal answers a call of a resumed turn from the journal: the result
 // of a completed call, or, for a call cut off by the crash of a tool that is
 // not idempotent, a result saying its outcome is unknown.
-func (tr *turn) fromJournal(ctx context.Context, call ToolCall) (ToolResult, bool) {
+func (tr *turn) fromJournal(ctx context.Context, call ToolCall, emit func(Event)) (ToolResult, bool) {
 	e, ok := tr.journaled[call.ID]
 	if !ok {
 		return ToolResult{}, false
@@ -969,7 +1009,7 @@ func (tr *turn) fromJournal(ctx context.Context, call ToolCall) (ToolResult, boo
 	case e.State == CallStarted && !tr.idempotent(call.Name):
 		res := InterruptedResult(call)
 		tr.endCall(ctx, call, res)
-		tr.emitComplete(call, res, 0)
+		tr.emitCompleteTo(emit, call, res, 0)
 		return res, true
 	}
 	return ToolResult{}, false // idempotent and interrupted: run it again
@@ -998,6 +1038,10 @@ func (tr *turn) idempotent(name string) bool {
 }
 
 func (tr *turn) emitComplete(call ToolCall, res ToolResult, d time.Duration) {
+	tr.emitCompleteTo(tr.emit, call, res, d)
+}
+
+func (tr *turn) emitCompleteTo(emit func(Event), call ToolCall, res ToolResult, d time.Duration) {
 	done := &ToolComplete{Header: Header{Kind: KindToolComplete}, ToolCallID: call.ID, ToolName: call.Name,
 		Success: !res.IsError, Duration: d}
 	if res.IsError {
@@ -1005,7 +1049,7 @@ func (tr *turn) emitComplete(call ToolCall, res ToolResult, d time.Duration) {
 	} else {
 		done.Result = res.Content
 	}
-	tr.emit(done)
+	emit(done)
 }
 
 func toolMessage(call ToolCall, res ToolResult) Message {
@@ -1026,7 +1070,7 @@ func toolMeta(r ToolResult) map[string]any {
 	return m
 }
 
-func (tr *turn) callTool(parent context.Context, call ToolCall) (res ToolResult) {
+func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (res ToolResult) {
 	ts, ok := tr.index[call.Name]
 	if !ok {
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q does not exist; available tools: %s", call.Name, tr.toolNames())}
@@ -1039,6 +1083,9 @@ func (tr *turn) callTool(parent context.Context, call ToolCall) (res ToolResult)
 		}
 	}()
 	env := tr.env // a copy per call
+	if sub != nil {
+		env = sub.env // a sub-agent's call runs one level deeper, as the sub-task
+	}
 	env.CallID = call.ID
 	r, err := ts.Call(ctx, call, &env)
 	switch {
@@ -1089,7 +1136,11 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 		// sub-agent, so its ids never collide with the parent's.
 		call.ID = env.CallID + ">" + call.ID
 	}
-	m := tr.runTool(ctx, call)
+	var sub *Subtask
+	if env != nil && env.turn == tr {
+		sub = env.sub
+	}
+	m := tr.runToolFor(ctx, call, sub)
 	return ToolResult{ToolCallID: call.ID, Content: m.Content, IsError: m.Metadata["isError"] == true}, nil
 }
 

@@ -96,7 +96,11 @@ func (tr *turn) budget(ctx context.Context, out *Outcome, final bool) error {
 	if b == nil {
 		return nil
 	}
-	err := b(ctx, tr.t, TurnUsage{Usage: out.Usage, ToolCalls: int(tr.toolCalls.Load()), Iterations: out.Iterations, Final: final})
+	// What sub-agents used counts too (folded into out.Usage after each
+	// round of tools); their reports and this one are serialized.
+	tr.subMu.Lock()
+	defer tr.subMu.Unlock()
+	err := b(ctx, tr.t, TurnUsage{Usage: out.Usage.Add(tr.subUsage), ToolCalls: int(tr.toolCalls.Load()), Iterations: out.Iterations, Final: final})
 	if err != nil && !final {
 		return fmt.Errorf("turn stopped by its budget: %w", err)
 	}

@@ -124,22 +124,11 @@ func (p *Plugin) runAgent(ctx context.Context, t *pluginTool, call loop.ToolCall
 	if prompt == "" {
 		prompt = string(call.Arguments)
 	}
-	sub := *env
-	sub.Depth = env.Depth + 1
-	sub.TaskID = env.TaskID + "/" + call.ID
-	parentTask, parentEmit := env.TaskID, env.Emit
-	if parentEmit != nil {
-		sub.Emit = func(e loop.Event) {
-			if h := e.Head(); h.ParentTaskID == "" {
-				h.ParentTaskID = parentTask
-			}
-			parentEmit(e)
-		}
-		parentEmit(&loop.SubtaskCreated{
-			Header:    loop.Header{Kind: loop.KindSubtaskCreated, ContextID: env.ContextID, TaskID: parentTask, Timestamp: time.Now().UTC()},
-			SubtaskID: sub.TaskID, AgentID: p.Name(), Prompt: prompt,
-		})
+	st, err := env.StartSubtask(ctx, loop.SubtaskSpec{AgentID: p.Name(), Prompt: prompt, CallID: call.ID})
+	if err != nil {
+		return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf("agent %q not run: %v", t.def.Name, err)}, nil
 	}
+	sub := st.Env()
 	req := pdk.AgentRequest{
 		Messages:  []loop.Message{{Role: loop.RoleUser, Content: prompt}},
 		ContextID: env.ContextID, TaskID: sub.TaskID, Depth: sub.Depth,
@@ -156,20 +145,30 @@ func (p *Plugin) runAgent(ctx context.Context, t *pluginTool, call loop.ToolCall
 	}
 	in, err := json.Marshal(&req)
 	if err != nil {
+		st.Finish(ctx, loop.TaskFailed, "", err)
 		return loop.ToolResult{}, fmt.Errorf("plugin %q: encode agent request: %w", p.Name(), err)
 	}
 	var resp pdk.AgentResponse
-	err = p.invoke(ctx, pdk.OpRun, in, func(st *callState) {
-		st.env, st.toolCallID = &sub, call.ID
+	err = p.invoke(ctx, pdk.OpRun, in, func(cs *callState) {
+		cs.env, cs.toolCallID = sub, call.ID
 	}, func(out []byte) error { return json.Unmarshal(out, &resp) })
 	if err != nil {
 		var pe *pdk.Error
-		if errors.As(err, &pe) {
-			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf("agent %q: %s", t.def.Name, p.redact(pe.Message))}, nil
+		status := loop.TaskFailed
+		if ctx.Err() != nil {
+			status = loop.TaskCanceled
 		}
+		if errors.As(err, &pe) {
+			msg := fmt.Sprintf("agent %q: %s", t.def.Name, p.redact(pe.Message))
+			st.Finish(ctx, status, "", errors.New(msg))
+			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: msg}, nil
+		}
+		st.Finish(ctx, status, "", errors.New(p.redact(err.Error())))
 		return loop.ToolResult{}, err
 	}
-	return loop.ToolResult{ToolCallID: call.ID, Content: p.redact(resp.Content)}, nil
+	content := p.redact(resp.Content)
+	st.Finish(ctx, loop.TaskCompleted, content, nil)
+	return loop.ToolResult{ToolCallID: call.ID, Content: content}, nil
 }
 
 // generate runs one model call. Deltas the plugin emits reach onDelta on the

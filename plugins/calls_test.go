@@ -303,7 +303,7 @@ func TestAgentPluginUsesHostModelAndTools(t *testing.T) {
 		t.Fatal("no subtask event")
 	}
 	st, ok := events[0].(*loop.SubtaskCreated)
-	if !ok || st.SubtaskID != "t/a1" || st.AgentID != "researcher" || st.Prompt != "why" {
+	if !ok || st.SubtaskID != "t.a1" || st.AgentID != "researcher" || st.Prompt != "why" {
 		t.Fatalf("first event = %#v", events[0])
 	}
 }

@@ -57,9 +57,18 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 		l, ok := leases[id]
 		return ok && l.Owner != rt.cfg.Owner && now.Before(l.Expires)
 	}
-	var todo []loop.TaskRecord
+	var todo, orphans []loop.TaskRecord
 	for _, rec := range recs {
-		if !held(rec.ID) {
+		switch {
+		case rec.ParentTaskID != "":
+			// A sub-task runs inside its parent's turn, never on its own:
+			// left working with its parent not running, it was cut off
+			// (a resumed parent runs its call again, or reports it
+			// interrupted).
+			if !held(rec.ParentTaskID) {
+				orphans = append(orphans, rec)
+			}
+		case !held(rec.ID):
 			todo = append(todo, rec)
 		}
 		delete(leases, rec.ID)
@@ -92,6 +101,11 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 			return nil
 		})
 	}
+	for _, rec := range orphans {
+		g.Go(func() error {
+			return rt.failTaken(gctx, rec, "interrupted: the host restarted during its parent task's turn")
+		})
+	}
 	for _, rec := range todo {
 		g.Go(func() error {
 			if !durable || rec.Status != loop.TaskWorking {
@@ -112,7 +126,7 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	if n := len(todo) + len(ended); n > 0 {
+	if n := len(todo) + len(ended) + len(orphans); n > 0 {
 		rt.log.LogAttrs(ctx, slog.LevelInfo, "tasks taken over", slog.Int("tasks", len(todo)), slog.Int("ends", len(ended)))
 	}
 	return nil

@@ -210,6 +210,10 @@ type Run struct {
 	ctxOnce  sync.Once
 	outcome  loop.Outcome
 	err      error
+	// subs are the sub-tasks whose end went out during the turn: their
+	// streams are settled with the turn's.
+	subMu sync.Mutex
+	subs  []string
 }
 
 // Done is closed when the turn has ended and its events are in the log.
@@ -581,7 +585,8 @@ func (rt *Runtime) unregister(r *Run) {
 // isFinal reports whether e is the status that ends r's turn.
 func isFinal(r *Run, e loop.Event) bool {
 	st, ok := e.(*loop.TaskStatusEvent)
-	return ok && st.TaskID == r.TaskID && st.Status != loop.TaskWorking && st.Status != loop.TaskSubmitted
+	return ok && st.TaskID == r.TaskID && st.Status != loop.TaskWorking && st.Status != loop.TaskSubmitted &&
+		st.Status != loop.TaskWaitingSubtask
 }
 
 // launch runs a turn of r on the runtime's context, in a goroutine the
@@ -605,6 +610,11 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 			// see this one end.
 			rt.crashpoint(PointTurnCommitted)
 			rt.releaseContext(r)
+		}
+		if tc, ok := e.(*loop.TaskComplete); ok && tc.TaskID != r.TaskID && tc.ParentTaskID != "" {
+			r.subMu.Lock()
+			r.subs = append(r.subs, tc.TaskID)
+			r.subMu.Unlock()
 		}
 		pub.Emit(e)
 	})
@@ -645,6 +655,16 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 				}
 			}
 		} else {
+			r.subMu.Lock()
+			subs := r.subs
+			r.subMu.Unlock()
+			for _, id := range subs {
+				// A sub-task's stream ends with it (its task-complete is out).
+				if err := rt.ev.Settle(context.Background(), id, contextID, true); err != nil {
+					rt.log.LogAttrs(context.Background(), slog.LevelWarn, "sub-task events not settled",
+						slog.String("task_id", id), slog.String("error", err.Error()))
+				}
+			}
 			rt.turnEnded(taskID, contextID, out.Status)
 		}
 		rt.mu.Lock()
@@ -852,6 +872,10 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 	}
 	if rec.Status.Terminal() {
 		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable)
+	}
+	if rec.ParentTaskID != "" {
+		// A sub-task runs inside its parent's turn: it ends with it.
+		return rec, fmt.Errorf("task %q is a sub-task of %q: cancel the parent task: %w", taskID, rec.ParentTaskID, ErrNotCancelable)
 	}
 	if rec.Status == loop.TaskWorking && rt.st.Leases != nil {
 		// Not running here: another host may run it (stores shared by

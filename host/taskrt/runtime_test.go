@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"testing"
 	"time"
@@ -82,10 +83,12 @@ func (l *logEvents) KeepContext(ctx context.Context, id string, ttl time.Duratio
 
 // scriptModel answers with "done" after gate (when set) is closed.
 type scriptModel struct {
-	gate chan struct{}
+	gate  chan struct{}
+	calls atomic.Int64
 }
 
 func (m *scriptModel) Generate(ctx context.Context, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+	m.calls.Add(1)
 	if m.gate != nil {
 		select {
 		case <-m.gate:
@@ -509,5 +512,44 @@ func TestCancelOfATaskRunningElsewhere(t *testing.T) {
 	})
 	if ls, _ := h.db.ListLeases(ctx); len(ls) != 0 {
 		t.Fatalf("leases left after the cancel: %+v", ls)
+	}
+}
+
+// A sub-task left working by a dead process is never resumed on its own
+// (it runs only inside its parent's turn): it fails as interrupted, unless
+// its parent is held by a live process, which still runs it.
+func TestRecoverFailsOrphanedSubtasks(t *testing.T) {
+	t.Parallel()
+	model := &scriptModel{}
+	h := newHarness(t, t.TempDir(), model, nil)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for _, rec := range []loop.TaskRecord{
+		{ID: "p1", ContextID: "c1", Owner: "alice", Status: loop.TaskCompleted, CreatedAt: now, UpdatedAt: now},
+		{ID: "p1.call1", ContextID: "c1", Owner: "alice", ParentTaskID: "p1", Status: loop.TaskWorking,
+			History: []loop.Message{user("dig")}, TurnInput: 1, CreatedAt: now, UpdatedAt: now},
+		{ID: "p2.call1", ContextID: "c2", Owner: "alice", ParentTaskID: "p2", Status: loop.TaskWorking,
+			History: []loop.Message{user("dig")}, TurnInput: 1, CreatedAt: now, UpdatedAt: now},
+	} {
+		if err := h.db.SaveTask(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// p2 runs on a live host.
+	if _, err := h.db.AcquireLease(ctx, "p2", "host-live", "c2", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.db.LoadTask(ctx, "p1.call1")
+	if err != nil || rec.Status != loop.TaskFailed || !strings.Contains(rec.Message, "interrupted") {
+		t.Fatalf("orphaned sub-task after recovery: %+v (%v), want failed as interrupted", rec, err)
+	}
+	if rec, err := h.db.LoadTask(ctx, "p2.call1"); err != nil || rec.Status != loop.TaskWorking {
+		t.Fatalf("sub-task of a live parent after recovery: %+v (%v), want it left working", rec, err)
+	}
+	if h.rt.Running("p1.call1") != nil || model.calls.Load() != 0 {
+		t.Fatalf("a sub-task ran on its own (model calls %d)", model.calls.Load())
 	}
 }

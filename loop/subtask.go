@@ -1,0 +1,310 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// SubtaskSpec describes a sub-agent's task about to start under a tool call.
+type SubtaskSpec struct {
+	// AgentID names the sub-agent (an agent plugin, a remote agent).
+	AgentID string
+	// Prompt is what the sub-agent is asked; it is the sub-task's input.
+	Prompt string
+	// CallID is the tool call that runs the sub-agent, when the env does
+	// not name it (ToolEnv.CallID). The sub-task's id is derived from the
+	// parent task and the call, so a resumed turn finds the same sub-task.
+	CallID string
+	// Metadata is recorded with the sub-task and sent with its
+	// task-created.
+	Metadata map[string]any
+}
+
+// SubtaskID is the id of the sub-task a tool call of a task runs.
+func SubtaskID(parentTaskID, callID string) string { return parentTaskID + "." + callID }
+
+// Subtask is a sub-agent's task running under a tool call of a turn: it has
+// its own record (ParentTaskID set, same owner as the parent), its own
+// task-created (initiator agent) and status events, and its usage counts
+// into the parent's turn and budget. Start it with ToolEnv.StartSubtask,
+// run the sub-agent with Env, end it with Finish.
+type Subtask struct {
+	ID           string
+	ParentTaskID string
+	ContextID    string
+	AgentID      string
+
+	tr     *turn // nil: the env belongs to no turn (a tool called directly)
+	env    ToolEnv
+	parent func(Event)
+
+	mu       sync.Mutex
+	usage    Usage
+	calls    int
+	thoughts int
+	rec      TaskRecord
+	done     bool
+}
+
+// StartSubtask opens the sub-task of a sub-agent run by the tool call env
+// was made for: it records the task (working), announces it to the parent
+// (subtask-created, then the parent's status waiting-subtask while any of
+// its sub-tasks runs) and opens its own stream of events (task-created with
+// initiator agent and parentTaskId, then working). An error means the
+// sub-task could not be recorded; the sub-agent must not run then.
+func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtask, error) {
+	callID := env.CallID
+	if callID == "" {
+		callID = spec.CallID
+	}
+	if callID == "" {
+		return nil, fmt.Errorf("start sub-task: %w: no tool call id", ErrInvalid)
+	}
+	s := &Subtask{ID: SubtaskID(env.TaskID, callID), ParentTaskID: env.TaskID, ContextID: env.ContextID,
+		AgentID: spec.AgentID, tr: env.turn, parent: env.Emit}
+	if s.parent == nil {
+		s.parent = func(Event) {}
+	}
+	s.env = *env
+	s.env.TaskID = s.ID
+	s.env.Depth = env.Depth + 1
+	s.env.Emit = s.Emit
+	s.env.sub = s
+	if env.Model != nil {
+		s.env.Model = &subtaskModel{s: s, inner: env.Model}
+	}
+	now := time.Now().UTC()
+	s.rec = TaskRecord{ID: s.ID, ContextID: env.ContextID, AgentID: spec.AgentID, ParentTaskID: env.TaskID,
+		Status: TaskWorking, History: []Message{{Role: RoleUser, Content: spec.Prompt}}, TurnInput: 1,
+		CreatedAt: now, UpdatedAt: now, Metadata: spec.Metadata}
+	if tr := s.tr; tr != nil {
+		s.rec.Owner = tr.t.Owner
+		if ts := tr.l.subtasks; ts != nil {
+			wctx := context.WithoutCancel(ctx)
+			if old, err := ts.LoadTask(wctx, s.ID); err == nil {
+				// A resumed turn runs the call again: the same sub-task
+				// starts over.
+				s.rec.CreatedAt, s.rec.Version = old.CreatedAt, old.Version
+			}
+			if err := ts.SaveTask(wctx, s.rec); err != nil {
+				return nil, fmt.Errorf("record sub-task %q: %w", s.ID, err)
+			}
+			s.rec.Version++
+		}
+	}
+	s.parent(&SubtaskCreated{Header: Header{Kind: KindSubtaskCreated, ContextID: env.ContextID, TaskID: env.TaskID},
+		SubtaskID: s.ID, AgentID: spec.AgentID, Prompt: spec.Prompt})
+	if tr := s.tr; tr != nil {
+		tr.subMu.Lock()
+		tr.activeSubs++
+		first := tr.activeSubs == 1
+		tr.subtasks = append(tr.subtasks, s.ID)
+		tr.subMu.Unlock()
+		if first {
+			s.parent(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus, ContextID: env.ContextID, TaskID: env.TaskID},
+				Status: TaskWaitingSubtask, Message: fmt.Sprintf("waiting for the sub-agent %s", spec.AgentID),
+				Metadata: map[string]any{"subtaskId": s.ID}})
+		}
+	}
+	s.Emit(&TaskCreated{Header: Header{Kind: KindTaskCreated}, Initiator: "agent", AgentID: spec.AgentID, Metadata: spec.Metadata})
+	s.Emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: TaskWorking})
+	return s, nil
+}
+
+// Env is what the sub-agent runs with: the parent's env with the sub-task's
+// id, one level deeper, its events stamped with the sub-task's id and the
+// parent's, and the parent's model counted against the parent's budget
+// (each call streams the sub-task's content and thoughts).
+func (s *Subtask) Env() *ToolEnv { e := s.env; return &e }
+
+// Emit sends an event of the sub-task: one that names no task gets the
+// sub-task's id and the parent's as parentTaskId.
+func (s *Subtask) Emit(e Event) {
+	h := e.Head()
+	if h.ContextID == "" {
+		h.ContextID = s.ContextID
+	}
+	if h.TaskID == "" {
+		h.TaskID = s.ID
+	}
+	if h.TaskID == s.ID && h.ParentTaskID == "" {
+		h.ParentTaskID = s.ParentTaskID
+	}
+	if h.Timestamp.IsZero() {
+		h.Timestamp = time.Now().UTC()
+	}
+	s.parent(e)
+}
+
+// Usage is what the sub-task used so far.
+func (s *Subtask) Usage() Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.usage
+}
+
+// AddUsage counts usage the sub-agent reports (a remote agent's) into the
+// sub-task and the parent's turn, and asks the parent's budget whether the
+// sub-agent may go on: an error means it may not.
+func (s *Subtask) AddUsage(ctx context.Context, u Usage) error {
+	s.mu.Lock()
+	s.usage = s.usage.Add(u)
+	s.mu.Unlock()
+	if s.tr == nil {
+		return nil
+	}
+	return s.tr.chargeSubtask(ctx, u)
+}
+
+// Finish ends the sub-task: its final status and task-complete (with its
+// usage), its record, and the parent's status back to working when none
+// of its sub-tasks runs any more. err is the failure's reason (nil for a
+// completed task). Finishing twice does nothing.
+func (s *Subtask) Finish(ctx context.Context, status TaskStatus, content string, err error) {
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return
+	}
+	s.done = true
+	usage := s.usage
+	s.mu.Unlock()
+	reason := ReasonStop
+	switch status {
+	case TaskFailed:
+		reason = ReasonError
+		if errors.Is(err, ErrBudget) {
+			reason = ReasonBudget
+		}
+	case TaskCanceled:
+		reason = ReasonCanceled
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if tr := s.tr; tr != nil && tr.l.subtasks != nil {
+		now := time.Now().UTC()
+		rec := s.rec
+		rec.Status, rec.Reason, rec.Content, rec.Message, rec.Usage = status, reason, content, msg, usage
+		rec.TurnInput, rec.UpdatedAt = 0, now
+		if content != "" {
+			rec.History = append(rec.History, Message{Role: RoleAssistant, Content: content})
+		}
+		s.mu.Lock()
+		rec.Iterations = s.calls
+		s.mu.Unlock()
+		if ttl := tr.l.subtaskTTL; ttl > 0 && status.Terminal() {
+			rec.ExpiresAt = now.Add(ttl)
+		}
+		if serr := tr.l.subtasks.SaveTask(context.WithoutCancel(ctx), rec); serr != nil {
+			tr.l.log.LogAttrs(ctx, slog.LevelError, "sub-task not recorded", slog.String("task_id", s.ID),
+				slog.String("error", serr.Error()))
+		}
+	}
+	md := map[string]any{"reason": reason}
+	s.Emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: status, Message: msg, Metadata: md})
+	s.Emit(&TaskComplete{Header: Header{Kind: KindTaskComplete}, Status: status, Content: content, Reason: reason,
+		Usage: usage, Metadata: map[string]any{"reason": reason}})
+	if tr := s.tr; tr != nil {
+		tr.subMu.Lock()
+		tr.activeSubs--
+		last := tr.activeSubs == 0
+		tr.subMu.Unlock()
+		if last {
+			s.parent(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus, ContextID: s.ContextID, TaskID: s.ParentTaskID},
+				Status: TaskWorking, Metadata: map[string]any{"subtaskId": s.ID, "subtaskStatus": string(status)}})
+		}
+	}
+}
+
+// ErrBudget marks a sub-agent's model call refused by its parent's budget.
+var ErrBudget = errors.New("budget exhausted")
+
+// subtaskModel is the parent's model as a sub-agent sees it: every call is
+// first cleared with the parent's budget, streams the sub-task's content
+// and thoughts, and counts its usage into the sub-task and the parent.
+type subtaskModel struct {
+	s     *Subtask
+	inner Model
+}
+
+func (m *subtaskModel) Generate(ctx context.Context, req *ModelRequest, onDelta func(Delta)) (*ModelResponse, error) {
+	s := m.s
+	if s.tr != nil {
+		if err := s.tr.chargeSubtask(ctx, Usage{}); err != nil {
+			return nil, &ModelError{Code: "budget", Message: err.Error(), Err: fmt.Errorf("%w: %w", ErrBudget, err)}
+		}
+	}
+	s.mu.Lock()
+	s.calls++
+	iter := s.calls
+	s.mu.Unlock()
+	deltas := 0
+	wrapped := func(d Delta) {
+		if d.Content != "" {
+			s.Emit(&ContentDelta{Header: Header{Kind: KindContentDelta}, Delta: d.Content, Index: deltas, Iteration: iter})
+			deltas++
+		}
+		if d.Thought != "" {
+			s.mu.Lock()
+			n := s.thoughts
+			s.thoughts++
+			s.mu.Unlock()
+			s.Emit(&ThoughtStream{Header: Header{Kind: KindThoughtStream}, ThoughtID: fmt.Sprintf("%s-t%d", s.ID, iter),
+				ThoughtType: "reasoning", Verbosity: "normal", Content: d.Thought, Index: n})
+		}
+		if onDelta != nil {
+			onDelta(d)
+		}
+	}
+	resp, err := safeGenerate(ctx, m.inner, req, wrapped)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		return nil, &ModelError{Code: "empty_response", Message: "the model returned no response"}
+	}
+	// The answer is the sub-agent's: the budget refuses its next call.
+	_ = s.AddUsage(ctx, resp.Usage)
+	if resp.Message.Content != "" {
+		s.Emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: resp.Message.Content, Iteration: iter})
+	}
+	return resp, nil
+}
+
+// chargeSubtask counts a sub-agent's usage into the turn and asks the
+// budget, with everything the turn used so far, whether it may go on.
+// Sub-agents' reports are serialized, so the budget sees usage grow.
+func (tr *turn) chargeSubtask(ctx context.Context, u Usage) error {
+	tr.subMu.Lock()
+	defer tr.subMu.Unlock()
+	tr.subUsage = tr.subUsage.Add(u)
+	b := tr.l.budget
+	if b == nil {
+		return nil
+	}
+	used := TurnUsage{Usage: tr.subUsage, ToolCalls: int(tr.toolCalls.Load())}
+	if tr.out != nil {
+		used.Usage = tr.out.Usage.Add(tr.subUsage)
+		used.Iterations = tr.out.Iterations
+	}
+	if err := b(ctx, tr.t, used); err != nil {
+		return fmt.Errorf("the parent task's budget: %w", err)
+	}
+	return nil
+}
+
+// takeSubUsage returns what the turn's sub-agents used since the last
+// call, to fold into the turn's usage.
+func (tr *turn) takeSubUsage() Usage {
+	tr.subMu.Lock()
+	defer tr.subMu.Unlock()
+	u := tr.subUsage
+	tr.subUsage = Usage{}
+	return u
+}
