@@ -41,6 +41,8 @@ type Config struct {
 	// MCP: the host's tools served over MCP, and outside MCP servers as
 	// toolsets of the agent.
 	MCP MCPConfig `json:"mcp"`
+	// RemoteAgents are remote A2A agents the agent may call as sub-agents.
+	RemoteAgents []RemoteAgentConfig `json:"remoteAgents,omitempty"`
 	// Web: the chat page served at GET / (on unless disabled).
 	Web    WebConfig    `json:"web"`
 	Model  ModelConfig  `json:"model"`
@@ -224,6 +226,9 @@ func ParseConfig(b []byte) (Config, error) {
 
 // Validate reports the first problem of c.
 func (c Config) Validate() error {
+	if err := validateRemoteAgents(c.RemoteAgents); err != nil {
+		return err
+	}
 	if c.Auth.Enabled && len(c.Auth.Keys) == 0 {
 		return errors.New("config: auth.enabled needs at least one key in auth.keys")
 	}

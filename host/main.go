@@ -208,6 +208,13 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if admin, ok := admin.(*pluginAdmin); ok {
 		admin.mcp = mcpTools
 	}
+	remotes, err := m.remoteAgents(cfg)
+	if err != nil {
+		return err
+	}
+	for _, r := range remotes {
+		toolsets = append(toolsets, r)
+	}
 	// Listen once the plugins are loaded (each load is bounded by its
 	// timeout): until then a client is refused at once rather than left
 	// hanging, and /readyz answering means the host is ready.

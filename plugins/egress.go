@@ -172,6 +172,18 @@ func (e *Egress) newTransport(allowPrivate bool, roots *x509.CertPool) *http.Tra
 	}
 }
 
+// Transport returns a transport that dials as the broker does: the address
+// each connection reaches is checked in the socket, so a private or
+// loopback address is refused unless allowPrivate (whatever name resolved
+// to it, and after every redirect). The host's own outbound clients (remote
+// agents) use it.
+func (e *Egress) Transport(allowPrivate bool) http.RoundTripper {
+	if allowPrivate {
+		return e.private
+	}
+	return e.public
+}
+
 // Close closes idle pooled connections. Responses still open keep working
 // until their bodies are closed.
 func (e *Egress) Close() error {

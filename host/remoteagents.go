@@ -1,0 +1,83 @@
+package host
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/looopy-go/looopy/host/remote"
+	"github.com/looopy-go/looopy/plugins"
+)
+
+// RemoteAgentConfig is a remote A2A agent (another Looopy host, or any A2A
+// 1.0 server) the agent may call as a sub-agent: a tool named Name, described
+// by the agent card's skills; each call is a sub-task of the calling task
+// whose events stream from the remote task (docs/EVENTS.md, "Sub-agents").
+type RemoteAgentConfig struct {
+	// Name is the tool the model sees.
+	Name string `json:"name"`
+	// URL is the agent's base URL (its card is at
+	// /.well-known/agent-card.json under it).
+	URL string `json:"url"`
+	// Headers are sent to the agent with every request: its credentials,
+	// from this configuration only (a caller's are never passed on).
+	// Values may be "env:NAME".
+	Headers map[string]string `json:"headers,omitempty"`
+	// AllowPrivateNetwork lets the agent be on a private or loopback
+	// address; without it such an address is refused, as for plugins'
+	// HTTP.
+	AllowPrivateNetwork bool `json:"allowPrivateNetwork,omitempty"`
+}
+
+func validateRemoteAgents(rs []RemoteAgentConfig) error {
+	seen := map[string]bool{}
+	for i, r := range rs {
+		if r.Name == "" {
+			return fmt.Errorf("config: remoteAgents[%d]: empty name", i)
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("config: remoteAgents: %q given twice", r.Name)
+		}
+		seen[r.Name] = true
+		u, err := url.Parse(r.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("config: remoteAgents %q: url %q is not an http(s) URL", r.Name, r.URL)
+		}
+		for k, v := range r.Headers {
+			if _, err := resolveSecret(v); err != nil {
+				return fmt.Errorf("config: remoteAgents %q: header %s: %w", r.Name, k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// remoteAgents makes the toolsets of the configured remote agents. Their
+// requests go through the egress dialer (private addresses refused unless
+// allowed) and carry the caller's trace context.
+func (m *Main) remoteAgents(cfg Config) ([]*remote.Agent, error) {
+	if len(cfg.RemoteAgents) == 0 {
+		return nil, nil
+	}
+	eg := plugins.NewEgress(plugins.EgressConfig{Logger: m.log.With("component", "egress"), UserAgent: "looopy"})
+	m.closers = append(m.closers, eg.Close)
+	var out []*remote.Agent
+	for _, rc := range cfg.RemoteAgents {
+		hdr := make(map[string]string, len(rc.Headers))
+		for k, v := range rc.Headers {
+			r, err := resolveSecret(v)
+			if err != nil {
+				return nil, fmt.Errorf("remote agent %q: header %s: %w", rc.Name, k, err)
+			}
+			hdr[k] = r
+		}
+		var rt http.RoundTripper = eg.Transport(rc.AllowPrivateNetwork)
+		a, err := remote.New(remote.Config{Name: rc.Name, URL: rc.URL, Headers: hdr}, rt, m.tel.propagator,
+			m.log.With("component", "remote-agent", "agent", rc.Name))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}

@@ -1,0 +1,234 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+
+	"github.com/looopy-go/looopy/host"
+)
+
+// childAndParent starts two hosts on loopback, each with its own Badger:
+// the child serves the researcher agent plugin and requires a key; the
+// parent calls the child as its remote agent "researcher" with the key from
+// its configuration (set adjusts it).
+func childAndParent(t *testing.T, set func(*host.RemoteAgentConfig)) (child, parent *testHost) {
+	t.Helper()
+	ccfg := baseConfig(t.TempDir())
+	ccfg.Plugins.Only = []string{"scripted-model", "researcher", "echo"}
+	ccfg.Auth.Enabled = true
+	ccfg.Auth.Keys = []host.APIKey{{Key: "parent-key", Principal: "parent-host"}}
+	child = startHost(t, ccfg)
+
+	pcfg := baseConfig(t.TempDir())
+	pcfg.Plugins.Only = []string{"scripted-model", "echo"}
+	pcfg.Auth.Enabled = true
+	pcfg.Auth.Keys = []host.APIKey{{Key: "alice-key", Principal: "alice"}}
+	ra := host.RemoteAgentConfig{Name: "researcher", URL: child.URL(),
+		Headers: map[string]string{"Authorization": "Bearer parent-key"}, AllowPrivateNetwork: true}
+	if set != nil {
+		set(&ra)
+	}
+	pcfg.RemoteAgents = []host.RemoteAgentConfig{ra}
+	parent = startHost(t, pcfg)
+	return child, parent
+}
+
+// childTasks lists the tasks the parent host made on the child (not the
+// child's own sub-tasks).
+func childTasks(t *testing.T, c *a2aclient.Client) []*a2a.Task {
+	t.Helper()
+	list, err := c.ListTasks(context.Background(), &a2a.ListTasksRequest{IncludeArtifacts: true})
+	if err != nil {
+		t.Fatalf("list the child's tasks: %v", err)
+	}
+	var out []*a2a.Task
+	for _, tk := range list.Tasks {
+		if tk.Metadata["parentTaskId"] == nil {
+			out = append(out, tk)
+		}
+	}
+	return out
+}
+
+// TestRemoteSubAgent: the parent's model calls a remote Looopy host as the
+// sub-agent "researcher" (through its card, the official A2A client and
+// the parent's configured credentials). The remote task streams into the
+// parent's conversation as a sub-task; the child ran once; the answer and
+// the child's usage reach the parent.
+func TestRemoteSubAgent(t *testing.T) {
+	t.Parallel()
+	child, parent := childAndParent(t, nil)
+	alice := client10(t, parent.URL(), "alice-key")
+	asParent := client10(t, child.URL(), "parent-key")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	m := userMsg("research research owls")
+	m.ContextID = "remote-1"
+	task := send(t, alice, ctx, &a2a.SendMessageRequest{Message: m})
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), "My notes on owls") {
+		t.Fatalf("parent: %s %q", task.Status.State, artifactText(task))
+	}
+	remote := childTasks(t, asParent)
+	if len(remote) != 1 || remote[0].Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("tasks on the child: %+v, want one, completed", remote)
+	}
+	// The child's answer: its own sub-agent's notes (two levels down).
+	if !strings.Contains(artifactText(remote[0]), "My notes on owls") {
+		t.Fatalf("the child answered %q", artifactText(remote[0]))
+	}
+	subs, _ := task.Metadata["subtasks"].([]any)
+	if len(subs) != 1 {
+		t.Fatalf("parent's sub-tasks %v", task.Metadata["subtasks"])
+	}
+	subID := subs[0].(string)
+
+	// The parent's conversation stream: the remote task as a sub-task.
+	resp := openSSE(t, ctx, parent.URL()+"/events/remote-1", "alice-key", "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("events: %d", resp.StatusCode)
+	}
+	type ev struct {
+		Kind         string         `json:"kind"`
+		TaskID       string         `json:"taskId"`
+		ParentTaskID string         `json:"parentTaskId"`
+		Status       string         `json:"status"`
+		Initiator    string         `json:"initiator"`
+		ToolName     string         `json:"toolName"`
+		Metadata     map[string]any `json:"metadata"`
+		Usage        struct {
+			TotalTokens int `json:"totalTokens"`
+		} `json:"usage"`
+	}
+	var got []string
+	usage := map[string]int{}
+	remoteSeen := ""
+	frames := readFrames(t, resp.Body, func(f frame) bool {
+		return f.Event == "task-complete" && strings.Contains(f.Data, `"taskId":"`+string(task.ID)+`"`)
+	})
+	for _, f := range frames {
+		var e ev
+		if err := json.Unmarshal([]byte(f.Data), &e); err != nil {
+			t.Fatal(err)
+		}
+		who := "parent"
+		switch {
+		case e.TaskID == subID && e.ParentTaskID == string(task.ID):
+			who = "child"
+		case e.TaskID != string(task.ID) || e.ParentTaskID != "":
+			t.Fatalf("event of task %q parent %q: %s", e.TaskID, e.ParentTaskID, f.Data)
+		}
+		if id, ok := e.Metadata["remoteTaskId"].(string); ok {
+			remoteSeen = id
+		}
+		s := who + " " + e.Kind
+		switch e.Kind {
+		case "task-status":
+			s += " " + e.Status
+		case "task-created":
+			s += " " + e.Initiator
+		case "tool-start":
+			s += " " + e.ToolName
+		case "task-complete":
+			usage[who] = e.Usage.TotalTokens
+		case "content-delta":
+			continue
+		}
+		if len(got) > 0 && got[len(got)-1] == s {
+			continue // the remote's working updates, however many
+		}
+		got = append(got, s)
+	}
+	want := []string{
+		"parent task-created user", "parent task-status working",
+		"parent content-complete",
+		"parent tool-start researcher",
+		"parent subtask-created",
+		"parent task-status waiting-subtask",
+		"child task-created agent", "child task-status working",
+		"child content-complete",
+		"child task-status completed", "child task-complete",
+		"parent task-status working",
+		"parent tool-complete",
+		"parent content-complete",
+		"parent task-status completed", "parent task-complete",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if remoteSeen != string(remote[0].ID) {
+		t.Errorf("the sub-task names remote task %q, the child ran %q", remoteSeen, remote[0].ID)
+	}
+	if usage["child"] == 0 || usage["parent"] <= usage["child"] {
+		t.Errorf("usage: child %d, parent %d: want the remote's tokens counted in the parent's", usage["child"], usage["parent"])
+	}
+}
+
+// Egress: without allowPrivateNetwork a remote agent on a loopback address
+// is never reached (its card is refused at the dial), so the tool is not
+// offered and the child host runs nothing.
+func TestRemoteSubAgentObeysEgress(t *testing.T) {
+	t.Parallel()
+	child, parent := childAndParent(t, func(ra *host.RemoteAgentConfig) { ra.AllowPrivateNetwork = false })
+	alice := client10(t, parent.URL(), "alice-key")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	task := send(t, alice, ctx, &a2a.SendMessageRequest{Message: userMsg("research owls")})
+	if !strings.Contains(artifactText(task), `tool "researcher" does not exist`) {
+		t.Fatalf("parent answered %q: want the unknown tool's error", artifactText(task))
+	}
+	if n := len(childTasks(t, client10(t, child.URL(), "parent-key"))); n != 0 {
+		t.Fatalf("the child ran %d tasks", n)
+	}
+}
+
+// Cancelling the parent task cancels the remote task (CancelTask).
+func TestRemoteSubAgentCancelPropagates(t *testing.T) {
+	t.Parallel()
+	child, parent := childAndParent(t, nil)
+	alice := client10(t, parent.URL(), "alice-key")
+	asParent := client10(t, child.URL(), "parent-key")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := alice.SendMessage(ctx, &a2a.SendMessageRequest{Message: userMsg("research SLOW 30s"),
+		Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parentTask := r.(*a2a.Task)
+	var remote *a2a.Task
+	for remote == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the child never started the remote task")
+		}
+		for _, tk := range childTasks(t, asParent) {
+			if tk.Status.State == a2a.TaskStateWorking {
+				remote = tk
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := alice.CancelTask(ctx, &a2a.CancelTaskRequest{ID: parentTask.ID}); err != nil {
+		t.Fatalf("cancel the parent: %v", err)
+	}
+	for {
+		tk, err := asParent.GetTask(ctx, &a2a.GetTaskRequest{ID: remote.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Status.State == a2a.TaskStateCanceled {
+			break
+		}
+		if ctx.Err() != nil || tk.Status.State.Terminal() {
+			t.Fatalf("remote task after the parent's cancel: %s, want canceled", tk.Status.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
