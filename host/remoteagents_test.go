@@ -10,6 +10,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/looopy-go/looopy/host"
 )
@@ -228,6 +229,90 @@ func TestRemoteSubAgentCancelPropagates(t *testing.T) {
 		}
 		if ctx.Err() != nil || tk.Status.State.Terminal() {
 			t.Fatalf("remote task after the parent's cancel: %s, want canceled", tk.Status.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// One trace spans both hosts: the parent's call of the remote agent carries
+// its traceparent, and the child's turn of the remote task is in the
+// parent's trace.
+func TestRemoteSubAgentOneTrace(t *testing.T) {
+	t.Parallel()
+	ccfg := baseConfig(t.TempDir())
+	ccfg.Plugins.Only = []string{"scripted-model", "echo"}
+	child, childSpans := tracedHost(t, ccfg, nil)
+	pcfg := baseConfig(t.TempDir())
+	pcfg.Plugins.Only = []string{"scripted-model", "echo"}
+	pcfg.RemoteAgents = []host.RemoteAgentConfig{{Name: "researcher", URL: child.URL(), AllowPrivateNetwork: true}}
+	parent, parentSpans := tracedHost(t, pcfg, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	task := send(t, client10(t, parent.URL(), ""), ctx, &a2a.SendMessageRequest{Message: userMsg("research echo owls")})
+	remote := childTasks(t, client10(t, child.URL(), ""))
+	if task.Status.State != a2a.TaskStateCompleted || len(remote) != 1 {
+		t.Fatalf("parent %s, tasks on the child %d", task.Status.State, len(remote))
+	}
+	traceOf := func(exp *tracetest.InMemoryExporter, taskID string) string {
+		for ctx.Err() == nil {
+			for _, s := range exp.GetSpans() {
+				if id, ok := attrOf(s, "looopy.task_id"); ok && id == taskID && s.Name == "agent.execute" {
+					return s.SpanContext.TraceID().String()
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no agent.execute span of task %s", taskID)
+		return ""
+	}
+	p, c := traceOf(parentSpans, string(task.ID)), traceOf(childSpans, string(remote[0].ID))
+	if p != c {
+		t.Fatalf("parent's trace %s, child's %s: want one trace across both hosts", p, c)
+	}
+}
+
+// A remote agent that dies mid-call is an error result the parent's model
+// reads; the parent's task goes on and completes.
+func TestRemoteSubAgentDeathIsAnErrorResult(t *testing.T) {
+	t.Parallel()
+	child, parent := childAndParent(t, nil)
+	alice := client10(t, parent.URL(), "alice-key")
+	asParent := client10(t, child.URL(), "parent-key")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := alice.SendMessage(ctx, &a2a.SendMessageRequest{Message: userMsg("research SLOW 30s"),
+		Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parentTask := r.(*a2a.Task)
+	for started := false; !started; time.Sleep(50 * time.Millisecond) {
+		if ctx.Err() != nil {
+			t.Fatal("the child never started the remote task")
+		}
+		for _, tk := range childTasks(t, asParent) {
+			started = started || tk.Status.State == a2a.TaskStateWorking
+		}
+	}
+	_ = child.Close() // the child host dies mid-call
+	for {
+		tk, err := alice.GetTask(ctx, &a2a.GetTaskRequest{ID: parentTask.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Status.State.Terminal() {
+			// A host closing cancels its turns: the remote task ends
+			// canceled (or its stream breaks first); either is an error
+			// result.
+			text := artifactText(tk)
+			if tk.Status.State != a2a.TaskStateCompleted || !(strings.Contains(text, `agent "researcher" failed`) ||
+				strings.Contains(text, `agent "researcher": the remote task ended canceled`)) {
+				t.Fatalf("parent after the child died: %s %q, want completed with the error result", tk.Status.State, artifactText(tk))
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the parent never ended")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
