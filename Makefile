@@ -18,6 +18,9 @@ build: plugins-go ## build the host binary into bin/
 run: build ## run the host: scripted demo model, example plugins, data in ./data
 	./bin/looopy
 
+run-remote: build ## the demo with a remote sub-agent: a second host on 127.0.0.1:8081 is the researcher (try: research research owls)
+	./bin/looopy -config examples/remote-demo/child.json & child=$$!; trap 'kill $$child' EXIT INT TERM; ./bin/looopy -config examples/remote-demo/parent.json
+
 plugins-go: ## build the Go example plugins (stock Go, GOOS=wasip1)
 	@./scripts/build-go-plugins.sh
 

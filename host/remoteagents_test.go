@@ -317,3 +317,20 @@ func TestRemoteSubAgentDeathIsAnErrorResult(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The demo's configs (make run-remote) load and validate.
+func TestRemoteDemoConfigs(t *testing.T) {
+	for _, f := range []string{"child", "parent"} {
+		cfg, err := host.LoadConfig("../examples/remote-demo/" + f + ".json")
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	cfg, _ := host.LoadConfig("../examples/remote-demo/parent.json")
+	if len(cfg.RemoteAgents) != 1 || cfg.RemoteAgents[0].Name != "researcher" {
+		t.Fatalf("parent's remote agents: %+v", cfg.RemoteAgents)
+	}
+}
