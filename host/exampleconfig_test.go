@@ -20,13 +20,14 @@ func TestExampleConfigStartsWithSecretsSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := map[string]string{
-		"LOOOPY_KEY_ALICE":     "alice-key-0123456789",
-		"LOOOPY_KEY_BOB":       "bob-key-0123456789",
-		"LOOOPY_ADMIN_TOKEN":   "admin-token-0123456789",
-		"OPENAI_API_KEY":       "sk-openai-0123456789",
-		"NOTES_TOKEN":          "notes-token-0123456789",
-		"SEARCH_MCP_TOKEN":     "search-token-0123456789",
-		"LOOOPY_METRICS_TOKEN": "metrics-token-0123456789",
+		"LOOOPY_KEY_ALICE":             "alice-key-0123456789",
+		"LOOOPY_KEY_BOB":               "bob-key-0123456789",
+		"LOOOPY_ADMIN_TOKEN":           "admin-token-0123456789",
+		"OPENAI_API_KEY":               "sk-openai-0123456789",
+		"NOTES_TOKEN":                  "notes-token-0123456789",
+		"SEARCH_MCP_TOKEN":             "search-token-0123456789",
+		"RESEARCH_AGENT_AUTHORIZATION": "Bearer research-token-0123456789",
+		"LOOOPY_METRICS_TOKEN":         "metrics-token-0123456789",
 	}
 	for k, v := range secrets {
 		t.Setenv(k, v)

@@ -43,11 +43,6 @@ func validateRemoteAgents(rs []RemoteAgentConfig) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("config: remoteAgents %q: url %q is not an http(s) URL", r.Name, r.URL)
 		}
-		for k, v := range r.Headers {
-			if _, err := resolveSecret(v); err != nil {
-				return fmt.Errorf("config: remoteAgents %q: header %s: %w", r.Name, k, err)
-			}
-		}
 	}
 	return nil
 }
