@@ -2,10 +2,14 @@ package host_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/looopy-go/looopy/host"
 )
 
 func TestSendMessageCompletes(t *testing.T) {
@@ -239,5 +243,47 @@ func TestReturnImmediately(t *testing.T) {
 	m.ContextID = slow.ContextID
 	if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: m}); err == nil || !strings.Contains(err.Error(), "busy") {
 		t.Fatalf("message to a busy context: %v, want a busy error", err)
+	}
+}
+
+// A streaming call refused for its credential is refused as a stream: the
+// official client reading events gets the error, not an empty stream that
+// looks like a turn without events. Other calls keep their JSON answer.
+func TestRefusedStreamingCallIsAnErrorEvent(t *testing.T) {
+	cfg := baseConfig(t.TempDir())
+	cfg.Auth.Enabled = true
+	cfg.Auth.Keys = []host.APIKey{{Key: "alice-key", Principal: "alice"}}
+	h := startHost(t, cfg)
+	ctx := context.Background()
+	for _, token := range []string{"", "wrong-key"} {
+		c := client10(t, h.URL(), token)
+		n := 0
+		var got error
+		for _, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: userMsg("hello")}) {
+			n++
+			if err != nil {
+				got = err
+				break
+			}
+		}
+		if !errors.Is(got, a2a.ErrUnauthenticated) {
+			t.Fatalf("key %q: stream of %d items ended with %v; want ErrUnauthenticated", token, n, got)
+		}
+	}
+	for _, c := range []struct{ path, body string }{
+		{"/a2a/v1", `{"jsonrpc":"2.0","id":7,"method":"SubscribeToTask","params":{"id":"t-1"}}`},
+		{"/a2a/v0.3", `{"jsonrpc":"2.0","id":7,"method":"message/stream","params":{"message":{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"text","text":"hi"}]}}}`},
+		{"/a2a/v0.3", `{"jsonrpc":"2.0","id":7,"method":"tasks/resubscribe","params":{"id":"t-1"}}`},
+	} {
+		resp := openSSE(t, ctx, h.URL()+c.path, "", c.body)
+		body, _ := io.ReadAll(resp.Body)
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") ||
+			!strings.HasPrefix(string(body), "data: ") || !strings.Contains(string(body), `"error"`) || !strings.Contains(string(body), `"id":7`) {
+			t.Errorf("%s %s: %s %q", c.path, c.body, ct, body)
+		}
+	}
+	status, got := rpc(t, h.URL()+"/a2a/v1", "", `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"t-1"}}`)
+	if status != 200 || !strings.Contains(got.raw, `"error"`) || strings.HasPrefix(got.raw, "data:") {
+		t.Errorf("GetTask without a key: %d %s", status, got.raw)
 	}
 }

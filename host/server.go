@@ -398,18 +398,22 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 		return err
 	}
 	call.auth, err = s.principal(c)
-	if err != nil {
+	if err != nil && !streamingMethod(req.Method) {
 		_, err = answer(nil, err)
 		return err
 	}
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("enduser.id", call.auth.Principal))
-	}
 	var stream *taskStream
-	if v03 {
-		stream, err = s.rpc03(ctx, c, &call, answer)
-	} else {
-		stream, err = s.rpc10(ctx, c, &call, answer)
+	if err == nil {
+		// A refused streaming call is answered as a stream (below): a
+		// client reading events would take a JSON body for an empty stream.
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("enduser.id", call.auth.Principal))
+		}
+		if v03 {
+			stream, err = s.rpc03(ctx, c, &call, answer)
+		} else {
+			stream, err = s.rpc10(ctx, c, &call, answer)
+		}
 	}
 	if err != nil {
 		call.err = err
@@ -492,6 +496,16 @@ func writeFrame(w *bufio.Writer, data []byte) error {
 		return errClientGone
 	}
 	return nil
+}
+
+// streamingMethod reports whether an A2A method (1.0 or 0.3) answers with
+// Server-Sent Events.
+func streamingMethod(m string) bool {
+	switch m {
+	case "SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe":
+		return true
+	}
+	return false
 }
 
 // rpc10 serves one A2A 1.0 call. It either answers through answer, or
