@@ -12,8 +12,10 @@ COUNT     ?= 6
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-build: plugins-go ## build the host binary into bin/
-	$(GO) build -o bin/looopy ./cmd/host
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
+build: plugins-go ## build the host binary into bin/ (looopy -version prints $(VERSION))
+	$(GO) build -ldflags "-X github.com/looopy-go/looopy/host.version=$(VERSION)" -o bin/looopy ./cmd/host
 
 run: build ## run the host: scripted demo model, example plugins, data in ./data
 	./bin/looopy

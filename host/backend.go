@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -121,7 +122,7 @@ func (m *Main) openBackend(ctx context.Context, cfg Config, dataDir string) (b b
 	if cfg.Store.Backend != "redis" {
 		st, err := store.Open(store.Options{Dir: dataDir, InMemory: cfg.InMemory, Logger: m.log.With("component", "badger")})
 		if err != nil {
-			return nil, nil, nil, false, fmt.Errorf("open store in %s: %w", dataDir, err)
+			return nil, nil, nil, false, dataDirError(dataDir, err)
 		}
 		m.closers = append(m.closers, st.Close)
 		arts, err := m.openArtifacts(dataDir, cfg.InMemory, blobs, artCfg)
@@ -237,4 +238,22 @@ func (m *Main) openArtifacts(dataDir string, inMemory bool, blobs artifacts.Blob
 	}
 	m.closers = append(m.closers, adb.Close)
 	return adb, nil
+}
+
+// dataDirError says, once and plainly, why the data folder did not open
+// and what to do about it.
+func dataDirError(dir string, err error) error {
+	cause := err
+	if u := errors.Unwrap(err); u != nil {
+		cause = u // the store's own wrapping repeats the folder
+	}
+	msg := cause.Error()
+	switch {
+	case strings.Contains(msg, "directory lock"):
+		return fmt.Errorf("data folder %s is in use by another process (another looopy?): stop it, or give this one its own folder with -data", dir)
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("data folder %s: permission denied: run as a user who may write it, or choose another folder with -data", dir)
+	}
+	return fmt.Errorf("data folder %s does not open as a Looopy database (%w): it is damaged or holds something else; move it aside (or choose another folder with -data) to start with an empty one, or restore it from a backup",
+		dir, cause)
 }

@@ -204,7 +204,16 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
 	}
-	return ParseConfig(b)
+	c, err := ParseConfig(b)
+	var ce *ConfigError
+	switch {
+	case errors.As(err, &ce):
+		ce.File = path
+		return Config{}, ce
+	case err != nil:
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
 }
 
 // ParseConfig decodes a JSON config strictly and validates it.
@@ -213,10 +222,12 @@ func ParseConfig(b []byte) (Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("parse config: %w", err)
+		return Config{}, locateConfigError(b, err)
 	}
 	if dec.More() {
-		return Config{}, errors.New("parse config: trailing data after the JSON object")
+		ce := &ConfigError{Err: errors.New("trailing data after the JSON object")}
+		ce.Line, ce.Column = lineCol(b, skipSpace(b, dec.InputOffset()))
+		return Config{}, ce
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err

@@ -1,6 +1,8 @@
 package host_test
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,5 +62,66 @@ func TestExampleConfigParses(t *testing.T) {
 	}
 	if !c.Auth.Enabled || len(c.Auth.Keys) != 2 || c.Model.Plugin != "scripted-model" {
 		t.Fatalf("example config read as %+v", c)
+	}
+}
+
+// A config file's error names the file, the line and column, and the
+// field; a bare number where a duration goes is refused naming the field.
+func TestConfigErrorsSayWhere(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, body, want string }{
+		{"bare-duration", "{\n  \"limits\": {\n    \"turnTimeout\": 10\n  }\n}\n", `:3:20: limits.turnTimeout: duration 10: write a string with a unit, like "10s"`},
+		{"unknown-field", "{\n  \"plugins\": {\"loadTimeout\": \"3s\",\n    \"laodTimeout\": \"4s\"}\n}", `:3:5: plugins.laodTimeout: unknown field "laodTimeout"`},
+		{"wrong-type", "{\"addr\": \"x\",\n \"inMemory\": \"yes\"}", `:2:14: inMemory: json: cannot unmarshal string`},
+		{"syntax", "{\n \"addr\": \"x\",\n}", `:3:1: invalid character '}'`},
+		{"truncated", "{\n \"addr\": \"x\"", `:2:13: unexpected EOF`},
+		{"trailing", "{}\n{}", `:2:1: trailing data`},
+		{"invalid", `{"logFormat":"xml"}`, `invalid.json: config: logFormat`},
+	} {
+		file := filepath.Join(dir, tc.name+".json")
+		if err := os.WriteFile(file, []byte(tc.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := host.LoadConfig(file)
+		if err == nil || !strings.HasPrefix(err.Error(), file) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %s%s", tc.name, err, file, tc.want)
+		}
+	}
+}
+
+// A damaged data folder is one plain message: the folder once, what to do.
+func TestCorruptDataFolderMessage(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "MANIFEST"), []byte("this is not a badger manifest, at all"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := host.NewMain()
+	m.Config = host.Config{Addr: "127.0.0.1:0", DataDir: dir}
+	m.Stdout = io.Discard
+	err := m.Run(context.Background())
+	if err == nil {
+		_ = m.Close()
+		t.Fatal("a damaged data folder opened")
+	}
+	msg := err.Error()
+	if strings.Count(msg, dir) != 1 || !strings.Contains(msg, "does not open as a Looopy database") || !strings.Contains(msg, "move it aside") {
+		t.Fatalf("message: %s", msg)
+	}
+}
+
+// A plugin folder that is not there is named as such, not reported as a
+// missing model plugin.
+func TestMissingPluginFolderMessage(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-plugins")
+	m := host.NewMain()
+	m.Config = host.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), PluginDir: missing}
+	m.Stdout = io.Discard
+	err := m.Run(context.Background())
+	if err == nil {
+		_ = m.Close()
+		t.Fatal("a host started on a plugin folder that does not exist")
+	}
+	if !strings.Contains(err.Error(), "plugin folder "+missing+" does not exist") || strings.Contains(err.Error(), "model plugin") {
+		t.Fatalf("message: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,6 +51,8 @@ type Main struct {
 	// configFile is the config file ParseFlags read: no plugin is granted
 	// the folder holding it.
 	configFile string
+	// pluginDir is the plugin folder in use (absolute), once loaded.
+	pluginDir string
 }
 
 // NewMain returns a Main with the default configuration.
@@ -69,14 +72,18 @@ func (m *Main) ParseFlags(args []string) error {
 	authOn := fs.Bool("auth", false, "require an API key (env LOOOPY_AUTH=1); keys come from the config file")
 	logFormat := fs.String("log-format", "", "json or text (env LOOOPY_LOG_FORMAT; default text in a terminal)")
 	logLevel := fs.String("log-level", "", "debug, info, warn, error (env LOOOPY_LOG_LEVEL)")
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			var sb strings.Builder
 			fs.SetOutput(&sb)
 			fs.PrintDefaults()
-			return fmt.Errorf("usage of looopy:\n%s", sb.String())
+			return &usageError{text: "Usage: looopy [command] [flags]; \"looopy help\" lists the commands.\nFlags of the server (looopy with no command):\n" + strings.TrimRight(sb.String(), "\n")}
 		}
-		return fmt.Errorf("flags: %w", err)
+		return fmt.Errorf("flags: %w%s", err, flagHint(fs, err))
+	}
+	if *version {
+		return ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("flags: unexpected argument %q", fs.Arg(0))
@@ -270,13 +277,13 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	m.server = srv
 	if !listen {
 		m.log.Info("looopy started", "public_url", cfg.PublicURL, "data", dc.DataDir,
-			"plugins", cfg.PluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
+			"plugins", m.pluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
 		return nil
 	}
 	m.served = make(chan error, 1)
 	go func() { m.served <- srv.Serve(m.ln) }()
 	m.log.Info("looopy serving", "addr", m.ln.Addr().String(), "data", dc.DataDir,
-		"plugins", cfg.PluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
+		"plugins", m.pluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
 	return nil
 }
 
@@ -392,4 +399,103 @@ func crashpointFromEnv(v string) (func(string), error) {
 			killSelf()
 		}
 	}, nil
+}
+
+// ErrVersion is returned by ParseFlags for -version: print Version and exit.
+var ErrVersion = errors.New("version asked for")
+
+// usageError is ParseFlags' answer to -h: the usage, which is no failure
+// (errors.Is(err, flag.ErrHelp)).
+type usageError struct{ text string }
+
+func (e *usageError) Error() string        { return e.text }
+func (e *usageError) Is(target error) bool { return target == flag.ErrHelp }
+
+// flagHint suggests the flag an unknown one was probably meant to be, and
+// where the flags are listed.
+func flagHint(fs *flag.FlagSet, err error) string {
+	const list = "; \"looopy -h\" lists the flags"
+	_, name, ok := strings.Cut(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return list
+	}
+	name = strings.TrimPrefix(name, "-")
+	if i := strings.IndexByte(name, '='); i >= 0 {
+		name = name[:i]
+	}
+	best, bestD := "", 3 // suggest only what is at most two edits away
+	fs.VisitAll(func(f *flag.Flag) {
+		if d := editDistance(name, f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	if best == "" && name != "" {
+		fs.VisitAll(func(f *flag.Flag) {
+			if best == "" && strings.HasPrefix(f.Name, name) {
+				best = f.Name
+			}
+		})
+	}
+	if best != "" {
+		return fmt.Sprintf(" (did you mean -%s?)%s", best, list)
+	}
+	return list
+}
+
+// editDistance is the Levenshtein distance of two short strings.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// version is set at build time (make build: -ldflags "-X ...host.version=...").
+var version = ""
+
+// Version is the host's version: the one the build set, else the module's
+// version or the commit it was built from, else "devel".
+func Version() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "devel-" + rev
 }

@@ -63,6 +63,11 @@ type PluginsConfig struct {
 func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.Toolset, PluginAdmin, error) {
 	dc := cfg.withDefaults()
 	dir := cfg.PluginDir
+	if dir != "" {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, nil, nil, fmt.Errorf("plugin folder %s does not exist or is not a folder (set -plugins, LOOOPY_PLUGINS or pluginDir to the folder holding the plugins)", dir)
+		}
+	}
 	if dir == "" {
 		if st, err := os.Stat(DefaultPluginDir); err == nil && st.IsDir() {
 			dir = DefaultPluginDir
@@ -78,6 +83,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("plugin folder %s: %w", dir, err)
 	}
+	m.pluginDir = abs
 	var egress *plugins.Egress
 	if len(cfg.Plugins.AllowedHosts) > 0 {
 		egress = plugins.NewEgress(plugins.EgressConfig{Logger: m.log.With("component", "egress"), UserAgent: "looopy"})
@@ -121,13 +127,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 		KVUsage:   kvUsage,
 		KVQuota:   quotaKV,
 		Artifacts: m.artifacts,
-		OnEvent: func(e plugins.Event) {
-			if e.Err != nil {
-				log.Warn("plugin", "event", string(e.Kind), "name", e.Name, "source", e.Source, "error", e.Err.Error())
-				return
-			}
-			log.Info("plugin", "event", string(e.Kind), "name", e.Name, "version", e.Version, "took", e.Duration.String())
-		},
+		// The registry logs each load, failure and unload itself.
 		Logger: log,
 		Tracer: m.tel.tracer,
 		Meter:  m.tel.meter,
@@ -137,6 +137,9 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 	}
 	m.closers = append(m.closers, reg.Close)
 	start := time.Now()
+	// The first start compiles every plugin to machine code (seconds each);
+	// later starts read the compile cache. Each load logs its own line.
+	log.Info("loading plugins", "folder", abs, "count", countPlugins(abs, cfg.Plugins.Only), "compile_cache", cacheDir)
 	if len(cfg.Plugins.Only) == 0 && !cfg.Plugins.NoWatch {
 		// The whole folder, hot-reloaded: a new or changed plugin is loaded
 		// (replacing the old version once it validated), a removed one
@@ -175,6 +178,9 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			}()
 		}
 		wg.Wait()
+	}
+	if ctx.Err() != nil {
+		return nil, nil, nil, fmt.Errorf("loading plugins: %w", context.Cause(ctx))
 	}
 	log.Info("plugins loaded", "folder", abs, "count", len(reg.List()), "took", time.Since(start).String())
 	admin := &pluginAdmin{reg: reg, dir: abs}
@@ -239,4 +245,20 @@ func turnContext(turn, req context.Context) context.Context {
 		turn = plugins.WithPrincipal(turn, p)
 	}
 	return turn
+}
+
+// countPlugins is how many plugin folders (with a manifest) dir holds,
+// among only when only is not empty.
+func countPlugins(dir string, only []string) int {
+	entries, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() || (len(only) > 0 && !slices.Contains(only, e.Name())) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), plugins.ManifestFile)); err == nil {
+			n++
+		}
+	}
+	return n
 }

@@ -477,7 +477,9 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 	switch {
 	case err == nil, errors.Is(err, sse.ErrFinished), errors.Is(err, sse.ErrClosed), errors.Is(err, context.Canceled):
 		return nil
-	case errors.Is(err, sse.ErrStalled):
+	case errors.Is(err, sse.ErrStalled), errors.Is(err, sse.ErrClientWrite):
+		// Fiber streams through a pipe: a client that left shows as
+		// "connection closed", not as a network error.
 		return errClientGone
 	}
 	var ne net.Error

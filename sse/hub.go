@@ -24,6 +24,11 @@ var (
 	// ErrStalled is returned by Serve when one write or flush blocked longer
 	// than the write timeout.
 	ErrStalled = errors.New("sse: subscriber stalled")
+	// ErrClientWrite is returned (wrapped, with the writer's own error) by
+	// Serve when a write or flush to the client failed: the client left.
+	// What the writer answers then depends on the server (a closed pipe, a
+	// reset connection), so this says it once for all of them.
+	ErrClientWrite = errors.New("sse: write to the client failed")
 	// ErrAhead is returned by Subscribe for a start id beyond the last event
 	// of the stream (a Last-Event-ID of a stream that expired, or made up).
 	ErrAhead = errors.New("sse: event id beyond the end of the stream")

@@ -60,7 +60,8 @@ const pingFrame = ": ping\n\n"
 // calling flush after each burst, until:
 //   - the stream is finished and drained, or enc marked a frame Last: nil;
 //   - ctx is done: ctx's error;
-//   - a write or flush fails (the client left): that error, wrapped;
+//   - a write or flush fails (the client left): ErrClientWrite and that
+//     error, wrapped;
 //   - one write or flush blocked longer than opts.WriteTimeout: ErrStalled;
 //   - the subscription or the Hub is closed: ErrClosed.
 //
@@ -225,7 +226,7 @@ func (g *guardedWriter) disarm(err error, op string) error {
 		return fmt.Errorf("serve events: %s blocked longer than %v: %w", op, g.limit, ErrStalled)
 	}
 	if err != nil {
-		return fmt.Errorf("serve events: %s: %w", op, err)
+		return fmt.Errorf("serve events: %s: %w: %w", op, ErrClientWrite, err)
 	}
 	return nil
 }

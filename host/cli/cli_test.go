@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -56,5 +58,42 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 		if out.Len()+errb.Len() == 0 {
 			t.Errorf("%s -h printed nothing", c.Name)
 		}
+	}
+}
+
+func TestServeFlagsHelpVersionAndHints(t *testing.T) {
+	code, stdout, stderr := run("-h")
+	if code != 0 || !strings.Contains(stdout, "-plugins") || !strings.Contains(stdout, "-version") || stderr != "" {
+		t.Fatalf("-h: exit %d, stdout %q, stderr %q; want exit 0 and the flags on stdout", code, stdout, stderr)
+	}
+	code, stdout, _ = run("-version")
+	if code != 0 || !strings.HasPrefix(stdout, "looopy ") || len(strings.TrimSpace(stdout)) <= len("looopy") {
+		t.Fatalf("-version: exit %d, stdout %q", code, stdout)
+	}
+	code, _, stderr = run("-plugin", "x")
+	if code != 2 || !strings.Contains(stderr, "did you mean -plugins?") || !strings.Contains(stderr, `"looopy -h" lists the flags`) {
+		t.Fatalf("-plugin: exit %d, stderr %q; want a hint naming -plugins", code, stderr)
+	}
+	code, _, stderr = run("-frobnicate")
+	if code != 2 || strings.Contains(stderr, "did you mean") || !strings.Contains(stderr, `"looopy -h" lists the flags`) {
+		t.Fatalf("-frobnicate: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// A host stopped while it starts says so, not that some plugin is missing.
+func TestServeStoppedWhileStarting(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	code := Main(ctx, []string{"-addr", "127.0.0.1:0", "-data", t.TempDir(), "-plugins", "../../examples/plugins", "-log-format", "json"},
+		Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+	if code != 1 || !strings.Contains(errb.String(), "looopy: stopped while starting (context canceled)") || strings.Contains(errb.String(), "not found") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+	}
+}
+
+func TestSignalNames(t *testing.T) {
+	if signalName(syscall.SIGINT) != "SIGINT" || signalName(os.Interrupt) != "SIGINT" || signalName(syscall.SIGTERM) != "SIGTERM" {
+		t.Fatalf("signal names: %s %s %s", signalName(syscall.SIGINT), signalName(os.Interrupt), signalName(syscall.SIGTERM))
 	}
 }
