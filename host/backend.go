@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,12 +121,15 @@ func (m *Main) openBackend(ctx context.Context, cfg Config, dataDir string) (b b
 	}
 	artCfg := artifacts.Config{InlineMax: inlineMax, Logger: m.log.With("component", "artifacts")}
 	if cfg.Store.Backend != "redis" {
+		// Artifacts share this database: values from store.ValueThreshold
+		// (64 KiB, an artifact's full chunk) go to the value log
+		// (RATIONALE.md, docs/PERFORMANCE.md).
 		st, err := store.Open(store.Options{Dir: dataDir, InMemory: cfg.InMemory, Logger: m.log.With("component", "badger")})
 		if err != nil {
 			return nil, nil, nil, false, dataDirError(dataDir, err)
 		}
 		m.closers = append(m.closers, st.Close)
-		arts, err := m.openArtifacts(dataDir, cfg.InMemory, blobs, artCfg)
+		arts, err := m.openArtifacts(st, dataDir, cfg.InMemory, blobs, artCfg)
 		if err != nil {
 			return nil, nil, nil, false, err
 		}
@@ -218,21 +222,23 @@ func (o orderedKV) Update(fn func(artifacts.KVTxn) error) error {
 	return o.k.Update(func(t *redisstore.Txn) error { return fn(t) })
 }
 
-// openArtifacts opens the artifact store of the Badger backend: its own
-// Badger database beside the main one, large parts in blobs (nil: files in
-// the data directory).
-func (m *Main) openArtifacts(dataDir string, inMemory bool, blobs artifacts.BlobStore, cfg artifacts.Config) (*artifacts.DB, error) {
+// openArtifacts opens the artifact store of the Badger backend in the
+// store's own database (its value-log GC covers both), large parts in
+// blobs (nil: files in <data>/artifacts/artifact-blobs). Artifacts an
+// earlier version kept in a Badger database of their own in
+// <data>/artifacts are moved in first.
+func (m *Main) openArtifacts(st *store.Badger, dataDir string, inMemory bool, blobs artifacts.BlobStore, cfg artifacts.Config) (*artifacts.DB, error) {
 	if inMemory {
 		return artifacts.NewMemory(blobs, cfg), nil
 	}
 	dir := filepath.Join(dataDir, "artifacts")
-	opts := badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil).WithValueThreshold(store.ValueThreshold)
-	db, err := badger.Open(opts)
-	if err != nil {
-		return nil, fmt.Errorf("open artifact database in %s: %w", dir, err)
+	if cfg.BlobDir == "" {
+		cfg.BlobDir = filepath.Join(dir, "artifact-blobs")
 	}
-	m.closers = append(m.closers, db.Close)
-	adb, err := artifacts.Open(db, blobs, cfg)
+	if err := migrateArtifactDB(dir, st.DB(), m.log); err != nil {
+		return nil, err
+	}
+	adb, err := artifacts.Open(st.DB(), blobs, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open artifacts: %w", err)
 	}
@@ -256,4 +262,84 @@ func dataDirError(dir string, err error) error {
 	}
 	return fmt.Errorf("data folder %s does not open as a Looopy database (%w): it is damaged or holds something else; move it aside (or choose another folder with -data) to start with an empty one, or restore it from a backup",
 		dir, cause)
+}
+
+// migrateArtifactDB moves the records of a separate artifact database in
+// dir (an earlier layout) into db, then sets the old files aside and
+// removes them. Copying is idempotent: a start interrupted half-way copies
+// again.
+func migrateArtifactDB(dir string, db *badger.DB, log *slog.Logger) error {
+	aside := filepath.Join(dir, "old-artifact-db")
+	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
+		// nothing of the old layout (or what a start interrupted while
+		// removing it left)
+		_ = os.RemoveAll(aside)
+		return nil
+	}
+	old, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		return fmt.Errorf("artifacts of an earlier version in %s do not open (%w): move the folder's Badger files aside to start without them", dir, err)
+	}
+	n := 0
+	wb := db.NewWriteBatch()
+	err = old.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			e := badger.NewEntry(item.KeyCopy(nil), v).WithMeta(item.UserMeta())
+			if exp := item.ExpiresAt(); exp > 0 {
+				e.ExpiresAt = exp
+			}
+			if err := wb.SetEntry(e); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err == nil {
+		err = wb.Flush()
+	} else {
+		wb.Cancel()
+	}
+	if cerr := old.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = db.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("moving artifacts of an earlier version from %s: %w", dir, err)
+	}
+	// Set the old database aside in one rename per file, then remove it:
+	// the artifact blobs stay where they are.
+	if err := os.MkdirAll(aside, 0o750); err != nil {
+		return err
+	}
+	// MANIFEST first: once it is gone, the old database is never read again.
+	if err := os.Rename(filepath.Join(dir, "MANIFEST"), filepath.Join(aside, "MANIFEST")); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(aside, e.Name())); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(aside); err != nil {
+		return err
+	}
+	log.Info("artifacts moved into the host's database", "from", dir, "records", n)
+	return nil
 }

@@ -63,6 +63,11 @@ type Badger struct {
 	wg     sync.WaitGroup
 }
 
+// DB is the Badger database, for stores that share it (the host keeps its
+// artifacts in it, under keys outside this store's prefixes). Writes to it
+// skip this store's group commit; Close closes it.
+func (b *Badger) DB() *badger.DB { return b.db }
+
 var (
 	_ loop.MessageStore = (*Badger)(nil)
 	_ loop.AgentStore   = (*Badger)(nil)
