@@ -21,10 +21,6 @@ import (
 	"github.com/looopy-go/looopy/pdk"
 )
 
-// MaxAgentDepth bounds sub-agent nesting: an agent plugin called at this
-// depth answers with an error instead of running.
-const MaxAgentDepth = 4
-
 // callTool validates the arguments against the tool's schema, then runs it.
 // Invalid arguments come back as an error result; the plugin is not called.
 func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
@@ -112,9 +108,11 @@ func (p *Plugin) runAgent(ctx context.Context, t *pluginTool, call loop.ToolCall
 	if env == nil {
 		env = &loop.ToolEnv{}
 	}
-	if env.Depth >= MaxAgentDepth {
+	// The one nesting limit is the loop's: the sub-task this call starts
+	// runs at env.Depth+1, which the loop refuses past MaxSubAgentDepth.
+	if env.Depth >= loop.MaxSubAgentDepth {
 		return loop.ToolResult{ToolCallID: call.ID, IsError: true,
-			Content: fmt.Sprintf("agent %q not run: sub-agents nest at most %d deep", t.def.Name, MaxAgentDepth)}, nil
+			Content: fmt.Sprintf("agent %q not run: sub-agents nest at most %d deep", t.def.Name, loop.MaxSubAgentDepth)}, nil
 	}
 	var args struct {
 		Prompt string `json:"prompt"`

@@ -401,3 +401,22 @@ func TestCancelInterruptsStreamingModel(t *testing.T) {
 		t.Fatalf("after cancel: %+v, %v", resp, err)
 	}
 }
+
+// An agent plugin nests as deep as the loop allows sub-agents, and no deeper:
+// one limit, loop.MaxSubAgentDepth.
+func TestAgentPluginDepthLimit(t *testing.T) {
+	r := loadAgent(t)
+	pinned, release := r.PinToolset()
+	defer release()
+	call := loop.ToolCall{ID: "a1", Name: "researcher", Arguments: []byte(`{"prompt":"why"}`)}
+	deepest := &loop.ToolEnv{ContextID: "c", TaskID: "t", Model: &stubModel{}, Tools: pinned, Depth: loop.MaxSubAgentDepth - 1}
+	if res, err := r.Call(context.Background(), call, deepest); err != nil || res.IsError {
+		t.Fatalf("agent at depth %d = %+v, %v; want it run", deepest.Depth, res, err)
+	}
+	tooDeep := &loop.ToolEnv{ContextID: "c", TaskID: "t", Model: &stubModel{}, Tools: pinned, Depth: loop.MaxSubAgentDepth}
+	res, err := r.Call(context.Background(), call, tooDeep)
+	want := fmt.Sprintf("sub-agents nest at most %d deep", loop.MaxSubAgentDepth)
+	if err != nil || !res.IsError || !strings.Contains(res.Content, want) {
+		t.Fatalf("agent at depth %d = %+v, %v; want an error result saying %q", tooDeep.Depth, res, err, want)
+	}
+}
