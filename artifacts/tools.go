@@ -9,10 +9,9 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/loop/schemamsg"
 )
 
 // Tools is the built-in artifact toolset the model uses to build
@@ -157,7 +156,7 @@ func (t *Tools) call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 		return toolReply{}, fmt.Errorf("arguments are not JSON: %v", err)
 	}
 	if err := sch.Validate(inst); err != nil {
-		return toolReply{}, fmt.Errorf("invalid arguments: %s", schemaMessage(err))
+		return toolReply{}, fmt.Errorf("invalid arguments: %s", schemamsg.Text(err))
 	}
 	var a toolArgs
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -294,28 +293,4 @@ func (t *Tools) appendData(ctx context.Context, w *Writer, a toolArgs) (toolRepl
 		}
 		return reply(info, fmt.Sprintf("Appended data as a JSON line to artifact %s", info.ID)), nil
 	}
-}
-
-var printer = message.NewPrinter(language.English)
-
-// schemaMessage flattens a validation error to one line for the model.
-func schemaMessage(err error) string {
-	ve, ok := err.(*jsonschema.ValidationError)
-	if !ok {
-		return err.Error()
-	}
-	var msgs []string
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) == 0 {
-			loc := "/" + strings.Join(e.InstanceLocation, "/")
-			msgs = append(msgs, fmt.Sprintf("at %s: %s", loc, e.ErrorKind.LocalizedString(printer)))
-			return
-		}
-		for _, c := range e.Causes {
-			walk(c)
-		}
-	}
-	walk(ve)
-	return strings.Join(msgs, "; ")
 }

@@ -9,15 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/loop/schemamsg"
 	"github.com/looopy-go/looopy/pdk"
 )
 
@@ -38,7 +36,7 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 	}
 	if err := validateArgs(t.schema, v); err != nil {
 		return loop.ToolResult{ToolCallID: call.ID, IsError: true,
-			Content: fmt.Sprintf("invalid arguments for tool %q: %s", call.Name, validationMessage(err))}, nil
+			Content: fmt.Sprintf("invalid arguments for tool %q: %s", call.Name, schemamsg.Text(err))}, nil
 	}
 	if t.agent {
 		return p.runAgent(ctx, t, call, env)
@@ -75,31 +73,6 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 func validateArgs(sch *jsonschema.Schema, v any) (err error) {
 	defer recoverInto(&err, "schema")
 	return sch.Validate(v)
-}
-
-var enPrinter = message.NewPrinter(language.English)
-
-// validationMessage flattens a schema validation error to one line per
-// problem, without the schema's internal URL.
-func validationMessage(err error) string {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return err.Error()
-	}
-	var lines []string
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) == 0 {
-			at := "/" + strings.Join(e.InstanceLocation, "/")
-			lines = append(lines, fmt.Sprintf("at %s: %s", at, e.ErrorKind.LocalizedString(enPrinter)))
-			return
-		}
-		for _, c := range e.Causes {
-			walk(c)
-		}
-	}
-	walk(ve)
-	return strings.Join(lines, "; ")
 }
 
 // runAgent runs an agent plugin as a tool: a sub-task of the caller's task,
