@@ -234,6 +234,13 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 			_ = rt.Close(context.Background())
 		}
 	}()
+	// Compiling takes seconds (a Go plugin under the race detector,
+	// minutes) and wazero's compiler does not look at the context: a load
+	// cancelled before it starts (a host stopped while starting) does not
+	// begin it. One already running finishes; the load fails after it.
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx))
+	}
 	cm, err := rt.CompileModule(ctx, code)
 	if err != nil && intr != nil {
 		// The rewrite of a module wazero takes should compile too; if it
