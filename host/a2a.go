@@ -73,6 +73,10 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	if err != nil {
 		return nil, err
 	}
+	md, err := withThoughtChoice(req)
+	if err != nil {
+		return nil, err
+	}
 	contextID, err := s.contextOf(ctx, auth, req.Message.ContextID)
 	if err != nil {
 		return nil, err
@@ -81,7 +85,7 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	// each plugin's instances).
 	ctx = plugins.WithPrincipal(ctx, auth.Principal)
 	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: contextID,
-		TaskID: string(req.Message.TaskID), Message: msg, Metadata: req.Metadata,
+		TaskID: string(req.Message.TaskID), Message: msg, Metadata: md,
 		Answers: answers, CheckAnswers: checkAnswerSchemas, ClientTools: tools})
 }
 
@@ -198,6 +202,9 @@ type taskStream struct {
 	after    uint64
 	endAt    uint64 // > 0: the stream is complete up to this id (a finished task)
 	snapshot *a2a.Task
+	// thoughts is the verbosity of the thoughts the stream carries (""
+	// none: see a2aThoughts).
+	thoughts string
 }
 
 // subscribe prepares SubscribeToTask. lastEventID > 0 resumes a stream the
@@ -209,6 +216,14 @@ func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a
 	if err != nil {
 		return nil, err
 	}
+	ts, err := s.subscribeFrom(ctx, rec, lastEventID)
+	if ts != nil {
+		ts.thoughts, _ = thoughtChoice(rec.Metadata)
+	}
+	return ts, err
+}
+
+func (s *Server) subscribeFrom(ctx context.Context, rec loop.TaskRecord, lastEventID uint64) (*taskStream, error) {
 	if lastEventID > 0 {
 		last, err := s.hub.Last(ctx, sse.TaskStream(rec.ID))
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/pdk"
 )
 
@@ -51,6 +52,8 @@ type Config struct {
 	Limits LimitsConfig `json:"limits"`
 	// Interaction: humans in the loop (approvals, client tools, timeouts).
 	Interaction InteractionConfig `json:"interaction"`
+	// Thoughts: the agent's thought-stream events and their verbosity.
+	Thoughts ThoughtsConfig `json:"thoughts"`
 	// Observability: the /metrics token and usage limits per principal.
 	// Spans are exported as the standard OTEL_* environment says.
 	Observability ObservabilityConfig `json:"observability"`
@@ -130,6 +133,33 @@ type WebConfig struct {
 	// Disabled turns the page off (GET / then answers 404); the A2A and
 	// event routes it uses are unchanged.
 	Disabled bool `json:"disabled,omitempty"`
+}
+
+// ThoughtsConfig says how much of the agent's thinking is recorded and
+// shown. Levels are brief, normal, detailed (and none).
+type ThoughtsConfig struct {
+	// Verbosity is the level a client sees when it chooses none (the
+	// ?verbosity= of /events; A2A streams carry thoughts only when their
+	// message asks, see docs/EVENTS.md). Default normal.
+	Verbosity string `json:"verbosity,omitempty"`
+	// Record is the most detailed level the agent records in the event
+	// log (default detailed; none records no thoughts). No client sees
+	// more than this.
+	Record string `json:"record,omitempty"`
+	// Debug records internal:thought-process events (the loop's state at
+	// each decision point), which only the admin API serves
+	// (GET /admin/events/{contextId}). Default off.
+	Debug bool `json:"debug,omitempty"`
+}
+
+func (c ThoughtsConfig) validate() error {
+	if _, err := loop.ParseVerbosity(c.Verbosity); err != nil {
+		return fmt.Errorf("config: thoughts.verbosity: %w", err)
+	}
+	if _, err := loop.ParseVerbosity(c.Record); err != nil {
+		return fmt.Errorf("config: thoughts.record: %w", err)
+	}
+	return nil
 }
 
 // AdminConfig guards the /admin API. With no token the admin API is off.
@@ -281,6 +311,9 @@ func (c Config) Validate() error {
 	if err := c.Interaction.validate(); err != nil {
 		return err
 	}
+	if err := c.Thoughts.validate(); err != nil {
+		return err
+	}
 	switch c.LogFormat {
 	case "", "json", "text":
 	default:
@@ -312,6 +345,14 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Agent.HistoryBytes == 0 {
 		c.Agent.HistoryBytes = DefaultHistoryBytes
+	}
+	c.Thoughts.Verbosity, _ = loop.ParseVerbosity(c.Thoughts.Verbosity)
+	if c.Thoughts.Verbosity == "" {
+		c.Thoughts.Verbosity = loop.VerbosityNormal
+	}
+	c.Thoughts.Record, _ = loop.ParseVerbosity(c.Thoughts.Record)
+	if c.Thoughts.Record == "" {
+		c.Thoughts.Record = loop.VerbosityDetailed
 	}
 	l := &c.Limits
 	if l.MaxBodyBytes == 0 {

@@ -16,8 +16,10 @@ import (
 
 // handleEvents serves GET /events/{contextId}: Looopy's own event stream of
 // a conversation, every event as it is (internal ones excepted), from the
-// log then live. ?taskId= and ?kinds=a,b filter it; Last-Event-ID (header,
-// or ?lastEventId=) resumes it.
+// log then live. ?taskId= and ?kinds=a,b filter it; ?verbosity=brief|
+// normal|detailed|none bounds its thought-stream events (default: the
+// operator's thoughts.verbosity); Last-Event-ID (header, or ?lastEventId=)
+// resumes it.
 func (s *Server) handleEvents(c *fiber.Ctx) error {
 	auth, err := s.principal(c)
 	if err != nil {
@@ -50,6 +52,9 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 		if err != nil {
 			return err
 		}
+	}
+	if f.Verbosity, err = s.eventsVerbosity(strings.Clone(c.Query("verbosity"))); err != nil {
+		return err
 	}
 	lastID := c.Get("Last-Event-ID")
 	if lastID == "" {

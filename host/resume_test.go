@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,17 +60,21 @@ func TestResumeFinishedTaskNeverHangs(t *testing.T) {
 	}
 	h = startHost(t, baseConfig(dir))
 	n := len(all)
-	for _, after := range []int{1, n - 1, n} {
+	// The ids a client holds: the first frame's, the one before the end,
+	// the final status's (ids are the log's; the stream skips the events
+	// it does not carry, so they need not be consecutive).
+	for _, i := range []int{0, n - 2, n - 1} {
+		after := all[i].ID
 		for _, proto := range []struct{ path, body string }{
 			{"/", `{"jsonrpc":"2.0","id":"s2","method":"SubscribeToTask","params":{"id":"` + taskID + `"}}`},
 			{"/a2a/v0.3", `{"jsonrpc":"2.0","id":"s2","method":"tasks/resubscribe","params":{"id":"` + taskID + `"}}`},
 		} {
-			_, got, raw := readAllWithin(t, h.URL()+proto.path, proto.body, "Last-Event-ID", fmt.Sprint(after))
-			if len(got) != n-after {
-				t.Fatalf("%s after %d of %d: %d frames, want %d\n%s", proto.path, after, n, len(got), n-after, raw)
+			_, got, raw := readAllWithin(t, h.URL()+proto.path, proto.body, "Last-Event-ID", after)
+			if len(got) != n-1-i {
+				t.Fatalf("%s after id %s (frame %d of %d): %d frames, want %d\n%s", proto.path, after, i+1, n, len(got), n-1-i, raw)
 			}
 			if strings.Contains(raw, `"error"`) {
-				t.Fatalf("%s after %d: an error frame: %s", proto.path, after, raw)
+				t.Fatalf("%s after %s: an error frame: %s", proto.path, after, raw)
 			}
 		}
 	}
@@ -81,7 +86,13 @@ func TestLastEventIDAheadIsAClientError(t *testing.T) {
 	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	taskID, contextID, all := streamTask(t, h.URL())
-	ahead := fmt.Sprint(len(all) + 5)
+	// Beyond the log's end: past the last frame's id and every event the
+	// stream did not carry after it.
+	last, err := strconv.Atoi(all[len(all)-1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := fmt.Sprint(last + 1000)
 	for _, proto := range []struct{ path, body string }{
 		{"/", `{"jsonrpc":"2.0","id":"s2","method":"SubscribeToTask","params":{"id":"` + taskID + `"}}`},
 		{"/a2a/v0.3", `{"jsonrpc":"2.0","id":"s2","method":"tasks/resubscribe","params":{"id":"` + taskID + `"}}`},

@@ -128,7 +128,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		Params:      loop.ModelParams{Model: cfg.Model.Name, Temperature: cfg.Model.Temperature, MaxTokens: cfg.Model.MaxTokens},
 		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.Budget,
 		Approval:       (&Server{cfg: cfg, toolsets: opts.Toolsets, plugins: opts.Plugins}).approvalGate(),
-		CheckArguments: validateJSON, Subtasks: st.Tasks, SubtaskTTL: time.Duration(cfg.Limits.TaskTTL)})
+		CheckArguments: validateJSON, Subtasks: st.Tasks, SubtaskTTL: time.Duration(cfg.Limits.TaskTTL),
+		ThoughtLevel: cfg.Thoughts.Record, DebugThoughts: cfg.Thoughts.Debug})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -155,7 +156,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		MaxAgents: cfg.Limits.MaxAgents, MaxAgentBytes: max(cfg.Limits.MaxAgentBytes, 0),
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
 		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log,
-		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery()}
+		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery(),
+		KeepDebugThoughts: cfg.Thoughts.Debug}
 	if st.Shared {
 		// Other hosts may die with tasks in flight: look for lapsed
 		// leases as often as one can lapse.
@@ -436,7 +438,8 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 			return
 		}
 		if err == nil {
-			err = s.serveStream(w, conn, sse.TaskStream(stream.taskID), stream.after, stream.endAt, sse.Filter{}, enc)
+			err = s.serveStream(w, conn, sse.TaskStream(stream.taskID), stream.after, stream.endAt,
+				sse.Filter{Verbosity: a2aThoughts(stream.thoughts)}, enc)
 			if err == nil || errors.Is(err, errClientGone) {
 				return
 			}
@@ -588,7 +591,8 @@ func (s *Server) startStream(ctx context.Context, auth *loop.AuthContext, p *a2a
 		// as it is.
 		return &taskStream{taskID: st.Task.ID, snapshot: toA2ATask(st.Task, s.historyLength(-1))}, nil
 	}
-	return &taskStream{taskID: st.Run.TaskID, after: st.Run.After}, nil
+	level, _ := thoughtChoice(st.Task.Metadata)
+	return &taskStream{taskID: st.Run.TaskID, after: st.Run.After, thoughts: level}, nil
 }
 
 // checkContentEncoding refuses a compressed request body. The body limit

@@ -99,6 +99,13 @@ type Config struct {
 	// ones expire after SubtaskTTL (0: never).
 	Subtasks   TaskStore
 	SubtaskTTL time.Duration
+	// ThoughtLevel is the most detailed level of thought-stream events the
+	// loop sends (its own and the model's): brief, normal, detailed
+	// (default) or none. Readers choose how much of it they see.
+	ThoughtLevel string
+	// DebugThoughts sends internal:thought-process events (the loop's
+	// state at each decision point) for the operator's debugging.
+	DebugThoughts bool
 }
 
 // Loop runs single turns: call the model, run the tools it asks for in
@@ -123,12 +130,22 @@ type Loop struct {
 	checkArgs    func(schema, args json.RawMessage) error
 	subtasks     TaskStore
 	subtaskTTL   time.Duration
+	// thoughtRank is VerbosityRank of Config.ThoughtLevel.
+	thoughtRank   int
+	debugThoughts bool
 }
 
 // New returns a Loop for cfg.
 func New(cfg Config) (*Loop, error) {
 	if cfg.Model == nil {
 		return nil, fmt.Errorf("new loop: %w: no model", ErrInvalid)
+	}
+	level, err := ParseVerbosity(cfg.ThoughtLevel)
+	if err != nil {
+		return nil, fmt.Errorf("new loop: thought level: %w", err)
+	}
+	if level == "" {
+		level = VerbosityDetailed
 	}
 	l := &Loop{
 		model:        cfg.Model,
@@ -153,6 +170,9 @@ func New(cfg Config) (*Loop, error) {
 		checkArgs:   cfg.CheckArguments,
 		subtasks:    cfg.Subtasks,
 		subtaskTTL:  cfg.SubtaskTTL,
+
+		thoughtRank:   VerbosityRank(level),
+		debugThoughts: cfg.DebugThoughts,
 	}
 	if cfg.Meter != nil {
 		lm, err := newLoopMetrics(cfg.Meter)
@@ -310,6 +330,10 @@ type turn struct {
 	subUsage   Usage
 	activeSubs int
 	subtasks   []string
+	// thoughts counts the turn's thought-stream events: their index.
+	thoughts atomic.Int64
+	// planned: the turn's strategy thought was sent.
+	planned bool
 }
 
 // Run executes one turn. It never panics on a misbehaving model or tool and
@@ -431,8 +455,11 @@ func (tr *turn) emit(e Event) {
 		h.Timestamp = time.Now().UTC()
 	}
 	tr.emitMu.Lock()
+	defer tr.emitMu.Unlock()
+	if ts, ok := e.(*ThoughtStream); ok && !tr.stampThought(ts) {
+		return
+	}
 	tr.sink.Emit(e)
-	tr.emitMu.Unlock()
 }
 
 func (tr *turn) run(ctx context.Context) Outcome {
@@ -508,6 +535,9 @@ func (tr *turn) run(ctx context.Context) Outcome {
 			return canceled(out, err)
 		}
 		if iter > l.maxIter {
+			tr.think(ThoughtDecision, VerbosityBrief, fmt.Sprintf("Stopping: the turn reached its limit of %d iterations.", l.maxIter),
+				map[string]any{"decision": "stop", "reason": ReasonMaxIterations})
+			tr.debugThought(iter, "stop", "iteration limit reached", map[string]any{"maxIterations": l.maxIter})
 			tr.emit(&Warning{Header: Header{Kind: KindWarning}, Code: ReasonMaxIterations,
 				Message: fmt.Sprintf("the turn reached its limit of %d iterations; what was produced is kept", l.maxIter)})
 			out.Status, out.Reason = TaskCompleted, ReasonMaxIterations
@@ -550,6 +580,7 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	}
 	tr.emit(&InternalLLMCall{Header: Header{Kind: KindInternalLLMCall}, Iteration: iter,
 		MessageCount: len(conv), ToolCount: len(tr.defs)})
+	tr.planThoughts(iter, conv, out)
 	req := &ModelRequest{Messages: conv, Tools: tr.defs, Stream: true,
 		Temperature: tr.l.params.Temperature, MaxTokens: tr.l.params.MaxTokens}
 	if tr.l.params.Model != "" {
@@ -568,6 +599,7 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	out.Finish = resp.FinishReason
 	msg := resp.Message
 	msg.Role = RoleAssistant
+	tr.observeResponse(iter, resp, out)
 	out.Messages = append(out.Messages, msg)
 	if len(msg.ToolCalls) > 0 {
 		// The tools it asks for run only within budget. Refused, the answer
@@ -601,6 +633,7 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		case FinishContentFilter:
 			out.Reason = ReasonContentFilter
 		}
+		tr.stopThought(iter, out)
 		if out.Reason != ReasonStop {
 			tr.emit(&Warning{Header: Header{Kind: KindWarning}, Code: out.Reason, Message: out.StatusMessage()})
 		}
@@ -623,6 +656,7 @@ func (tr *turn) toolPhase(ctx context.Context, iter int, calls []ToolCall, out *
 	results := tr.runTools(ctx, calls, &pending, &reqs)
 	out.Usage = out.Usage.Add(tr.takeSubUsage()) // what sub-agents used is the turn's
 	out.Messages = append(out.Messages, results...)
+	tr.reflect(iter, results)
 	if len(pending) > 0 {
 		out.Status, out.Reason, out.PendingCalls, out.Requests = TaskWaitingInput, ReasonClientTool, pending, reqs
 		for _, r := range reqs {
@@ -630,6 +664,7 @@ func (tr *turn) toolPhase(ctx context.Context, iter int, calls []ToolCall, out *
 				out.Reason = ReasonInput
 			}
 		}
+		tr.pauseThought(iter, reqs)
 		return nil, true
 	}
 	if err := ctx.Err(); err != nil {
@@ -712,6 +747,7 @@ func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*Mo
 	l := tr.l
 	deltas := 0
 	streamed := false // this attempt has sent the client something
+	reasoningID := "" // the thought the model's reasoning of this attempt makes
 	onDelta := func(d Delta) {
 		if d.Content != "" {
 			tr.emit(&ContentDelta{Header: Header{Kind: KindContentDelta}, Delta: d.Content, Index: deltas, Iteration: iter})
@@ -720,8 +756,12 @@ func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*Mo
 		}
 		if d.Thought != "" {
 			streamed = true
-			tr.emit(&ThoughtStream{Header: Header{Kind: KindThoughtStream}, ThoughtType: "reasoning",
-				Verbosity: "normal", Content: d.Thought, Index: deltas})
+			if reasoningID == "" {
+				reasoningID = NewThoughtID()
+			}
+			tr.emit(&ThoughtStream{Header: Header{Kind: KindThoughtStream}, ThoughtID: reasoningID,
+				ThoughtType: ThoughtReasoning, Verbosity: VerbosityNormal, Content: d.Thought,
+				Metadata: map[string]any{"source": "model", "iteration": iter}})
 		}
 	}
 	for attempt := 1; ; attempt++ {
@@ -743,7 +783,7 @@ func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*Mo
 		if l.metrics != nil {
 			began = time.Now()
 		}
-		streamed = false
+		streamed, reasoningID = false, ""
 		resp, err := safeGenerate(mctx, tr.model, req, onDelta)
 		if err == nil && resp == nil {
 			err = &ModelError{Code: "empty_response", Message: "the model returned no response"}
@@ -864,6 +904,7 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 		}
 		run = append(run, i)
 	}
+	tr.toolDecision(calls, run, *pending)
 	if len(run) == 1 { // the common case: no goroutine
 		i := run[0]
 		results[i] = tr.runTool(ctx, calls[i])

@@ -127,7 +127,8 @@ func TestTurnStopsWhenModelAnswers(t *testing.T) {
 		return text("hello"), nil
 	}}
 	rec := &recorder{}
-	out := newLoop(t, loop.Config{Model: m}).Run(context.Background(), userTurn("hi", rec))
+	// Thoughts are tested on their own (thought_test.go).
+	out := newLoop(t, loop.Config{Model: m, ThoughtLevel: loop.VerbosityNone}).Run(context.Background(), userTurn("hi", rec))
 	if out.Status != loop.TaskCompleted || out.Reason != loop.ReasonStop || out.Content != "hello" {
 		t.Fatalf("outcome = %+v", out)
 	}
@@ -499,7 +500,7 @@ func TestStreamingDeltasBecomeEvents(t *testing.T) {
 		return text("Hello world"), nil
 	}}
 	rec := &recorder{}
-	newLoop(t, loop.Config{Model: m}).Run(context.Background(), userTurn("hi", rec))
+	newLoop(t, loop.Config{Model: m, ThoughtLevel: loop.VerbosityNone}).Run(context.Background(), userTurn("hi", rec))
 	var got strings.Builder
 	idx := 0
 	for _, e := range rec.events {
@@ -536,7 +537,7 @@ func TestToolEventsAndProgress(t *testing.T) {
 		return text("ok"), nil
 	}}
 	rec := &recorder{}
-	out := newLoop(t, loop.Config{Model: m, Toolsets: []loop.Toolset{tools}}).Run(context.Background(), userTurn("go", rec))
+	out := newLoop(t, loop.Config{Model: m, Toolsets: []loop.Toolset{tools}, ThoughtLevel: loop.VerbosityNone}).Run(context.Background(), userTurn("go", rec))
 	if out.Messages[1].Content != "done" {
 		t.Fatalf("tool result %q", out.Messages[1].Content)
 	}

@@ -80,10 +80,13 @@ func FinalA2A(ev a2a.Event) bool {
 //   - warning: a working status update whose message says it, with
 //     {"warning": code} as metadata (a model call retried, an answer cut
 //     off, the iteration limit reached);
+//   - thought-stream: a working status update whose message is the
+//     thought's text and whose metadata "thought" holds its id, type,
+//     verbosity and index (a stream carries thoughts only when its client
+//     asked for them: the filter's Verbosity);
 //   - everything else (tool-start, tool-complete, input and auth requests,
 //     which the task status carries, task-complete, which follows the final
-//     status, sub-tasks, thoughts) is not mapped; internal events
-//     never are.
+//     status, sub-tasks) is not mapped; internal events never are.
 func ToA2A(e loop.Event) (a2a.Event, bool) {
 	if e == nil {
 		return nil, false
@@ -213,8 +216,36 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 			},
 			Metadata: map[string]any{"warning": v.Code},
 		}, true
+	case *loop.ThoughtStream:
+		if v.Content == "" {
+			return nil, false
+		}
+		return &a2a.TaskStatusUpdateEvent{
+			TaskID:    tid,
+			ContextID: h.ContextID,
+			Status: a2a.TaskStatus{
+				State:     a2a.TaskStateWorking,
+				Timestamp: stamp(h.Timestamp),
+				Message:   agentMessage(h, thoughtWhat(v), v.Content),
+			},
+			Metadata: thoughtMeta(v),
+		}, true
 	}
 	return nil, false
+}
+
+// thoughtWhat names a thought's status message (its id is derived from it
+// and the event's time, so chunks of one thought get ids of their own).
+func thoughtWhat(v *loop.ThoughtStream) string {
+	return "thought-" + v.ThoughtID + "-" + strconv.Itoa(v.Index)
+}
+
+// thoughtMeta is the metadata of a thought's status update: what the
+// Looopy event says besides its text.
+func thoughtMeta(v *loop.ThoughtStream) map[string]any {
+	return map[string]any{"thought": map[string]any{
+		"thoughtId": v.ThoughtID, "thoughtType": v.ThoughtType, "verbosity": v.Verbosity, "index": v.Index,
+	}}
 }
 
 func artifactUpdate(h *loop.Header, art *a2a.Artifact, appendTo, last bool) *a2a.TaskArtifactUpdateEvent {

@@ -194,6 +194,20 @@ func ToA2A03(e loop.Event) (a2a03.Event, bool) {
 			},
 			Metadata: map[string]any{"warning": v.Code},
 		}, true
+	case *loop.ThoughtStream:
+		if v.Content == "" {
+			return nil, false
+		}
+		return &a2a03.TaskStatusUpdateEvent{
+			TaskID:    tid,
+			ContextID: h.ContextID,
+			Status: a2a03.TaskStatus{
+				State:     a2a03.TaskStateWorking,
+				Timestamp: stamp(h.Timestamp),
+				Message:   agentMessage03(h, thoughtWhat(v), v.Content),
+			},
+			Metadata: thoughtMeta(v),
+		}, true
 	}
 	return nil, false
 }

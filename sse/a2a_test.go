@@ -366,12 +366,13 @@ func TestToA2AEveryKindDecided(t *testing.T) {
 	mapped := map[loop.EventKind]bool{
 		loop.KindTaskCreated: true, loop.KindTaskStatus: true, loop.KindContentDelta: true, loop.KindContentComplete: true,
 		loop.KindFileWrite: true, loop.KindDataWrite: true, loop.KindDatasetWrite: true, loop.KindToolProgress: true,
-		loop.KindWarning: true,
+		loop.KindWarning:       true,
+		loop.KindThoughtStream: true,
 	}
 	notMapped := map[loop.EventKind]bool{
 		loop.KindTaskComplete: true, loop.KindToolStart: true, loop.KindToolComplete: true,
 		loop.KindInputRequired: true, loop.KindInputReceived: true, loop.KindAuthRequired: true, loop.KindAuthCompleted: true,
-		loop.KindSubtaskCreated: true, loop.KindThoughtStream: true,
+		loop.KindSubtaskCreated: true,
 	}
 	for _, k := range loop.AllKinds() {
 		e := loop.NewEvent(k)
@@ -386,6 +387,8 @@ func TestToA2AEveryKindDecided(t *testing.T) {
 			v.Message = "x"
 		case *loop.Warning:
 			v.Message = "x"
+		case *loop.ThoughtStream:
+			v.Content = "x"
 		}
 		_, ok1 := sse.ToA2A(e)
 		_, ok03 := sse.ToA2A03(e)

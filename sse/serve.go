@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/looopy-go/looopy/loop"
 )
 
 // Frame is what an Encoder makes of one event.
@@ -132,8 +134,8 @@ func Serve(ctx context.Context, w io.Writer, flush func() error, sub *Subscripti
 			return err
 		}
 		if ok {
-			if it.Kind.Internal() {
-				continue
+			if it.Kind.Internal() && !(it.Kind == loop.KindInternalThoughtProcess && sub.filter.Debug) {
+				continue // internal events never leave the host, the admin's debug thoughts aside
 			}
 			var f Frame
 			var send bool

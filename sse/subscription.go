@@ -2,6 +2,7 @@ package sse
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,11 +31,18 @@ type Filter struct {
 	// Internal lets "internal:" events through. Only for observers inside
 	// the host: Serve never writes an internal event, whatever the filter.
 	Internal bool
+	// Verbosity bounds the thought-stream events kept: "" keeps them all,
+	// "none" none, brief, normal or detailed those of that level or a
+	// less detailed one (loop.VerbosityRank).
+	Verbosity string
+	// Debug lets internal:thought-process events through, and Serve write
+	// them: only for the operator's (admin) streams.
+	Debug bool
 }
 
 // Match reports whether the filter keeps it.
 func (f *Filter) Match(it *Item) bool {
-	if it.Kind == "" || (it.Kind.Internal() && !f.Internal) {
+	if it.Kind == "" || (it.Kind.Internal() && !f.Internal && !(f.Debug && it.Kind == loop.KindInternalThoughtProcess)) {
 		return false
 	}
 	if len(f.Kinds) > 0 && !slices.Contains(f.Kinds, it.Kind) {
@@ -43,7 +51,25 @@ func (f *Filter) Match(it *Item) bool {
 	if len(f.TaskIDs) > 0 && !slices.Contains(f.TaskIDs, it.TaskID) {
 		return false
 	}
+	if it.Kind == loop.KindThoughtStream && f.Verbosity != "" && thoughtRank(it.Data) > loop.VerbosityRank(f.Verbosity) {
+		return false
+	}
 	return true
+}
+
+// thoughtRank is the verbosity rank of a logged thought-stream event; one
+// whose level cannot be read counts as the most detailed.
+func thoughtRank(data []byte) int {
+	var v struct {
+		Verbosity string `json:"verbosity"`
+	}
+	if json.Unmarshal(data, &v) != nil {
+		return loop.VerbosityRank(loop.VerbosityDetailed)
+	}
+	if r := loop.VerbosityRank(v.Verbosity); r > 0 {
+		return r
+	}
+	return loop.VerbosityRank(loop.VerbosityDetailed)
 }
 
 // Subscription is a cursor over one stream: it yields the events with an id

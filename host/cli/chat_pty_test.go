@@ -539,7 +539,14 @@ func TestChatResumeContext(t *testing.T) {
 	tm.expect("you> ")
 	tm.typeLine("and the cat")
 	tm.expect("You said: ")
-	if said := strings.TrimSpace(tm.expect("you> ")); said != "and the cat" {
+	// The answer, without the agent's thoughts the chat prints around it.
+	var answer []string
+	for _, line := range strings.Split(tm.expect("you> "), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "(thinking)") {
+			answer = append(answer, line)
+		}
+	}
+	if said := strings.TrimSpace(strings.Join(answer, "\n")); said != "and the cat" {
 		t.Fatalf("a new conversation answered %q, want only its own message", said)
 	}
 	tm.typeLine("/quit")

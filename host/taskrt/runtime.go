@@ -141,6 +141,9 @@ type Config struct {
 	// SweepEvery is how often the cleanup runs. Default: TaskTTL/10
 	// within [1s, 10m].
 	SweepEvery time.Duration
+	// KeepDebugThoughts logs internal:thought-process events (the event
+	// log's readers never send them to clients; the admin reads them).
+	KeepDebugThoughts bool
 	// ExpireEvery, when positive, is how often paused tasks are searched
 	// for requests past their expiry, which OnTimeout resolves.
 	ExpireEvery time.Duration
@@ -598,7 +601,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
 	})
 	sink := loop.SinkFunc(func(e loop.Event) {
-		if e.Head().Kind.Internal() {
+		if k := e.Head().Kind; k.Internal() && !(rt.cfg.KeepDebugThoughts && k == loop.KindInternalThoughtProcess) {
 			return // internal events are for tracing, not for the log clients read
 		}
 		if r.lost() {

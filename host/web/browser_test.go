@@ -498,7 +498,7 @@ func TestPageThoughtsSubAgentDataset(t *testing.T) {
 	}
 	say(t, ctx, "think about rain")
 	wait(t, ctx, "the thinking turn", turnsDone(1))
-	if th := eval[string](t, ctx, `(document.querySelector('#transcript .thought') || {}).textContent || ''`); !strings.Contains(th, "rain") {
+	if th := eval[string](t, ctx, `[...document.querySelectorAll('#transcript .thought')].map(e => e.textContent).join('|')`); !strings.Contains(th, "rain") {
 		t.Fatalf("thought shown as %q", th)
 	}
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("show-thoughts"))); err != nil {
