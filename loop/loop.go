@@ -599,7 +599,6 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	out.Finish = resp.FinishReason
 	msg := resp.Message
 	msg.Role = RoleAssistant
-	tr.observeResponse(iter, resp, out)
 	out.Messages = append(out.Messages, msg)
 	if len(msg.ToolCalls) > 0 {
 		// The tools it asks for run only within budget. Refused, the answer
@@ -625,6 +624,9 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		out.Content = msg.Content
 		tr.emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: msg.Content, Iteration: iter})
 	}
+	// After the response's text is complete: a client drawing the deltas
+	// sees them closed before the next thought.
+	tr.observeResponse(iter, resp, out)
 	if len(msg.ToolCalls) == 0 {
 		out.Status, out.Reason = TaskCompleted, ReasonStop
 		switch resp.FinishReason {

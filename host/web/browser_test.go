@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 
 	"github.com/looopy-go/looopy/host"
@@ -188,7 +191,8 @@ var (
 // openHost is a host with auth off shared by the tests that need nothing
 // of their own (each works in a conversation of its own): the scripted
 // model, the calculator, the researcher sub-agent, echo and the dataset
-// writer. It stops when the package's tests end.
+// writer, with debug thoughts recorded. It stops when the package's tests
+// end.
 func openHost(t *testing.T) *host.Main {
 	t.Helper()
 	sharedOnce.Do(func() {
@@ -198,6 +202,9 @@ func openHost(t *testing.T) *host.Main {
 		cfg := config(sharedDir, "127.0.0.1:0", false)
 		cfg.InMemory = true
 		cfg.Plugins.Only = []string{"scripted-model", "calculator", "researcher", "echo", "dataset-writer"}
+		// The loop's debug thoughts are recorded: the page must never
+		// show them (they are the admin's).
+		cfg.Thoughts.Debug = true
 		m := host.NewMain()
 		m.Config = cfg
 		m.Stdout = io.Discard
@@ -488,8 +495,9 @@ func TestPageApproval(t *testing.T) {
 	screenshot(t, ctx, "approved")
 }
 
-// Thoughts (and the switch that hides them), a sub-agent's call and a
-// dataset artifact as a table with its download link.
+// Thoughts and their verbosity switch (and the admin's debug thoughts
+// never shown), a sub-agent's call, a dataset artifact as a table, and a
+// binary file artifact downloaded by the browser, its bytes checked.
 func TestPageThoughtsSubAgentDataset(t *testing.T) {
 	ctx := tab(t)
 	m := openHost(t)
@@ -501,11 +509,63 @@ func TestPageThoughtsSubAgentDataset(t *testing.T) {
 	if th := eval[string](t, ctx, `[...document.querySelectorAll('#transcript .thought')].map(e => e.textContent).join('|')`); !strings.Contains(th, "rain") {
 		t.Fatalf("thought shown as %q", th)
 	}
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("show-thoughts"))); err != nil {
-		t.Fatal(err)
+	// The answer once, whatever thoughts came between its deltas and its
+	// complete text.
+	if txt := eval[string](t, ctx, `[...document.querySelectorAll('#transcript .text')].map(e => e.textContent).join('|')`); txt != "I thought about about rain." {
+		t.Fatalf("answer shown as %q", txt)
 	}
-	if d := eval[string](t, ctx, `getComputedStyle(document.querySelector('#transcript .thought')).display`); d != "none" {
-		t.Fatalf("thoughts switched off still shown (display %q)", d)
+	// shown: the thoughts visible now (type/verbosity), by the switch's level.
+	const shown = `[...document.querySelectorAll('#transcript .thought')].filter(e => getComputedStyle(e).display !== 'none').map(e => e.dataset.type + '/' + e.dataset.verbosity).sort().join(',')`
+	setLevel := func(v string) string {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("thought-verbosity"), v)); err != nil {
+			t.Fatal(err)
+		}
+		eval[bool](t, ctx, `document.getElementById('thought-verbosity').dispatchEvent(new Event('change'))`)
+		return eval[string](t, ctx, shown)
+	}
+	levels := map[string]string{}
+	for _, v := range []string{"normal", "brief", "detailed", "none"} {
+		levels[v] = setLevel(v)
+		for _, typ := range strings.Split(levels[v], ",") {
+			if typ == "" {
+				continue
+			}
+			if lv := typ[strings.Index(typ, "/")+1:]; v == "brief" && lv != "brief" || v == "normal" && lv == "detailed" {
+				t.Fatalf("at %s the page shows a %s thought: %s", v, lv, levels[v])
+			}
+		}
+		if v == "detailed" {
+			screenshot(t, ctx, "thoughts-detailed")
+		}
+	}
+	if levels["none"] != "" {
+		t.Fatalf("thoughts switched off still shown: %s", levels["none"])
+	}
+	for v, want := range map[string][]string{
+		"brief":    {"planning/brief", "decision/brief"},
+		"normal":   {"planning/brief", "reasoning/normal", "decision/brief"},
+		"detailed": {"strategy/detailed", "observation/detailed", "reasoning/normal"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(levels[v], w) {
+				t.Fatalf("at %s the page shows %s, want %s among them", v, levels[v], w)
+			}
+		}
+	}
+	if strings.Contains(levels["normal"], "strategy") || strings.Contains(levels["brief"], "reasoning") {
+		t.Fatalf("levels: %v", levels)
+	}
+	// The choice stays for the tab.
+	if got := eval[string](t, ctx, `sessionStorage.getItem('looopy.thoughts')`); got != "none" {
+		t.Fatalf("switch kept as %q", got)
+	}
+	setLevel("detailed")
+	// The debug thoughts the host records (thoughts.debug) are the admin's:
+	// nothing of them on the page, at the most detailed level.
+	if page := eval[string](t, ctx, `document.documentElement.outerHTML`); strings.Contains(page, "calling the model with") ||
+		strings.Contains(page, "pre-llm") || strings.Contains(page, "thought-process") {
+		t.Fatal("the page shows the loop's debug thoughts")
 	}
 
 	say(t, ctx, "research owls")
@@ -527,4 +587,141 @@ func TestPageThoughtsSubAgentDataset(t *testing.T) {
 		t.Fatalf("dataset shown as %v", ds)
 	}
 	screenshot(t, ctx, "rich")
+
+	// A binary file artifact (every byte value), downloaded by clicking
+	// its link: the browser saves exactly the bytes the tool wrote.
+	say(t, ctx, "file 3000")
+	wait(t, ctx, "the file turn", turnsDone(4))
+	wait(t, ctx, "the file's link", `(() => { const a = [...document.querySelectorAll('.artifact')].find(a => a.textContent.includes('demo.bin'));
+		return !!a && !a.querySelector('.note').textContent.includes('writing'); })()`)
+	dir := t.TempDir()
+	progress := chromedp.Events(ctx, browser.DownloadProgress)
+	if err := chromedp.Do(ctx,
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			events := true
+			_, err := chromedp.Call(ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+				Behavior: browser.SetDownloadBehaviorBehaviorAllowAndName, DownloadPath: dir, EventsEnabled: &events})
+			return err
+		}),
+		chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll('.artifact')].find(a => a.textContent.includes('demo.bin')).querySelector('a.download').click()`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	var saved string
+	for ev, err := range progress {
+		if err != nil {
+			t.Fatalf("download: %v", err)
+		}
+		if ev.State == browser.DownloadProgressStateCanceled {
+			t.Fatal("the download was canceled")
+		}
+		if ev.State == browser.DownloadProgressStateCompleted {
+			saved = filepath.Join(dir, ev.GUID)
+			break
+		}
+	}
+	got, err := os.ReadFile(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 3000)
+	for i := range want {
+		want[i] = byte((i*7 + 3) % 256) // the dataset-writer's make_file pattern
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("downloaded %d bytes, want the %d the tool wrote (first differing at %d)", len(got), len(want), firstDiff(got, want))
+	}
+	if errText := eval[string](t, ctx, `document.getElementById('error').textContent`); errText != "" {
+		t.Fatalf("the page shows an error: %s", errText)
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// A call to a tool the client offered pauses its turn; the page draws a
+// form for the tool's result from the pausing status's data (the
+// extension's requests), and the result sent from the page lets the turn
+// go on. The forms for a text question and a credential are drawn from the
+// same data (rendering only: this host raises neither yet).
+func TestPageClientToolForm(t *testing.T) {
+	ctx := tab(t)
+	m := openHost(t)
+	const ext = "https://github.com/looopy-go/looopy/blob/main/docs/A2A_EXTENSION.md#v1"
+	contextID := fmt.Sprintf("web-client-tool-%d", time.Now().UnixNano())
+	msg := map[string]any{"messageId": "m-locate", "role": "ROLE_USER", "contextId": contextID,
+		"parts": []any{map[string]any{"text": "locate"}},
+		"metadata": map[string]any{ext: map[string]any{"clientTools": []any{map[string]any{
+			"name": "get_location", "description": "The user's current city.",
+			"parameters":   map[string]any{"type": "object", "properties": map[string]any{"precision": map[string]any{"type": "string"}}},
+			"resultSchema": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []any{"city"}},
+		}}}}}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": map[string]any{"message": msg}})
+	req, _ := http.NewRequest("POST", m.URL()+"/", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("A2A-Extensions", ext)
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(answer), "INPUT_REQUIRED") {
+		t.Fatalf("the task did not pause for the client tool: %s", answer)
+	}
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/#"+contextID)); err != nil {
+		t.Fatal(err)
+	}
+	const form = `.request[data-input-type="client-tool"][data-source="status"] form[data-form="client-tool"]`
+	wait(t, ctx, "the client tool's form", `document.querySelector('`+form+`') !== null`)
+	shown := eval[map[string]any](t, ctx, `(() => { const r = document.querySelector('.request[data-input-type="client-tool"]');
+		return {prompt: r.querySelector('.prompt').textContent, data: r.querySelector('.request-data').textContent,
+			skeleton: r.querySelector('textarea[name="data"]').value, source: r.dataset.source}; })()`)
+	if !strings.Contains(shown["prompt"].(string), "get_location") || !strings.Contains(shown["data"].(string), "resultSchema") || shown["source"] != "status" ||
+		!strings.Contains(shown["skeleton"].(string), `"city"`) {
+		t.Fatalf("client tool request shown as %v", shown)
+	}
+	screenshot(t, ctx, "client-tool")
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS(form+` textarea[name="content"]`), "Lisbon"),
+		chromedp.SetValue(chromedp.CSS(form+` textarea[name="data"]`), `{"city": "Lisbon"}`),
+		chromedp.Click(chromedp.CSS(form+` button[type="submit"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the turn after the result", turnsDone(1))
+	end := eval[map[string]any](t, ctx, `(() => { const t = document.querySelector('#transcript > .turn');
+		return {status: t.dataset.status, text: [...t.querySelectorAll('.text')].map(e => e.textContent).join('|'),
+			answered: t.querySelector('.request').dataset.answered || '', error: document.getElementById('error').textContent}; })()`)
+	if end["status"] != "completed" || end["text"] != "Your client says: Lisbon" || end["answered"] != "true" || end["error"] != "" {
+		t.Fatalf("after the result sent from the page: %v", end)
+	}
+	screenshot(t, ctx, "client-tool-answered")
+
+	// A text question and a credential request, as a pausing status
+	// carries them, drawn by the page's own renderer.
+	eval[bool](t, ctx, `render('task-status', {kind: 'task-status', taskId: 'forms-task', contextId: '`+contextID+`',
+		status: 'waiting-auth', metadata: {requests: [
+			{inputId: 'text:q1', inputType: 'text', requireUser: true, prompt: 'Which city?'},
+			{inputId: 'auth:a1', inputType: 'auth', requireUser: true, prompt: 'Sign in to the mail service',
+			 auth: {provider: 'mail', authType: 'oauth2', scopes: ['mail.read'], authUrl: 'https://auth.example.test/start'}},
+			{inputId: 'text:old', inputType: 'text', prompt: 'answered already', answer: {inputId: 'text:old', text: 'x'}}]}}) || true`)
+	forms := eval[map[string]any](t, ctx, `(() => { const q = (s) => document.querySelector(s);
+		return {text: !!q('.request[data-input-id="text:q1"] form[data-form="text"] input[name="text"]'),
+			token: !!q('.request[data-input-id="auth:a1"] form[data-form="auth"] input[type="password"][name="token"]'),
+			link: (q('.request[data-input-id="auth:a1"] a.auth-url') || {}).href || '',
+			note: (q('.request[data-input-id="auth:a1"] .note') || {}).textContent || '',
+			answered: !!q('.request[data-input-id="text:old"]')}; })()`)
+	if forms["text"] != true || forms["token"] != true || forms["link"] != "https://auth.example.test/start" ||
+		!strings.Contains(forms["note"].(string), "mail.read") || forms["answered"] != false {
+		t.Fatalf("text and auth forms drawn as %v", forms)
+	}
+	screenshot(t, ctx, "text-and-auth-forms")
 }

@@ -1,7 +1,8 @@
 //go:build wasip1
 
 // Command dataset-writer is a tool plugin that writes a generated dataset
-// artifact to the task through the artifact_write host function.
+// (make_dataset) or binary file (make_file) artifact to the task through
+// the artifact_write host function.
 package main
 
 import (
@@ -32,6 +33,24 @@ func init() {
 			}
 			data, _ := json.Marshal(map[string]any{"artifactId": id, "rows": a.Rows})
 			return pdk.ToolResult{Content: fmt.Sprintf("dataset %q with %d rows written as artifact %s", a.Name, a.Rows, id), Data: data}, nil
+		})
+}
+
+// FileArgs are the arguments of make_file.
+type FileArgs struct {
+	Name  string `json:"name" desc:"the file's name"`
+	Bytes int    `json:"bytes" desc:"how many bytes to generate (1 to 1048576)"`
+}
+
+func init() {
+	pdk.Tool("make_file", "Generates a binary file (every byte value, in a fixed pattern) and stores it as a file artifact of the task; returns the artifact id.",
+		func(ctx context.Context, a FileArgs) (pdk.ToolResult, error) {
+			id, err := WriteFile(a.Name, a.Bytes, func(w *pdk.ArtifactWrite) (string, error) { return pdk.WriteArtifact(ctx, w) })
+			if err != nil {
+				return pdk.ToolResult{}, err
+			}
+			data, _ := json.Marshal(map[string]any{"artifactId": id, "bytes": a.Bytes})
+			return pdk.ToolResult{Content: fmt.Sprintf("file %q with %d bytes written as artifact %s", a.Name, a.Bytes, id), Data: data}, nil
 		})
 }
 

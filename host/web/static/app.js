@@ -155,7 +155,9 @@ function openEvents(contextId) {
       const headers = authHeaders(key());
       if (state.lastId > 0) headers["Last-Event-ID"] = String(state.lastId);
       try {
-        const res = await fetch("events/" + encodeURIComponent(contextId), { headers, signal: ctl.signal });
+        // Every thought is fetched; the verbosity switch shows those of its
+        // level (the page's CSS), so switching needs no new stream.
+        const res = await fetch("events/" + encodeURIComponent(contextId) + "?verbosity=detailed", { headers, signal: ctl.signal });
         if (res.status === 404) { setConn("idle", "no events yet"); state.events = null; return; }
         if (res.status === 401 || res.status === 403) {
           const b = await res.json().catch(() => ({}));
@@ -262,6 +264,18 @@ function textSegment(t) {
   return t.text;
 }
 
+// responseSegment is the text of one model response (by its iteration).
+function responseSegment(t, ev) {
+  t.responses = t.responses || new Map();
+  const key = ev.iteration || 0;
+  let seg = t.responses.get(key);
+  if (!seg || !seg.isConnected) {
+    seg = textSegment(t);
+    t.responses.set(key, seg);
+  }
+  return seg;
+}
+
 function pretty(raw) {
   if (raw === undefined || raw === null || raw === "") return "";
   if (typeof raw !== "string") return JSON.stringify(raw, null, 2);
@@ -276,29 +290,41 @@ function render(kind, ev) {
       if (ev.initiator === "agent") t.box.classList.add("subtask");
       break;
     case "task-status":
+      // A paused task's next turn counts its responses anew.
+      if (ev.status === "working" && (t.status.dataset.status || "").startsWith("waiting")) t.responses = new Map();
       setStatus(t, ev.status, ev.message);
+      // A pause lists what it waits for in its data (the extension's
+      // requests): a form for each open one.
+      if ((ev.status === "waiting-input" || ev.status === "waiting-auth") && ev.metadata && Array.isArray(ev.metadata.requests)) {
+        for (const r of ev.metadata.requests) if (!r.answer) inputRequest(t, Object.assign({ taskId: ev.taskId }, r), true);
+      }
       break;
     case "task-complete":
       setStatus(t, ev.status, ev.status === "completed" ? "" : (ev.reason || ""));
       if (ev.content && !t.body.querySelector(".text")) textSegment(t).textContent = ev.content;
       break;
     case "content-delta":
-      textSegment(t).textContent += ev.delta;
+      responseSegment(t, ev).textContent += ev.delta;
       break;
     case "content-complete":
-      textSegment(t).textContent = ev.content;
+      // The whole text of the response replaces its deltas, wherever
+      // thoughts or tools came between them.
+      responseSegment(t, ev).textContent = ev.content;
       t.text = null;
       break;
     case "thought-stream": {
+      // The chunks of one thought (the model's reasoning) share its id.
       let th = t.thoughts.get(ev.thoughtId);
       if (!th) {
         th = el("div", "thought");
-        th.dataset.verbosity = ev.verbosity || "";
+        th.dataset.verbosity = ev.verbosity || "normal";
+        th.dataset.type = ev.thoughtType || "";
+        th.append(el("span", "thought-type", ev.thoughtType || "thought"), el("span", "thought-text"));
         t.thoughts.set(ev.thoughtId, th);
         t.body.append(th);
         t.text = null;
       }
-      th.textContent += ev.content;
+      th.querySelector(".thought-text").textContent += ev.content;
       break;
     }
     case "tool-start": {
@@ -414,48 +440,156 @@ async function download(id, name) {
   } catch (e) { showError(e.message); }
 }
 
-// inputRequest draws a request of the humans-in-the-loop extension: its
-// prompt, what it carries, and a form that answers it with a data part.
-function inputRequest(t, ev) {
+// inputRequest draws a request of the humans-in-the-loop extension (from
+// the pausing status's data, or its input-required event; once per
+// request): its prompt, what it carries, and a form for its type that
+// answers it with a data part.
+function inputRequest(t, ev, fromStatus) {
+  if (!ev.inputId) return;
+  // The status's data is the request as the extension defines it; an
+  // input-required event (which comes first) is drawn until it arrives.
+  const old = t.body.querySelector('.request[data-input-id="' + CSS.escape(ev.inputId) + '"]');
+  if (old && (!fromStatus || old.dataset.source === "status" || old.dataset.answered === "true")) return;
+  const md = ev.metadata || {};
+  const edits = ev.edits || md.edits;
+  const resultSchema = ev.resultSchema || (ev.inputType === "client-tool" ? ev.schema : undefined);
+  const type = ev.inputType || "";
   const r = el("div", "request");
   r.dataset.inputId = ev.inputId;
+  r.dataset.inputType = type;
+  r.dataset.source = fromStatus ? "status" : "event";
   r.append(el("div", "prompt", ev.prompt || "input needed"));
   const details = Object.assign({}, ev);
-  for (const k of ["kind", "contextId", "taskId", "timestamp", "prompt"]) delete details[k];
+  for (const k of ["kind", "contextId", "taskId", "timestamp", "prompt", "parentTaskId"]) delete details[k];
   const more = el("details");
-  more.append(el("summary", "", (ev.inputType || "request") + (ev.call && ev.call.name ? ": " + ev.call.name : "")),
+  more.append(el("summary", "", (type || "request") + (ev.call && ev.call.name ? ": " + ev.call.name : "")),
     el("pre", "request-data", JSON.stringify(details, null, 2)));
   r.append(more);
   const answer = (resp) => {
     const parts = [{ data: { responses: [resp] }, metadata: { [EXT]: "responses" } }];
     sendMessage(parts, ev.taskId).catch((e) => showError(e.message));
   };
-  const type = ev.inputType || "";
+  const form = el("form", "answer");
+  form.dataset.form = type || "json";
+  const field = (label, input) => { const l = el("label", "", label + " "); l.append(input); form.append(l); return input; };
+  const input = (type, name, value) => {
+    const i = el(type === "textarea" ? "textarea" : "input");
+    if (type !== "textarea") i.type = type;
+    else i.rows = 3;
+    i.name = name;
+    if (value !== undefined) i.value = value;
+    return i;
+  };
+  const submit = (text) => { const b = el("button", "", text); b.type = "submit"; form.append(b); return b; };
+  const parseJSON = (what, text) => {
+    try { return { ok: true, v: JSON.parse(text) }; } catch (err) { showError(what + " is not JSON: " + err.message); return { ok: false }; }
+  };
   if (type === "approval" || type === "tool-execution" || type === "confirmation") {
+    const reason = field("Reason (optional)", input("text", "reason"));
+    let args = null;
+    if (edits && edits.allowed && ev.call) {
+      args = field("Arguments (edit to change the call)", input("textarea", "arguments", pretty(ev.call.arguments)));
+    }
     const yes = el("button", "approve", "Approve");
     const no = el("button", "reject", "Reject");
     yes.type = no.type = "button";
-    yes.onclick = () => answer({ inputId: ev.inputId, decision: "approve" });
-    no.onclick = () => answer({ inputId: ev.inputId, decision: "reject" });
-    r.append(yes, no);
+    yes.onclick = () => {
+      const resp = { inputId: ev.inputId, decision: "approve" };
+      if (reason.value) resp.reason = reason.value;
+      if (args && args.value.trim() !== pretty(ev.call.arguments).trim()) {
+        const p = parseJSON("The arguments", args.value);
+        if (!p.ok) return;
+        resp.arguments = p.v;
+      }
+      answer(resp);
+    };
+    no.onclick = () => {
+      const resp = { inputId: ev.inputId, decision: "reject" };
+      if (reason.value) resp.reason = reason.value;
+      answer(resp);
+    };
+    form.append(yes, no);
+    form.onsubmit = (e) => { e.preventDefault(); };
+  } else if (type === "client-tool") {
+    // The client's own tool: the person (or the page) gives its result.
+    const content = field("Result", input("textarea", "content"));
+    const data = field("Data (JSON" + (resultSchema ? ", must match the tool's result schema" : ", optional") + ")",
+      input("textarea", "data", resultSchema ? skeleton(resultSchema) : ""));
+    const isError = input("checkbox", "isError");
+    field("The tool failed", isError);
+    submit("Send result");
+    form.onsubmit = (e) => {
+      e.preventDefault();
+      const result = { content: content.value, isError: isError.checked };
+      if (data.value.trim()) {
+        const p = parseJSON("The data", data.value);
+        if (!p.ok) return;
+        result.data = p.v;
+      }
+      answer({ inputId: ev.inputId, result });
+    };
+  } else if (type === "text") {
+    const text = field("Answer", input("text", "text"));
+    submit("Send answer");
+    form.onsubmit = (e) => {
+      e.preventDefault();
+      if (!text.value) { showError("The answer is empty."); return; }
+      answer({ inputId: ev.inputId, text: text.value });
+    };
+  } else if (type === "auth") {
+    const a = ev.auth || {};
+    const what = [a.provider && "provider " + a.provider, a.authType && "type " + a.authType,
+      a.scopes && a.scopes.length && "scopes " + a.scopes.join(" ")].filter(Boolean).join(", ");
+    if (what) form.append(el("div", "note", what));
+    if (a.authUrl) {
+      const link = el("a", "auth-url", "Sign in at " + a.authUrl);
+      link.href = a.authUrl;
+      link.target = "_blank";
+      link.rel = "noopener noreferrer";
+      form.append(link);
+    }
+    if (a.provider === "caller") {
+      submit("Use my credentials");
+      form.onsubmit = (e) => { e.preventDefault(); answer({ inputId: ev.inputId }); };
+    } else {
+      // The credential goes to the host in the answer and is never kept
+      // by the page.
+      const token = field("Token", input("password", "token"));
+      token.autocomplete = "off";
+      submit("Send credential");
+      form.onsubmit = (e) => {
+        e.preventDefault();
+        if (!token.value) { showError("The token is empty."); return; }
+        const resp = { inputId: ev.inputId, credential: { token: token.value, tokenType: "Bearer" } };
+        token.value = "";
+        answer(resp);
+      };
+    }
+  } else {
+    const area = field("Answer (JSON)", input("textarea", "json", JSON.stringify({ inputId: ev.inputId })));
+    submit("Send answer");
+    form.onsubmit = (e) => {
+      e.preventDefault();
+      const p = parseJSON("The answer", area.value);
+      if (p.ok) answer(p.v);
+    };
   }
-  const form = el("form", "answer");
-  const area = el("textarea");
-  area.rows = 3;
-  const field = type === "client-tool" ? { result: {} } : type === "text" ? { text: "" } : {};
-  area.value = JSON.stringify(Object.assign({ inputId: ev.inputId }, field));
-  const send = el("button", "", "Send answer");
-  send.type = "submit";
-  form.append(area, send);
-  form.onsubmit = (e) => {
-    e.preventDefault();
-    let resp;
-    try { resp = JSON.parse(area.value); } catch (err) { showError("The answer is not JSON: " + err.message); return; }
-    answer(resp);
-  };
   r.append(form);
-  t.body.append(r);
+  if (old) old.replaceWith(r);
+  else t.body.append(r);
   t.text = null;
+}
+
+// skeleton is a JSON object with the properties a schema requires, as a
+// starting point for a person to fill in.
+function skeleton(schema) {
+  const out = {};
+  const props = (schema && schema.properties) || {};
+  for (const k of (schema && schema.required) || Object.keys(props)) {
+    const t = props[k] && props[k].type;
+    out[k] = t === "number" || t === "integer" ? 0 : t === "boolean" ? false : t === "object" ? {} : t === "array" ? [] : "";
+  }
+  return JSON.stringify(out, null, 2);
 }
 
 // ---- contexts ----
@@ -573,7 +707,15 @@ $("prompt").onkeydown = (e) => {
 };
 
 $("new-context").onclick = () => selectContext("");
-$("show-thoughts").onchange = (e) => document.body.classList.toggle("hide-thoughts", !e.target.checked);
+// The thoughts switch: how much of the agent's thinking is shown (the
+// stream brings it all; the CSS hides what is more detailed).
+function setVerbosity(v) {
+  document.body.dataset.thoughts = v;
+  $("thought-verbosity").value = v;
+  sessionStorage.setItem("looopy.thoughts", v);
+}
+$("thought-verbosity").onchange = (e) => setVerbosity(e.target.value);
+setVerbosity(sessionStorage.getItem("looopy.thoughts") || "normal");
 
 if (key()) $("api-key").placeholder = "key set for this tab";
 loadContexts();
