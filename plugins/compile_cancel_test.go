@@ -51,3 +51,46 @@ func cachedFiles(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// A load cancelled while its module compiles (SIGINT during a host's first
+// start) returns at once instead of waiting for the compiler, which does
+// not look at the context; closing the registry then does not wait for the
+// compile either, and the compile, when it ends, closes what it made and
+// the caches.
+func TestLoadCancelledDuringCompileReturns(t *testing.T) {
+	wasm := guestWasm(t, "echo")
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	compileHook = func() {
+		entered <- struct{}{}
+		<-release
+	}
+	t.Cleanup(func() { compileHook = nil })
+	r, err := New(Config{CacheDir: t.TempDir(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := install(t, t.TempDir(), "echo", wasm, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := r.Load(ctx, src)
+		loaded <- err
+	}()
+	<-entered // the compile runs (held by the hook)
+	cancel()
+	err = hangGuard(t, loaded, "a load cancelled during its compile")
+	if err == nil || !strings.Contains(err.Error(), "compile: load cancelled") || !errors.Is(err, context.Canceled) {
+		t.Fatalf("load cancelled during its compile: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	if err := hangGuard(t, closed, "closing the registry while an abandoned compile runs"); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if n := r.env.compiles.count(); n != 2 {
+		t.Fatalf("%d compiles counted; want the abandoned one and what closes after it", n)
+	}
+	close(release)
+	waitFor(t, "the abandoned compile to end", func() bool { return r.env.compiles.count() == 0 })
+}

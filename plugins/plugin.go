@@ -157,6 +157,7 @@ func (p *Plugin) shutdown() {
 type loadEnv struct {
 	cache     wazero.CompilationCache
 	icache    wazero.CompilationCache // code compiled with interrupt.go's checks instead of wazero's
+	compiles  *compileCount           // compiles running, abandoned ones included
 	policy    Policy
 	lookupEnv func(string) (string, bool)
 	log       *slog.Logger
@@ -167,6 +168,95 @@ type loadEnv struct {
 	kvQuotas  *kvQuotas
 	kvUsage   KVUsager
 	quotaKV   QuotaKV
+}
+
+// compile runs wazero's compiler on rt. The compiler does not look at the
+// context, and a Go plugin takes seconds to compile (minutes on a busy
+// machine or under the race detector): it runs on its own goroutine, and a
+// load cancelled meanwhile (a host stopped while starting, a registry
+// closed) returns at once, abandoned; the compile then ends on its own and
+// closes what it made and rt. The caches stay open until every compile has
+// ended (Registry.Close).
+func compile(ctx context.Context, env *loadEnv, rt wazero.Runtime, code []byte) (_ wazero.CompiledModule, _ error, abandoned bool) {
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx)), false
+	}
+	type result struct {
+		cm  wazero.CompiledModule
+		err error
+	}
+	done := make(chan result, 1)
+	env.compiles.add()
+	go func() {
+		defer env.compiles.done()
+		if compileHook != nil {
+			compileHook()
+		}
+		cm, err := rt.CompileModule(context.Background(), code)
+		done <- result{cm, err}
+	}()
+	select {
+	case r := <-done:
+		return r.cm, r.err, false
+	case <-ctx.Done():
+		env.compiles.add()
+		go func() {
+			defer env.compiles.done()
+			if r := <-done; r.cm != nil {
+				_ = r.cm.Close(context.Background())
+			}
+			_ = rt.Close(context.Background())
+		}()
+		return nil, fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx)), true
+	}
+}
+
+// compileHook, set by tests, runs before each compile.
+var compileHook func()
+
+// compileCount counts the compiles running, and runs one function when the
+// last ends.
+type compileCount struct {
+	mu     sync.Mutex
+	n      int
+	onIdle func()
+}
+
+func (c *compileCount) add() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *compileCount) done() {
+	c.mu.Lock()
+	c.n--
+	var f func()
+	if c.n == 0 {
+		f, c.onIdle = c.onIdle, nil
+	}
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+func (c *compileCount) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// whenIdle runs f now when no compile runs, else when the last one ends.
+func (c *compileCount) whenIdle(f func()) {
+	c.mu.Lock()
+	if c.n > 0 {
+		c.onIdle = f
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	f()
 }
 
 // loadPlugin reads, verifies, compiles and validates a plugin. It returns a
@@ -234,21 +324,19 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 			_ = rt.Close(context.Background())
 		}
 	}()
-	// Compiling takes seconds (a Go plugin under the race detector,
-	// minutes) and wazero's compiler does not look at the context: a load
-	// cancelled before it starts (a host stopped while starting) does not
-	// begin it. One already running finishes; the load fails after it.
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx))
-	}
-	cm, err := rt.CompileModule(ctx, code)
-	if err != nil && intr != nil {
+	cm, err, abandoned := compile(ctx, env, rt, code)
+	if abandoned {
+		closeRT = false // the compile closes it when it ends
+	} else if err != nil && intr != nil {
 		// The rewrite of a module wazero takes should compile too; if it
 		// does not, the module runs as it came, under wazero's checks.
 		_ = rt.Close(context.Background())
 		rewriteErr := err
 		code, intr, rt = bin, nil, newRuntime(nil)
-		if cm, err = rt.CompileModule(ctx, code); err == nil {
+		cm, err, abandoned = compile(ctx, env, rt, code)
+		if abandoned {
+			closeRT = false
+		} else if err == nil {
 			p.log.Warn("guest compiled with wazero's interrupt checks (slower): its rewrite did not compile", "err", rewriteErr)
 		}
 	}

@@ -196,7 +196,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r := &Registry{
 		env: loadEnv{
-			cache: cache, icache: icache, policy: policy, lookupEnv: lookup, log: log,
+			cache: cache, icache: icache, compiles: &compileCount{}, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
 			kvQuotas: &kvQuotas{}, kvUsage: cfg.KVUsage, quotaKV: cfg.KVQuota,
 		},
@@ -237,7 +237,14 @@ func (r *Registry) Close() error {
 	for _, p := range old {
 		p.release()
 	}
-	return errors.Join(r.env.cache.Close(context.Background()), r.env.icache.Close(context.Background()))
+	closeCaches := func() error {
+		return errors.Join(r.env.cache.Close(context.Background()), r.env.icache.Close(context.Background()))
+	}
+	// A compile abandoned by a cancelled load still writes to the caches:
+	// they close when it ends, and nothing here waits for it.
+	var err error
+	r.env.compiles.whenIdle(func() { err = closeCaches() })
+	return err
 }
 
 // Load reads the plugin at path (a manifest, or a folder holding
