@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/looopy-go/looopy/host"
@@ -335,5 +338,32 @@ func TestRemoteDemoConfigs(t *testing.T) {
 	cfg, _ := host.LoadConfig("../examples/remote-demo/parent.json")
 	if len(cfg.RemoteAgents) != 1 || cfg.RemoteAgents[0].Name != "researcher" {
 		t.Fatalf("parent's remote agents: %+v", cfg.RemoteAgents)
+	}
+}
+
+// A remote agent whose card offers only A2A 0.3 (a2asrv behind the SDK's
+// 0.3 handler, echoing) is called through the official client's 0.3
+// transport: the parent's model reads its answer.
+func TestRemoteSubAgentOverA2A03(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	card := &a2a.AgentCard{Name: "Echo 0.3", Description: "an A2A 0.3 agent", Version: "1",
+		Capabilities: a2a.AgentCapabilities{Streaming: true}, DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
+		Skills:              []a2a.AgentSkill{{ID: "echo", Name: "echo", Description: "says what it was told", Tags: []string{"echo"}}},
+		SupportedInterfaces: []*a2a.AgentInterface{{URL: srv.URL + "/rpc", ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version}}}
+	mux.Handle("/rpc", a2av0.NewJSONRPCHandler(a2asrv.NewHandler(refExecutor{})))
+	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewAgentCardHandler(a2av0.NewStaticAgentCardProducer(card)))
+
+	pcfg := baseConfig(t.TempDir())
+	pcfg.Plugins.Only = []string{"scripted-model", "echo"}
+	pcfg.RemoteAgents = []host.RemoteAgentConfig{{Name: "researcher", URL: srv.URL, AllowPrivateNetwork: true}}
+	parent := startHost(t, pcfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	task := send(t, client10(t, parent.URL(), ""), ctx, &a2a.SendMessageRequest{Message: userMsg("research research owls")})
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), "You said: ") {
+		t.Fatalf("parent: %s %q; want the 0.3 agent's echo in the answer", task.Status.State, artifactText(task))
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/looopy-go/looopy/loop"
@@ -132,10 +133,13 @@ func (a *Agent) ready(ctx context.Context) (*a2aclient.Client, *loop.ToolDefinit
 	a.tried = time.Now()
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CardTimeout)
 	defer cancel()
-	card, err := agentcard.NewResolver(a.hc).Resolve(cctx, a.cfg.URL)
+	card, err := (&agentcard.Resolver{Client: a.hc, CardParser: parseCard}).Resolve(cctx, a.cfg.URL)
 	if err == nil {
+		// A2A 1.0 when the card offers it, else 0.3 through the SDK's
+		// compatibility transport.
 		var c *a2aclient.Client
-		c, err = a2aclient.NewFromCard(cctx, card, a2aclient.WithJSONRPCTransport(a.hc))
+		c, err = a2aclient.NewFromCard(cctx, card, a2aclient.WithJSONRPCTransport(a.hc),
+			a2av0.WithJSONRPCTransport(a2av0.JSONRPCTransportConfig{Client: a.hc}))
 		if err == nil {
 			a.client, a.def = c, toolDef(a.cfg.Name, card)
 			a.lastErr = nil
@@ -148,6 +152,16 @@ func (a *Agent) ready(ctx context.Context) (*a2aclient.Client, *loop.ToolDefinit
 	a.log.LogAttrs(ctx, slog.LevelWarn, "remote agent not reachable", slog.String("agent", a.cfg.Name),
 		slog.String("error", err.Error()))
 	return nil, nil, a.lastErr
+}
+
+// parseCard reads a 1.0 card, or a 0.3 one (which names no
+// supportedInterfaces).
+func parseCard(b []byte) (*a2a.AgentCard, error) {
+	card, err := agentcard.DefaultCardParser(b)
+	if err == nil && len(card.SupportedInterfaces) > 0 {
+		return card, nil
+	}
+	return a2av0.NewAgentCardParser()(b)
 }
 
 // toolDef is the tool of a remote agent: its card's description and skills.
