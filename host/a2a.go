@@ -52,7 +52,7 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	if req == nil || req.Message == nil {
 		return nil, fmt.Errorf("%w: message is required", a2a.ErrInvalidParams)
 	}
-	answers, err := responsesOf(req.Message, auth.Principal)
+	answers, creds, err := responsesOf(req.Message, auth.Principal)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	ctx = plugins.WithPrincipal(ctx, auth.Principal)
 	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: contextID,
 		TaskID: string(req.Message.TaskID), Message: msg, Metadata: md,
-		Answers: answers, CheckAnswers: checkAnswerSchemas, ClientTools: tools})
+		Answers: answers, CheckAnswers: checkAnswers(creds), OnAnswered: s.keepCredentials(creds), ClientTools: tools})
 }
 
 func checkSendConfig(req *a2a.SendMessageRequest) error {

@@ -21,6 +21,9 @@ type GrantView struct {
 	Paths               []plugins.PathGrant `json:"paths,omitempty"`
 	HostFunctions       []string            `json:"hostFunctions,omitempty"`
 	Secrets             []string            `json:"secrets,omitempty"`
+	// CallerAuth: the plugin receives the caller's credentials when it
+	// asks (plugins.callerAuth in the config).
+	CallerAuth bool `json:"callerAuth,omitempty"`
 	// Refused lists what the manifest asked for and did not get, and the
 	// limits capped by the host's policy.
 	Refused []string `json:"refused,omitempty"`
@@ -29,7 +32,7 @@ type GrantView struct {
 func grantView(g plugins.Grant) *GrantView {
 	v := &GrantView{MemoryPages: g.MemoryPages, CallTimeout: g.CallTimeout.String(), OutputLimit: g.OutputLimit,
 		Instances: g.Instances, AllowedHosts: g.AllowedHosts, AllowPrivateNetwork: g.AllowPrivate,
-		Paths: g.Paths, Refused: g.Refused}
+		Paths: g.Paths, Refused: g.Refused, CallerAuth: g.CallerAuth}
 	for f := range g.HostFunctions {
 		v.HostFunctions = append(v.HostFunctions, f)
 	}

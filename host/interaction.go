@@ -213,6 +213,19 @@ func wireRequest(r loop.InputRequest) map[string]any {
 	if len(r.ResultSchema) > 0 {
 		m["resultSchema"] = json.RawMessage(r.ResultSchema)
 	}
+	if r.Auth != nil {
+		a := map[string]any{"provider": r.Auth.Provider, "holder": r.Auth.Holder}
+		if len(r.Auth.Scopes) > 0 {
+			a["scopes"] = r.Auth.Scopes
+		}
+		if r.Auth.AuthURL != "" {
+			a["authUrl"] = r.Auth.AuthURL
+		}
+		if r.Auth.AuthType != "" {
+			a["authType"] = r.Auth.AuthType
+		}
+		m["auth"] = a
+	}
 	if !r.ExpiresAt.IsZero() {
 		m["expiresAt"] = r.ExpiresAt.UTC().Format(time.RFC3339)
 	}
@@ -267,7 +280,28 @@ type wireResult struct {
 // responsesOf reads the extension's responses from a message: nil when it
 // carries none. A message that mixes them with other parts, or whose
 // responses do not decode, is refused.
-func responsesOf(m *a2a.Message, principal string) ([]loop.InputAnswer, error) {
+func responsesOf(m *a2a.Message, principal string) ([]loop.InputAnswer, map[string]string, error) {
+	answers, creds, err := readResponses(m, principal)
+	if err != nil {
+		// Nothing of a refused message is kept, a credential least of all.
+		clear(creds)
+		return nil, nil, err
+	}
+	return answers, creds, nil
+}
+
+// wireCredential is a credential as a client sends it.
+type wireCredential struct {
+	Token     string `json:"token"`
+	TokenType string `json:"tokenType,omitempty"`
+}
+
+// maxCredential bounds a credential's token.
+const maxCredential = 16 << 10
+
+// readResponses reads the responses of m, and the credentials they carry
+// by input id: those are kept apart from the answers (which are stored).
+func readResponses(m *a2a.Message, principal string) ([]loop.InputAnswer, map[string]string, error) {
 	idx := -1
 	for i, p := range m.Parts {
 		if p != nil && p.Metadata[loop.InteractionURI] == "responses" {
@@ -275,18 +309,18 @@ func responsesOf(m *a2a.Message, principal string) ([]loop.InputAnswer, error) {
 		}
 	}
 	if idx < 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if len(m.Parts) != 1 {
-		return nil, fmt.Errorf("%w: a message with responses has exactly one part, the responses data part", a2a.ErrInvalidParams)
+		return nil, nil, fmt.Errorf("%w: a message with responses has exactly one part, the responses data part", a2a.ErrInvalidParams)
 	}
 	d, ok := m.Parts[idx].Content.(a2a.Data)
 	if !ok {
-		return nil, fmt.Errorf("%w: the responses part must be a data part", a2a.ErrInvalidParams)
+		return nil, nil, fmt.Errorf("%w: the responses part must be a data part", a2a.ErrInvalidParams)
 	}
 	b, err := json.Marshal(d.Value)
 	if err != nil {
-		return nil, fmt.Errorf("%w: responses: %v", a2a.ErrInvalidParams, err)
+		return nil, nil, fmt.Errorf("%w: responses: %v", a2a.ErrInvalidParams, err)
 	}
 	var body struct {
 		Responses []wireResponse `json:"responses"`
@@ -294,18 +328,33 @@ func responsesOf(m *a2a.Message, principal string) ([]loop.InputAnswer, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		return nil, fmt.Errorf("%w: responses: %v", a2a.ErrInvalidParams, err)
+		return nil, nil, fmt.Errorf("%w: responses: %v", a2a.ErrInvalidParams, err)
 	}
 	if len(body.Responses) == 0 {
-		return nil, fmt.Errorf("%w: responses is empty", a2a.ErrInvalidParams)
+		return nil, nil, fmt.Errorf("%w: responses is empty", a2a.ErrInvalidParams)
 	}
 	out := make([]loop.InputAnswer, 0, len(body.Responses))
+	creds := map[string]string{}
 	for i, r := range body.Responses {
 		if r.InputID == "" {
-			return nil, fmt.Errorf("%w: responses[%d]: inputId is required", a2a.ErrInvalidParams, i)
+			return nil, creds, fmt.Errorf("%w: responses[%d]: inputId is required", a2a.ErrInvalidParams, i)
 		}
-		if len(r.Credential) > 0 {
-			return nil, fmt.Errorf("%w: responses[%d]: this host asks for no credential here", a2a.ErrInvalidParams, i)
+		if len(r.Credential) > 0 && string(r.Credential) != "null" {
+			var c wireCredential
+			cd := json.NewDecoder(bytes.NewReader(r.Credential))
+			cd.DisallowUnknownFields()
+			if err := cd.Decode(&c); err != nil {
+				return nil, creds, fmt.Errorf("%w: responses[%d]: credential must be {\"token\", \"tokenType\"}", a2a.ErrInvalidParams, i)
+			}
+			switch {
+			case c.Token == "":
+				return nil, creds, fmt.Errorf("%w: responses[%d]: credential.token is empty", a2a.ErrInvalidParams, i)
+			case len(c.Token) > maxCredential:
+				return nil, creds, fmt.Errorf("%w: responses[%d]: credential.token is over %d bytes", a2a.ErrInvalidParams, i, maxCredential)
+			case c.TokenType != "" && !strings.EqualFold(c.TokenType, "Bearer"):
+				return nil, creds, fmt.Errorf("%w: responses[%d]: credential.tokenType must be Bearer", a2a.ErrInvalidParams, i)
+			}
+			creds[r.InputID] = c.Token
 		}
 		a := loop.InputAnswer{InputID: r.InputID, Decision: r.Decision, Reason: r.Reason, Text: r.Text,
 			ProvidedBy: r.ProvidedBy, UserID: r.UserID, AgentID: r.AgentID}
@@ -314,7 +363,7 @@ func responsesOf(m *a2a.Message, principal string) ([]loop.InputAnswer, error) {
 		}
 		if r.Result != nil {
 			if r.Result.Content == nil {
-				return nil, fmt.Errorf("%w: responses[%d]: result.content is required", a2a.ErrInvalidParams, i)
+				return nil, creds, fmt.Errorf("%w: responses[%d]: result.content is required", a2a.ErrInvalidParams, i)
 			}
 			a.Result = &loop.ToolResult{Content: *r.Result.Content, IsError: r.Result.IsError, Data: r.Result.Data}
 		}
@@ -326,11 +375,11 @@ func responsesOf(m *a2a.Message, principal string) ([]loop.InputAnswer, error) {
 				a.UserID = principal
 			}
 		default:
-			return nil, fmt.Errorf("%w: responses[%d]: providedBy must be user or agent", a2a.ErrInvalidParams, i)
+			return nil, creds, fmt.Errorf("%w: responses[%d]: providedBy must be user or agent", a2a.ErrInvalidParams, i)
 		}
 		out = append(out, a)
 	}
-	return out, nil
+	return out, creds, nil
 }
 
 // checkAnswerSchemas checks the edited arguments of approvals against the
@@ -405,10 +454,10 @@ func validateJSON(schema, value json.RawMessage) (err error) {
 // what this host's config makes of it.
 func (s *Server) interactionExtension() a2a.AgentExtension {
 	return a2a.AgentExtension{URI: loop.InteractionURI,
-		Description: "Humans in the loop: tool calls that wait for approval, tools the client runs; " +
-			"each a pause (input-required) answered on the same task.",
+		Description: "Humans in the loop: tool calls that wait for approval, tools the client runs, " +
+			"credentials the client supplies; each a pause (input-required / auth-required) answered on the same task.",
 		Params: map[string]any{
-			"requests":     []string{loop.InputApproval, loop.InputClientTool},
+			"requests":     []string{loop.InputApproval, loop.InputClientTool, loop.InputAuth},
 			"clientTools":  map[string]any{"max": maxClientTools, "maxSchemaBytes": maxClientSchemaSize},
 			"inputTimeout": s.cfg.Interaction.timeout().String(),
 			"onTimeout":    s.cfg.Interaction.onTimeout(),
@@ -517,5 +566,50 @@ func activateExtensions(c *fiber.Ctx, v03 bool) {
 			c.Set(name, loop.InteractionURI)
 			return
 		}
+	}
+}
+
+// checkAnswers checks answers whole before anything is recorded: the
+// schemas of edited arguments and client results, and the credentials: a
+// credential answers an auth request only, and every auth request but the
+// caller's needs one.
+func checkAnswers(creds map[string]string) func(rec loop.TaskRecord, answers []loop.InputAnswer) error {
+	return func(rec loop.TaskRecord, answers []loop.InputAnswer) error {
+		for _, a := range answers {
+			_, has := creds[a.InputID]
+			for _, r := range rec.Requests {
+				if r.InputID != a.InputID {
+					continue
+				}
+				caller := r.Auth != nil && r.Auth.Provider == loop.ProviderCaller
+				switch {
+				case r.InputType != loop.InputAuth && has:
+					return fmt.Errorf("%w: response to %q: a credential answers an auth request only", loop.ErrInvalid, a.InputID)
+				case r.InputType == loop.InputAuth && caller && has:
+					return fmt.Errorf("%w: response to %q: the caller's credentials come with the request (Authorization or X-API-Key), not in the response", loop.ErrInvalid, a.InputID)
+				case r.InputType == loop.InputAuth && !caller && !has:
+					return fmt.Errorf("%w: response to %q: credential.token is required", loop.ErrInvalid, a.InputID)
+				}
+			}
+		}
+		return checkAnswerSchemas(rec, answers)
+	}
+}
+
+// keepCredentials hands the credentials of accepted answers to the holder
+// each auth request names, for this task only, in memory only.
+func (s *Server) keepCredentials(creds map[string]string) func(rec loop.TaskRecord) {
+	if len(creds) == 0 {
+		return nil
+	}
+	return func(rec loop.TaskRecord) {
+		for _, r := range rec.Requests {
+			tok, ok := creds[r.InputID]
+			if !ok || r.Auth == nil || r.InputType != loop.InputAuth {
+				continue
+			}
+			s.creds.Put(rec.ID, r.Auth.Holder, r.Auth.Provider, tok, max(s.cfg.Interaction.timeout(), time.Duration(s.cfg.Limits.TurnTimeout)))
+		}
+		clear(creds)
 	}
 }

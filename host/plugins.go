@@ -35,6 +35,11 @@ type PluginsConfig struct {
 	Reserved []string `json:"reserved,omitempty"`
 	// Secrets are the environment variables plugins may read as secrets.
 	Secrets []string `json:"secrets,omitempty"`
+	// CallerAuth names the plugins (names or globs) that may receive the
+	// credentials of the client that sent a turn's message (principal,
+	// scopes, token) through the credential host function; every other
+	// plugin that asks is refused. Default: none.
+	CallerAuth []string `json:"callerAuth,omitempty"`
 	// Only, when set, loads just these plugins (folder names) of the folder.
 	Only []string `json:"only,omitempty"`
 	// NoWatch turns hot reload off: the folder is read once at start.
@@ -118,6 +123,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			PathRoots:           roots,
 			Reserved:            reserved,
 			Secrets:             cfg.Plugins.Secrets,
+			CallerAuth:          cfg.Plugins.CallerAuth,
 			LoadTimeout:         time.Duration(cfg.Plugins.LoadTimeout),
 			Budgets:             cfg.Plugins.Budgets,
 			MaxCallTimeout:      time.Duration(cfg.Plugins.MaxCallTimeout),

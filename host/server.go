@@ -80,6 +80,10 @@ type Server struct {
 	streamsCtx    context.Context
 	cancelStreams context.CancelFunc
 	taskStreams   atomic.Int64 // A2A task streams open now
+
+	// creds are the credentials clients supplied for their tasks, in
+	// memory only (docs/A2A_EXTENSION.md section 6).
+	creds *loop.Credentials
 }
 
 // NewServer builds a server. It does not listen: call Serve.
@@ -123,7 +127,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	lp, err := loop.New(loop.Config{Model: opts.Model, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
+	creds := loop.NewCredentials()
+	lp, err := loop.New(loop.Config{Model: opts.Model, Credentials: creds, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
 		MaxIterations: cfg.Agent.MaxIterations, Tracer: tel.tracer, Logger: log,
 		Params:      loop.ModelParams{Model: cfg.Model.Name, Temperature: cfg.Model.Temperature, MaxTokens: cfg.Model.MaxTokens},
 		Checkpoints: st.Checkpoints, Journal: st.Journal, Meter: meter, Budget: usage.Budget,
@@ -139,7 +144,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, stores: st, hub: hub, auth: auth,
 		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log,
-		tel: tel, ownTel: ownTel, usage: usage}
+		tel: tel, ownTel: ownTel, usage: usage, creds: creds}
 	if tok := cfg.Observability.MetricsToken; tok != "" {
 		v, err := resolveSecret(tok)
 		if err != nil {
@@ -157,7 +162,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
 		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log,
 		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery(),
-		KeepDebugThoughts: cfg.Thoughts.Debug}
+		KeepDebugThoughts: cfg.Thoughts.Debug, Credentials: creds}
 	if st.Shared {
 		// Other hosts may die with tasks in flight: look for lapsed
 		// leases as often as one can lapse.

@@ -49,6 +49,9 @@ type ToolEnv struct {
 	// CallID is the id of the tool call this env was made for. Calls a
 	// sub-agent makes through Tools are journaled under it.
 	CallID string
+	// Credentials are those clients supplied for their tasks (nil: none).
+	// A tool reads only its own: Get(TaskID, its holder name, provider).
+	Credentials *Credentials
 
 	turn *turn    // the turn the call runs in (nil: called outside a turn)
 	sub  *Subtask // the sub-task this env is the sub-agent's env of

@@ -44,7 +44,9 @@ type InputRequest struct {
 	Tool         map[string]any  `json:"tool,omitempty"`
 	Edits        *InputEdits     `json:"edits,omitempty"`
 	ResultSchema json.RawMessage `json:"resultSchema,omitempty"`
-	ExpiresAt    time.Time       `json:"expiresAt,omitzero"`
+	// Auth is what an auth request asks for (never a credential).
+	Auth      *AuthNeed `json:"auth,omitempty"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	// Answer is the recorded response; nil while the request is open.
 	Answer *InputAnswer `json:"answer,omitempty"`
 }
@@ -183,6 +185,12 @@ func checkAnswer(r InputRequest, a InputAnswer) error {
 		if a.Decision != "" || a.Reason != "" || len(a.Arguments) > 0 || a.Text != "" {
 			return fmt.Errorf("a client tool's response takes result only")
 		}
+	case InputAuth:
+		// The credential itself never reaches the answer: the host keeps
+		// it apart (Credentials).
+		if a.Decision != "" || a.Reason != "" || a.Result != nil || len(a.Arguments) > 0 || a.Text != "" {
+			return fmt.Errorf("a credential's response takes credential only")
+		}
 	case InputText:
 		if a.Text == "" {
 			return fmt.Errorf("text is required")
@@ -277,6 +285,17 @@ func RequestsPrompt(reqs []InputRequest) string {
 	return sb.String()
 }
 
+func authRequiredEvent(r InputRequest) *AuthRequired {
+	e := &AuthRequired{Header: Header{Kind: KindAuthRequired}, AuthID: r.InputID, Prompt: r.Prompt}
+	if r.Auth != nil {
+		e.AuthType, e.Provider, e.Scopes, e.AuthURL = r.Auth.AuthType, r.Auth.Provider, r.Auth.Scopes, r.Auth.AuthURL
+	}
+	if e.AuthType == "" {
+		e.AuthType = "custom"
+	}
+	return e
+}
+
 func inputRequiredEvent(r InputRequest) *InputRequired {
 	e := &InputRequired{Header: Header{Kind: KindInputRequired}, InputID: r.InputID, RequireUser: r.RequireUser,
 		InputType: r.InputType, Prompt: r.Prompt, Call: r.Call}
@@ -316,6 +335,13 @@ func (tr *turn) announceAnswers() {
 		by := a.ProvidedBy
 		if by == "" {
 			by = "user"
+		}
+		if strings.HasPrefix(a.InputID, InputAuth+":") {
+			// A credential: that it came, never what it is.
+			tr.emit(&AuthCompleted{Header: Header{Kind: KindAuthCompleted}, AuthID: a.InputID, Success: true})
+			tr.emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: TaskWorking,
+				Metadata: map[string]any{"activity": string(KindAuthCompleted), "inputId": a.InputID, "providedBy": by}})
+			continue
 		}
 		md := map[string]any{"decision": a.Decision, "callId": c.ID}
 		if a.Decision == "" {

@@ -106,6 +106,11 @@ type Config struct {
 	// DebugThoughts sends internal:thought-process events (the loop's
 	// state at each decision point) for the operator's debugging.
 	DebugThoughts bool
+	// Credentials, when set, are the credentials clients supply for their
+	// tasks; tool calls find them through ToolEnv.Credentials. A tool
+	// that lacks one returns an AuthRequiredError: the turn pauses in
+	// waiting-auth and the call runs again once it is supplied.
+	Credentials *Credentials
 }
 
 // Loop runs single turns: call the model, run the tools it asks for in
@@ -130,6 +135,7 @@ type Loop struct {
 	checkArgs    func(schema, args json.RawMessage) error
 	subtasks     TaskStore
 	subtaskTTL   time.Duration
+	credentials  *Credentials
 	// thoughtRank is VerbosityRank of Config.ThoughtLevel.
 	thoughtRank   int
 	debugThoughts bool
@@ -170,6 +176,7 @@ func New(cfg Config) (*Loop, error) {
 		checkArgs:   cfg.CheckArguments,
 		subtasks:    cfg.Subtasks,
 		subtaskTTL:  cfg.SubtaskTTL,
+		credentials: cfg.Credentials,
 
 		thoughtRank:   VerbosityRank(level),
 		debugThoughts: cfg.DebugThoughts,
@@ -258,8 +265,10 @@ const (
 	ReasonStop          = "stop"
 	ReasonMaxIterations = "max_iterations"
 	ReasonClientTool    = "client_tool"
-	ReasonError         = "error"
-	ReasonCanceled      = "canceled"
+	// ReasonAuth: the turn ended waiting for a credential a tool lacks.
+	ReasonAuth     = "auth_required"
+	ReasonError    = "error"
+	ReasonCanceled = "canceled"
 	// ReasonLength and ReasonContentFilter: the model stopped before its
 	// answer was done (its token limit, its provider's filter); the turn
 	// completes with what it wrote.
@@ -274,7 +283,7 @@ func (o *Outcome) StatusMessage() string {
 	switch {
 	case o.Err != nil:
 		return o.Err.Error()
-	case o.Status == TaskWaitingInput:
+	case o.Status.Interrupted():
 		return o.Content
 	case o.Reason == ReasonMaxIterations:
 		return fmt.Sprintf("the turn stopped at its limit of %d iterations; its answer may be unfinished", o.Iterations)
@@ -361,6 +370,7 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	tr.env = ToolEnv{
 		ContextID: t.ContextID, TaskID: t.TaskID, AgentID: t.AgentID,
 		Auth: t.Auth, Emit: tr.emit, Model: tr.model, Tools: (*turnTools)(tr), Depth: t.Depth, turn: tr,
+		Credentials: l.credentials,
 	}
 
 	ctx, span := l.startSpan(ctx, "agent.execute",
@@ -431,6 +441,10 @@ func (tr *turn) finish(out *Outcome) {
 			st.Message = RequestsPrompt(out.Requests)
 		}
 		for _, r := range out.Requests {
+			if r.InputType == InputAuth {
+				tr.emit(authRequiredEvent(r))
+				continue
+			}
 			tr.emit(inputRequiredEvent(r))
 		}
 	}
@@ -662,8 +676,11 @@ func (tr *turn) toolPhase(ctx context.Context, iter int, calls []ToolCall, out *
 	if len(pending) > 0 {
 		out.Status, out.Reason, out.PendingCalls, out.Requests = TaskWaitingInput, ReasonClientTool, pending, reqs
 		for _, r := range reqs {
-			if r.InputType != InputClientTool {
+			if r.InputType != InputClientTool && out.Reason != ReasonAuth {
 				out.Reason = ReasonInput
+			}
+			if r.InputType == InputAuth {
+				out.Status, out.Reason = TaskWaitingAuth, ReasonAuth
 			}
 		}
 		tr.pauseThought(iter, reqs)
@@ -907,9 +924,10 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 		run = append(run, i)
 	}
 	tr.toolDecision(calls, run, *pending)
+	needs := make([]*AuthNeed, len(calls))
 	if len(run) == 1 { // the common case: no goroutine
 		i := run[0]
-		results[i] = tr.runTool(ctx, calls[i])
+		results[i], needs[i] = tr.runTool(ctx, calls[i])
 	} else if len(run) > 1 {
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, tr.l.concurrency)
@@ -918,15 +936,24 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				results[i] = tr.runTool(ctx, calls[i])
+				results[i], needs[i] = tr.runTool(ctx, calls[i])
 			}()
 		}
 		wg.Wait()
 	}
+	// A call that asked for a credential waits for it, as pending calls do.
+	asked := 0
+	for _, i := range run {
+		if needs[i] != nil {
+			*pending = append(*pending, calls[i])
+			*reqs = append(*reqs, authRequest(calls[i], *needs[i]))
+			asked++
+		}
+	}
 	// Pending calls leave no result yet: drop their empty slots.
-	if len(run) < len(calls) {
+	if len(run) < len(calls) || asked > 0 {
 		for _, i := range run {
-			settled[i] = true
+			settled[i] = needs[i] == nil
 		}
 		kept := results[:0]
 		for i := range results {
@@ -986,14 +1013,15 @@ func clientToolRequest(c ToolCall) InputRequest {
 // timeout) into a tool result that tells the model what went wrong. With a
 // journal, the call is recorded before it starts and when it ends; a call
 // the journal shows completed (a resumed turn) is not run again.
-func (tr *turn) runTool(ctx context.Context, call ToolCall) Message {
+func (tr *turn) runTool(ctx context.Context, call ToolCall) (Message, *AuthNeed) {
 	return tr.runToolFor(ctx, call, nil)
 }
 
 // runToolFor is runTool for a call of the turn (sub nil) or of one of its
 // sub-agents: then its events carry the sub-task's id and it runs with the
-// sub-agent's env.
-func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) Message {
+// sub-agent's env. A call that stopped to ask for a credential returns
+// what it needs instead of a message.
+func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) (Message, *AuthNeed) {
 	emit := tr.emit
 	if sub != nil {
 		emit = sub.Emit
@@ -1003,7 +1031,7 @@ func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) Mes
 	defer span.End()
 	if res, replayed := tr.fromJournal(ctx, call, emit); replayed {
 		span.SetAttributes(attribute.Bool("looopy.tool.replayed", true))
-		return toolMessage(call, res)
+		return toolMessage(call, res), nil
 	}
 	attempts := tr.journaled[call.ID].Attempts + 1
 	if j := tr.l.journal; j != nil {
@@ -1014,12 +1042,22 @@ func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) Mes
 			// Not journaled, not run: running it could not be made safe.
 			res := ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was not run: the host could not record the call: %v", call.Name, err)}
 			tr.emitCompleteTo(emit, call, res, 0)
-			return toolMessage(call, res)
+			return toolMessage(call, res), nil
 		}
 	}
 	emit(&ToolStart{Header: Header{Kind: KindToolStart}, ToolCallID: call.ID, ToolName: call.Name, Arguments: call.Arguments})
 	start := time.Now()
-	res := tr.callTool(ctx, call, sub)
+	res, need := tr.callTool(ctx, call, sub)
+	if need != nil {
+		// The call stopped before acting, to ask for a credential: the
+		// journal says so (it runs again once the credential is there),
+		// and the turn pauses for it.
+		res = authPauseResult(call, *need)
+		span.SetAttributes(attribute.Bool("looopy.tool.auth_required", true))
+		tr.endCall(ctx, call, res)
+		tr.emitCompleteTo(emit, call, res, time.Since(start))
+		return Message{}, need
+	}
 	res.ToolCallID = call.ID
 	tr.toolCalls.Add(1)
 	if tr.l.metrics != nil {
@@ -1035,7 +1073,7 @@ func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) Mes
 	span.SetAttributes(attribute.Bool("looopy.tool.success", !res.IsError))
 	tr.endCall(ctx, call, res)
 	tr.emitCompleteTo(emit, call, res, time.Since(start))
-	return toolMessage(call, res)
+	return toolMessage(call, res), nil
 }
 
 // fromJournal answers a call of a resumed turn from the journal: the result
@@ -1047,6 +1085,8 @@ func (tr *turn) fromJournal(ctx context.Context, call ToolCall, emit func(Event)
 		return ToolResult{}, false
 	}
 	switch {
+	case e.State == CallCompleted && isAuthPause(e.Result):
+		return ToolResult{}, false // it asked for a credential and did nothing: run it again
 	case e.State == CallCompleted && e.Result != nil:
 		return *e.Result, true
 	case e.State == CallStarted && !tr.idempotent(call.Name):
@@ -1113,16 +1153,16 @@ func toolMeta(r ToolResult) map[string]any {
 	return m
 }
 
-func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (res ToolResult) {
+func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (res ToolResult, need *AuthNeed) {
 	ts, ok := tr.index[call.Name]
 	if !ok {
-		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q does not exist; available tools: %s", call.Name, tr.toolNames())}
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q does not exist; available tools: %s", call.Name, tr.toolNames())}, nil
 	}
 	ctx, cancel := context.WithTimeout(parent, tr.l.toolTimeout)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
-			res = ToolResult{IsError: true, Content: fmt.Sprintf("tool %q failed: it panicked: %v", call.Name, r)}
+			res, need = ToolResult{IsError: true, Content: fmt.Sprintf("tool %q failed: it panicked: %v", call.Name, r)}, nil
 		}
 	}()
 	env := tr.env // a copy per call
@@ -1131,15 +1171,21 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 	}
 	env.CallID = call.ID
 	r, err := ts.Call(ctx, call, &env)
+	if n, ok := AuthNeedOf(err); ok && err != nil && ctx.Err() == nil {
+		if n.Holder == "" {
+			n.Holder = "tool:" + call.Name
+		}
+		return ToolResult{}, n
+	}
 	switch {
 	case err == nil:
-		return r
+		return r, nil
 	case parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q timed out after %s", call.Name, tr.l.toolTimeout)}
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q timed out after %s", call.Name, tr.l.toolTimeout)}, nil
 	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
-		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was canceled", call.Name)}
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was canceled", call.Name)}, nil
 	default:
-		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q failed: %v", call.Name, err)}
+		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q failed: %v", call.Name, err)}, nil
 	}
 }
 
@@ -1183,7 +1229,13 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 	if env != nil && env.turn == tr {
 		sub = env.sub
 	}
-	m := tr.runToolFor(ctx, call, sub)
+	m, need := tr.runToolFor(ctx, call, sub)
+	if need != nil {
+		// A sub-agent cannot pause its parent's turn for a credential
+		// either: the call is answered with what it lacks.
+		return ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf(
+			"tool %q needs a credential of %q, which a sub-agent's call cannot ask for", call.Name, need.Provider)}, nil
+	}
 	return ToolResult{ToolCallID: call.ID, Content: m.Content, IsError: m.Metadata["isError"] == true}, nil
 }
 

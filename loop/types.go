@@ -70,4 +70,8 @@ type AuthContext struct {
 	Token     string            `json:"-"` // never serialized, never logged
 	Scopes    []string          `json:"scopes,omitempty"`
 	Claims    map[string]string `json:"claims,omitempty"`
+	// Lost says the caller's token is not known: a turn the host went on
+	// with by itself (a request that expired). A plugin granted the
+	// caller's credentials asks the client for them again.
+	Lost bool `json:"-"`
 }

@@ -78,6 +78,7 @@ const (
 	HostModelCall     = "model_call"
 	HostToolCall      = "tool_call"
 	HostArtifactWrite = "artifact_write"
+	HostCredential    = "credential"
 )
 
 // Error codes the host and the SDK use in Error.Code.
@@ -93,6 +94,11 @@ const (
 	// CodeToolsRefUnknown: a model request named a tool set (toolsRef)
 	// that the instance does not hold; the host sends it again whole.
 	CodeToolsRefUnknown = "tools_ref_unknown"
+	// CodeAuthRequired: the credential a plugin asked for is not there
+	// yet. The plugin returns from its call (with any error); the task
+	// pauses in auth-required, and the call runs again once the client
+	// has supplied it.
+	CodeAuthRequired = "auth_required"
 )
 
 // LogLevel is the level of the log host function.

@@ -53,3 +53,8 @@ func CallTool(ctx context.Context, call ToolCall) (*ToolResult, error) { return 
 // WriteArtifact creates, appends to or completes an artifact of the task and
 // returns its id.
 func WriteArtifact(ctx context.Context, w *ArtifactWrite) (string, error) { return "", ErrNoHost }
+
+// GetCredential asks the host for a credential (see the wasip1 version).
+func GetCredential(ctx context.Context, req CredentialRequest) (*Credential, error) {
+	return nil, ErrNoHost
+}

@@ -248,3 +248,19 @@ func WriteArtifact(ctx context.Context, w *ArtifactWrite) (string, error) {
 	}
 	return out.ArtifactID, nil
 }
+
+//go:wasmimport looopy credential
+func hostCredential(ptr unsafe.Pointer, n int32) int64
+
+// GetCredential asks the host for a credential. When the client has not
+// supplied it yet, the error's code is CodeAuthRequired (see
+// IsAuthRequired): return from the tool call, and the call runs again once
+// the client has supplied it. A plugin not granted what it asks for gets an
+// error with CodeDenied.
+func GetCredential(ctx context.Context, req CredentialRequest) (*Credential, error) {
+	var c Credential
+	if err := callJSON("credential "+req.Provider, hostCredential, req, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}

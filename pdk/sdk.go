@@ -65,3 +65,11 @@ func Secret(name string) string { return os.Getenv(EnvSecretPrefix + name) }
 // ErrNoHost is what the functions that need the host answer outside its
 // sandbox (a native test, a program run by hand).
 var ErrNoHost = errors.New("pdk: no host here: this function works inside the Looopy host's sandbox (a GOOS=wasip1 plugin)")
+
+// IsAuthRequired reports whether err says a credential is not there yet
+// (GetCredential): the tool should return, and runs again once the client
+// has supplied it.
+func IsAuthRequired(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Code == CodeAuthRequired
+}

@@ -127,3 +127,27 @@ func (e *Error) Error() string {
 	}
 	return e.Code + ": " + e.Message
 }
+
+// CredentialRequest asks the host for a credential (host function
+// credential). Provider "caller" asks for the credentials of the client
+// that sent the turn's message (the operator must grant the plugin
+// callerAuth); any other provider names a third party (an OAuth provider,
+// an API) whose token the client supplies for this task.
+type CredentialRequest struct {
+	Provider string   `json:"provider"`
+	Scopes   []string `json:"scopes,omitempty"`
+	AuthURL  string   `json:"authUrl,omitempty"`
+	AuthType string   `json:"authType,omitempty"` // oauth2, api-key, bearer, ...
+}
+
+// Credential is the host's answer: a token, and for the caller its
+// principal, scopes and claims. The plugin must not return it, log it or
+// store it; the host redacts it from what the call hands back.
+type Credential struct {
+	Provider  string            `json:"provider"`
+	Token     string            `json:"token,omitempty"`
+	TokenType string            `json:"tokenType,omitempty"`
+	Principal string            `json:"principal,omitempty"`
+	Scopes    []string          `json:"scopes,omitempty"`
+	Claims    map[string]string `json:"claims,omitempty"`
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,19 +54,45 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 		ctx = WithPrincipal(ctx, env.Auth.Principal)
 	}
 	var res loop.ToolResult
+	ca := &callAuth{}
 	err = p.invoke(ctx, pdk.OpToolCall, in, func(st *callState) {
-		st.env, st.toolCallID = env, call.ID
+		st.env, st.toolCallID, st.auth = env, call.ID, ca
 	}, func(out []byte) error { return json.Unmarshal(out, &res) })
+	if ca.need != nil && ctx.Err() == nil {
+		// It asked for a credential it lacks: whatever it answered, the
+		// task pauses for it and the call runs again with it.
+		return loop.ToolResult{}, &loop.AuthRequiredError{Need: *ca.need}
+	}
 	if err != nil {
 		var pe *pdk.Error
 		if errors.As(err, &pe) {
-			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: p.redact(pe.Message)}, nil
+			return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: redactHanded(p.redact(pe.Message), ca.handed)}, nil
 		}
 		return loop.ToolResult{}, err
 	}
 	res.ToolCallID = call.ID
 	p.redactResult(&res)
+	if len(ca.handed) > 0 {
+		res.Content = redactHanded(res.Content, ca.handed)
+		if len(res.Data) > 0 {
+			res.Data = json.RawMessage(redactHanded(string(res.Data), ca.handed))
+			if !json.Valid(res.Data) {
+				res.Data = nil
+			}
+		}
+	}
 	return res, nil
+}
+
+// redactHanded replaces the credentials a call was handed in what it
+// answers: a plugin that echoes its token gets it into no history.
+func redactHanded(s string, handed []string) string {
+	for _, tok := range handed {
+		if len(tok) >= 4 {
+			s = strings.ReplaceAll(s, tok, "[credential]")
+		}
+	}
+	return s
 }
 
 // validateArgs checks arguments against a plugin's schema; a panic of the

@@ -62,6 +62,9 @@ type callState struct {
 	http       map[int32]io.ReadCloser
 	nextHandle int32
 	spent      spent // what this call wrote, against the plugin's budgets
+	// auth is the credential business of the tool call being served
+	// (nil for other calls).
+	auth *callAuth
 	// toolsRef names the tool set the instance keeps (pdk.FeatureToolsRef);
 	// it outlives a call, as the guest's copy does.
 	toolsRef string
@@ -85,6 +88,7 @@ func (s *callState) reset() {
 	}
 	s.register = s.register[:0]
 	s.env, s.onDelta, s.toolCallID, s.deltas, s.subCalls = nil, nil, "", 0, 0
+	s.auth = nil
 	s.spent = spent{}
 }
 
@@ -144,6 +148,7 @@ func hostFunctions() map[string]hostFunc {
 		pdk.HostModelCall:     {hostModelCallFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
 		pdk.HostToolCall:      {hostToolCallFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
 		pdk.HostArtifactWrite: {hostArtifactWriteFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
+		pdk.HostCredential:    {hostCredentialFn, []api.ValueType{i32, i32}, []api.ValueType{i64}},
 	}
 }
 
@@ -182,6 +187,9 @@ func hostLogFn(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 	if !s.spendLog(ctx, len(msg)) {
 		return
+	}
+	if s.auth != nil && len(s.auth.handed) > 0 {
+		msg = []byte(redactHanded(string(msg), s.auth.handed))
 	}
 	attrs := []any{}
 	if s.env != nil {
@@ -539,7 +547,77 @@ var (
 	hostModelCallFn     = payloadHostFn("model call", modelCall)
 	hostToolCallFn      = payloadHostFn("tool call", toolCall)
 	hostArtifactWriteFn = payloadHostFn("artifact write", artifactWrite)
+	hostCredentialFn    = payloadHostFn("credential", credential)
 )
+
+// callAuth is what a tool call did with credentials: the one it asked for
+// and lacks (the task pauses for it), and the tokens it was handed (kept
+// out of what it hands back).
+type callAuth struct {
+	need   *loop.AuthNeed
+	handed []string
+}
+
+// credential hands a tool call the credential it asks for: the caller's
+// (only to a plugin the operator granted callerAuth) or one the client
+// supplied for this task and this plugin. One that is not there yet is
+// noted (the call ends, the task pauses in auth-required) and answered
+// with pdk.CodeAuthRequired.
+func credential(ctx context.Context, s *callState, data []byte) ([]byte, error) {
+	var req pdk.CredentialRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	deny := func(msg string) error {
+		b, _ := json.Marshal(pdk.Error{Code: pdk.CodeDenied, Message: "credential: " + msg})
+		return registerError(b)
+	}
+	if req.Provider == "" || len(req.Provider) > 128 {
+		return nil, errors.New("provider is required (at most 128 bytes)")
+	}
+	if s.env == nil || s.auth == nil {
+		return nil, deny("credentials are handed to tool calls of a task only")
+	}
+	holder := "plugin:" + s.p.Name()
+	var cred pdk.Credential
+	switch req.Provider {
+	case loop.ProviderCaller:
+		if !s.p.grant.CallerAuth {
+			return nil, deny(fmt.Sprintf("plugin %q is not granted the caller's credentials (the operator's plugins.callerAuth)", s.p.Name()))
+		}
+		a := s.env.Auth
+		if a != nil && !a.Lost {
+			cred = pdk.Credential{Provider: req.Provider, Token: a.Token, Principal: a.Principal,
+				Scopes: a.Scopes, Claims: a.Claims}
+			if a.Token != "" {
+				cred.TokenType = "Bearer"
+			}
+			break
+		}
+		// A turn resumed after a restart: the caller's credentials are
+		// gone with the process that had them; the client sends them again.
+		s.auth.need = &loop.AuthNeed{Provider: loop.ProviderCaller, Scopes: req.Scopes, AuthType: "bearer", Holder: holder}
+	default:
+		if tok, ok := s.env.Credentials.Get(s.env.TaskID, holder, req.Provider); ok {
+			cred = pdk.Credential{Provider: req.Provider, Token: tok, TokenType: "Bearer"}
+			break
+		}
+		if len(req.Scopes) > 32 || len(req.AuthURL) > 2048 || len(req.AuthType) > 64 {
+			return nil, errors.New("at most 32 scopes, an authUrl of 2048 bytes and an authType of 64")
+		}
+		s.auth.need = &loop.AuthNeed{Provider: req.Provider, Scopes: req.Scopes, AuthURL: req.AuthURL,
+			AuthType: req.AuthType, Holder: holder}
+	}
+	if s.auth.need != nil {
+		b, _ := json.Marshal(pdk.Error{Code: pdk.CodeAuthRequired,
+			Message: fmt.Sprintf("a credential of %q is not there yet: return, and this call runs again once the client supplies it", req.Provider)})
+		return nil, registerError(b)
+	}
+	if cred.Token != "" {
+		s.auth.handed = append(s.auth.handed, cred.Token)
+	}
+	return json.Marshal(cred)
+}
 
 // modelCall runs an agent plugin's model request through the model lent to
 // its call. A model error goes back as a pdk.Error.

@@ -72,6 +72,7 @@ var (
 		pdk.HostKVGet: true, pdk.HostKVSet: true, pdk.HostKVDelete: true,
 		pdk.HostHTTPRequest: true, pdk.HostHTTPRead: true, pdk.HostHTTPClose: true,
 		pdk.HostModelCall: true, pdk.HostToolCall: true, pdk.HostArtifactWrite: true,
+		pdk.HostCredential: true,
 	}
 )
 

@@ -3,6 +3,7 @@ package plugins
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -55,6 +56,11 @@ type Policy struct {
 	// HostFunctions the host lends (nil: every host function; the egress and
 	// the folders stay gated by the fields above).
 	HostFunctions []string
+	// CallerAuth names the plugins (names or path.Match globs) that may
+	// receive the credentials of the client that sent a turn's message
+	// (its principal, scopes and token) through the credential host
+	// function. Every other plugin asking for them is refused.
+	CallerAuth []string
 	// Maxima of the limits; zero means the default of each limit.
 	MaxMemoryPages uint32
 	MaxCallTimeout time.Duration
@@ -88,6 +94,9 @@ type Grant struct {
 	Instances     int
 	HostFunctions map[string]bool
 	Secrets       map[string]string // secret name -> value
+	// CallerAuth: the plugin may receive the caller's credentials
+	// (Policy.CallerAuth).
+	CallerAuth bool
 	// Refused lists what was asked for and not granted, for the log.
 	Refused []string
 }
@@ -154,6 +163,11 @@ func (p Policy) Grant(m *Manifest, lookupEnv func(string) (string, bool)) Grant 
 		g.HostFunctions[pdk.HostResultRead] = true
 	}
 
+	for _, pat := range p.CallerAuth {
+		if ok, _ := path.Match(pat, m.Name); ok {
+			g.CallerAuth = true
+		}
+	}
 	for name, env := range m.Secrets {
 		if !slices.Contains(p.Secrets, "*") && !slices.Contains(p.Secrets, env) {
 			g.Refused = append(g.Refused, "secret "+name+" ($"+env+")")

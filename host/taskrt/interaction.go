@@ -81,6 +81,8 @@ func (rt *Runtime) expire(ctx context.Context, rec loop.TaskRecord, expired []lo
 		_, err := rt.recordAnswers(ctx, rec, nil)
 		return err
 	}
-	_, err := rt.Start(ctx, StartRequest{Auth: &loop.AuthContext{Principal: rec.Owner}, TaskID: rec.ID, answered: &rec})
+	// The runtime goes on by itself: the caller's credentials are not
+	// here, and a plugin granted them asks for them again.
+	_, err := rt.Start(ctx, StartRequest{Auth: &loop.AuthContext{Principal: rec.Owner, Lost: true}, TaskID: rec.ID, answered: &rec})
 	return err
 }

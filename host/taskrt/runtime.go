@@ -109,6 +109,9 @@ type Config struct {
 	Events Events // required
 	// Artifacts, when set, have the artifacts of a finished task expire.
 	Artifacts Artifacts
+	// Credentials, when set, are the credentials clients supplied for
+	// their tasks: a task's are forgotten when it ends.
+	Credentials *loop.Credentials
 	// Owner names this process in leases; two processes sharing stores
 	// must never use the same one. A process restarted with the same name
 	// takes its own leases back at once. Default: random per process.
@@ -295,7 +298,11 @@ type StartRequest struct {
 	// CheckAnswers, when set, checks the answers further (schemas) before
 	// anything is recorded.
 	CheckAnswers func(rec loop.TaskRecord, answers []loop.InputAnswer) error
-	Metadata     map[string]any
+	// OnAnswered, when set, is called with the task once the answers are
+	// accepted, before the task is saved or goes on (the host keeps the
+	// credentials they carried).
+	OnAnswered func(rec loop.TaskRecord)
+	Metadata   map[string]any
 	// NewTaskID and NewContextID make ids; nil: random.
 	NewID func() string
 	// ClientTools, when not nil, are the tools the client offers for the
@@ -353,6 +360,9 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 			complete, err := rec.Answer(req.Answers, time.Now().UTC())
 			if err != nil {
 				return nil, err
+			}
+			if req.OnAnswered != nil {
+				req.OnAnswered(rec)
 			}
 			if !complete {
 				return rt.recordAnswers(ctx, rec, req.Answers)
@@ -432,6 +442,14 @@ func randomID() string { return uuid.NewString() }
 func (rt *Runtime) recordAnswers(ctx context.Context, rec loop.TaskRecord, answers []loop.InputAnswer) (*Started, error) {
 	rec.UpdatedAt = time.Now().UTC()
 	rec.Message = loop.RequestsPrompt(rec.Requests)
+	// auth-required while a credential is still asked for, input-required
+	// otherwise.
+	rec.Status = loop.TaskWaitingInput
+	for _, r := range rec.OpenRequests() {
+		if r.InputType == loop.InputAuth {
+			rec.Status = loop.TaskWaitingAuth
+		}
+	}
 	if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
 		if errors.Is(err, loop.ErrConflict) {
 			return nil, fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
@@ -1046,6 +1064,9 @@ func (rt *Runtime) turnEnded(taskID, contextID string, st loop.TaskStatus) {
 	if err := rt.ev.Settle(ctx, taskID, contextID, st.Terminal()); err != nil {
 		rt.log.LogAttrs(ctx, slog.LevelError, "events not settled",
 			slog.String("task_id", taskID), slog.String("error", err.Error()))
+	}
+	if st.Terminal() {
+		rt.cfg.Credentials.Forget(taskID)
 	}
 	if st.Terminal() && rt.cfg.Artifacts != nil {
 		if err := rt.cfg.Artifacts.ExpireTask(ctx, taskID, rt.cfg.TaskTTL); err != nil {
