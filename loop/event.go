@@ -95,19 +95,26 @@ type TaskComplete struct {
 }
 
 // ContentDelta is a piece of the assistant's text as the model streams it.
-// Index counts deltas within one model response, from 0.
+// Index counts deltas within one model response, from 0. Response names
+// that model response, unique within its task (the turn's start and the
+// iteration): the deltas and the ContentComplete of one response share it.
 type ContentDelta struct {
 	Header
 	Delta     string `json:"delta"`
 	Index     int    `json:"index"`
 	Iteration int    `json:"iteration,omitempty"`
+	Response  string `json:"response,omitempty"`
 }
 
-// ContentComplete carries the whole text of one model response.
+// ContentComplete carries the whole text of one model response. Deltas is
+// how many ContentDelta events streamed it before (0: none, the text comes
+// only here).
 type ContentComplete struct {
 	Header
 	Content   string `json:"content"`
 	Iteration int    `json:"iteration,omitempty"`
+	Response  string `json:"response,omitempty"`
+	Deltas    int    `json:"deltas,omitempty"`
 }
 
 // ToolStart announces a tool call about to run.

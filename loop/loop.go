@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -343,12 +344,39 @@ type turn struct {
 	thoughts atomic.Int64
 	// planned: the turn's strategy thought was sent.
 	planned bool
+	// started names the turn in its responses' names (ContentDelta.Response);
+	// deltas is how many deltas the last model call streamed.
+	started string
+	deltas  int
+}
+
+// lastTurnStamp is the last turnStamp handed out.
+var lastTurnStamp atomic.Int64
+
+// turnStamp is the clock in nanoseconds, strictly increasing within the
+// process: two turns never share one, even started at the same instant.
+func turnStamp() int64 {
+	for {
+		now, last := time.Now().UnixNano(), lastTurnStamp.Load()
+		if now <= last {
+			now = last + 1
+		}
+		if lastTurnStamp.CompareAndSwap(last, now) {
+			return now
+		}
+	}
+}
+
+// responseName names the model response of iteration iter: unique within
+// the task, since a task's turns start at different times.
+func (tr *turn) responseName(iter int) string {
+	return tr.started + "-" + strconv.Itoa(iter)
 }
 
 // Run executes one turn. It never panics on a misbehaving model or tool and
 // always returns an Outcome; cancelling ctx ends the turn as canceled.
 func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
-	tr := &turn{l: l, t: &t, sink: t.Sink}
+	tr := &turn{l: l, t: &t, sink: t.Sink, started: strconv.FormatInt(turnStamp(), 36)}
 	if tr.sink == nil {
 		tr.sink = SinkFunc(func(Event) {})
 	}
@@ -636,7 +664,8 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	}
 	if msg.Content != "" {
 		out.Content = msg.Content
-		tr.emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: msg.Content, Iteration: iter})
+		tr.emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: msg.Content, Iteration: iter,
+			Response: tr.responseName(iter), Deltas: tr.deltas})
 	}
 	// After the response's text is complete: a client drawing the deltas
 	// sees them closed before the next thought.
@@ -765,12 +794,15 @@ func (tr *turn) collectTools(ctx context.Context) error {
 func (tr *turn) callModel(ctx context.Context, iter int, req *ModelRequest) (*ModelResponse, error) {
 	l := tr.l
 	deltas := 0
+	tr.deltas = 0
 	streamed := false // this attempt has sent the client something
 	reasoningID := "" // the thought the model's reasoning of this attempt makes
 	onDelta := func(d Delta) {
 		if d.Content != "" {
-			tr.emit(&ContentDelta{Header: Header{Kind: KindContentDelta}, Delta: d.Content, Index: deltas, Iteration: iter})
+			tr.emit(&ContentDelta{Header: Header{Kind: KindContentDelta}, Delta: d.Content, Index: deltas, Iteration: iter,
+				Response: tr.responseName(iter)})
 			deltas++
+			tr.deltas = deltas
 			streamed = true
 		}
 		if d.Thought != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -245,9 +246,12 @@ func (m *subtaskModel) Generate(ctx context.Context, req *ModelRequest, onDelta 
 	iter := s.calls
 	s.mu.Unlock()
 	deltas := 0
+	// The sub-task's responses are named by their call: unique within it.
+	response := strconv.Itoa(iter)
 	wrapped := func(d Delta) {
 		if d.Content != "" {
-			s.Emit(&ContentDelta{Header: Header{Kind: KindContentDelta}, Delta: d.Content, Index: deltas, Iteration: iter})
+			s.Emit(&ContentDelta{Header: Header{Kind: KindContentDelta}, Delta: d.Content, Index: deltas, Iteration: iter,
+				Response: response})
 			deltas++
 		}
 		if d.Thought != "" {
@@ -272,7 +276,8 @@ func (m *subtaskModel) Generate(ctx context.Context, req *ModelRequest, onDelta 
 	// The answer is the sub-agent's: the budget refuses its next call.
 	_ = s.AddUsage(ctx, resp.Usage)
 	if resp.Message.Content != "" {
-		s.Emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: resp.Message.Content, Iteration: iter})
+		s.Emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: resp.Message.Content, Iteration: iter,
+			Response: response, Deltas: deltas})
 	}
 	return resp, nil
 }

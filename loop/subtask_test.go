@@ -142,6 +142,26 @@ func TestSubtaskLifecycle(t *testing.T) {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
+	// The child's text: each of its model calls a response of its own,
+	// named in the child's task, its deltas and its complete text sharing
+	// the name, the complete text counting the deltas.
+	var names []string
+	for _, e := range rec.events {
+		switch v := e.(type) {
+		case *loop.ContentDelta:
+			if v.TaskID == child {
+				names = append(names, "delta "+v.Response)
+			}
+		case *loop.ContentComplete:
+			if v.TaskID == child {
+				names = append(names, fmt.Sprintf("complete %s %d", v.Response, v.Deltas))
+			}
+		}
+	}
+	if strings.Join(names, ", ") != "delta 1, complete 1 1, delta 2, complete 2 1" {
+		t.Errorf("the child's responses: %v", names)
+	}
+
 	// The sub-task's record: the parent's owner, its parent, its outcome.
 	r, err := mem.LoadTaskOf(context.Background(), child, "alice")
 	if err != nil {

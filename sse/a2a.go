@@ -14,9 +14,20 @@ import (
 // text, streamed or in a task (SendMessage, GetTask): the same artifact.
 const ResponseArtifactName = "response"
 
-// ContentArtifactID names the artifact that carries a task's text as the
-// model writes it.
+// ContentArtifactID names the artifact that carries a task's text in a
+// task (SendMessage, GetTask): its last answer.
 func ContentArtifactID(taskID string) string { return "content-" + taskID }
+
+// ResponseArtifactID names the artifact a stream fills with one model
+// response's text: content-<taskId>-<response>, one per response, so a
+// later response never replaces an earlier one. Events without a
+// response name (written by an earlier version) use ContentArtifactID.
+func ResponseArtifactID(taskID, response string) string {
+	if response == "" {
+		return ContentArtifactID(taskID)
+	}
+	return ContentArtifactID(taskID) + "-" + response
+}
 
 // StateToA2A maps a Looopy task status to an A2A 1.0 task state.
 // waiting-subtask is working to the outside.
@@ -66,10 +77,14 @@ func FinalA2A(ev a2a.Event) bool {
 //   - task-created: a Task in state submitted;
 //   - task-status: a TaskStatusUpdateEvent with the state mapped, the status
 //     message as an agent message;
-//   - content-delta: a chunk of the artifact content-<taskId>, appended when
-//     its index is above 0 (each model response starts the text anew);
-//   - content-complete: the whole text of the response as the last chunk of
-//     that artifact (replacing the deltas; nothing for an empty response);
+//   - content-delta: a chunk of the response's own artifact
+//     (ResponseArtifactID, named "response"), appended when its index is
+//     above 0: each model response of a turn is an artifact of its own, so
+//     the text of every step stays;
+//   - content-complete: the last chunk of that artifact. When deltas
+//     streamed the text it adds nothing (appended, one empty text part):
+//     the text is sent once. A response that streamed nothing sends its
+//     whole text here. Nothing for an empty response;
 //   - file-write: a chunk of the file artifact (text, or raw bytes when
 //     base64), appended after the first, last when complete;
 //   - data-write: the whole data artifact as one data part;
@@ -84,9 +99,13 @@ func FinalA2A(ev a2a.Event) bool {
 //     thought's text and whose metadata "thought" holds its id, type,
 //     verbosity and index (a stream carries thoughts only when its client
 //     asked for them: the filter's Verbosity);
-//   - everything else (tool-start, tool-complete, input and auth requests,
-//     which the task status carries, task-complete, which follows the final
-//     status, sub-tasks) is not mapped; internal events never are.
+//   - tool-start, tool-complete and subtask-created: a working status
+//     update whose message says what runs (or how it ended), with
+//     {"activity": kind, ...} as metadata naming the call, the tool or the
+//     sub-agent;
+//   - everything else (input and auth requests, which the task status
+//     carries, task-complete, which follows the final status) is not
+//     mapped; internal events never are.
 func ToA2A(e loop.Event) (a2a.Event, bool) {
 	if e == nil {
 		return nil, false
@@ -122,7 +141,7 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 		}, true
 	case *loop.ContentDelta:
 		return artifactUpdate(h, &a2a.Artifact{
-			ID:    a2a.ArtifactID(ContentArtifactID(h.TaskID)),
+			ID:    a2a.ArtifactID(ResponseArtifactID(h.TaskID, v.Response)),
 			Name:  ResponseArtifactName,
 			Parts: a2a.ContentParts{a2a.NewTextPart(v.Delta)},
 		}, v.Index > 0, false), true
@@ -130,11 +149,27 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 		if v.Content == "" {
 			return nil, false
 		}
+		text, appendTo := v.Content, false
+		if v.Deltas > 0 {
+			text, appendTo = "", true // the deltas carried it
+		}
 		return artifactUpdate(h, &a2a.Artifact{
-			ID:    a2a.ArtifactID(ContentArtifactID(h.TaskID)),
+			ID:    a2a.ArtifactID(ResponseArtifactID(h.TaskID, v.Response)),
 			Name:  ResponseArtifactName,
-			Parts: a2a.ContentParts{a2a.NewTextPart(v.Content)},
-		}, false, true), true
+			Parts: a2a.ContentParts{a2a.NewTextPart(text)},
+		}, appendTo, true), true
+	case *loop.ToolStart, *loop.ToolComplete, *loop.SubtaskCreated:
+		text, md := activity(e)
+		return &a2a.TaskStatusUpdateEvent{
+			TaskID:    tid,
+			ContextID: h.ContextID,
+			Status: a2a.TaskStatus{
+				State:     a2a.TaskStateWorking,
+				Timestamp: stamp(h.Timestamp),
+				Message:   agentMessage(h, string(h.Kind)+"-"+activityKey(e), text),
+			},
+			Metadata: md,
+		}, true
 	case *loop.FileWrite:
 		var p *a2a.Part
 		switch v.Encoding {
@@ -310,4 +345,39 @@ func failedMeta(reason string, md map[string]any) map[string]any {
 	}
 	md["error"], md["status"] = reason, "failed"
 	return md
+}
+
+// activity says what a tool call or a sub-agent does, for a working status:
+// its message and its metadata ({"activity": kind, ...}).
+func activity(e loop.Event) (string, map[string]any) {
+	switch v := e.(type) {
+	case *loop.ToolStart:
+		return "Running " + v.ToolName, map[string]any{"activity": string(v.Kind), "toolCallId": v.ToolCallID, "toolName": v.ToolName}
+	case *loop.ToolComplete:
+		md := map[string]any{"activity": string(v.Kind), "toolCallId": v.ToolCallID, "toolName": v.ToolName, "success": v.Success}
+		if !v.Success {
+			if v.Error != "" {
+				md["error"] = v.Error
+				return v.ToolName + " failed: " + v.Error, md
+			}
+			return v.ToolName + " failed", md
+		}
+		return v.ToolName + " done", md
+	case *loop.SubtaskCreated:
+		return "Asked " + v.AgentID, map[string]any{"activity": string(v.Kind), "subtaskId": v.SubtaskID, "agentId": v.AgentID}
+	}
+	return "", nil
+}
+
+// activityKey tells apart two activity statuses with one timestamp.
+func activityKey(e loop.Event) string {
+	switch v := e.(type) {
+	case *loop.ToolStart:
+		return v.ToolCallID
+	case *loop.ToolComplete:
+		return v.ToolCallID
+	case *loop.SubtaskCreated:
+		return v.SubtaskID
+	}
+	return ""
 }

@@ -10,6 +10,7 @@ import (
 
 	a2a03 "github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
@@ -366,13 +367,12 @@ func TestToA2AEveryKindDecided(t *testing.T) {
 	mapped := map[loop.EventKind]bool{
 		loop.KindTaskCreated: true, loop.KindTaskStatus: true, loop.KindContentDelta: true, loop.KindContentComplete: true,
 		loop.KindFileWrite: true, loop.KindDataWrite: true, loop.KindDatasetWrite: true, loop.KindToolProgress: true,
-		loop.KindWarning:       true,
+		loop.KindWarning: true, loop.KindToolStart: true, loop.KindToolComplete: true, loop.KindSubtaskCreated: true,
 		loop.KindThoughtStream: true,
 	}
 	notMapped := map[loop.EventKind]bool{
-		loop.KindTaskComplete: true, loop.KindToolStart: true, loop.KindToolComplete: true,
+		loop.KindTaskComplete:  true,
 		loop.KindInputRequired: true, loop.KindInputReceived: true, loop.KindAuthRequired: true, loop.KindAuthCompleted: true,
-		loop.KindSubtaskCreated: true,
 	}
 	for _, k := range loop.AllKinds() {
 		e := loop.NewEvent(k)
@@ -390,8 +390,18 @@ func TestToA2AEveryKindDecided(t *testing.T) {
 		case *loop.ThoughtStream:
 			v.Content = "x"
 		}
-		_, ok1 := sse.ToA2A(e)
-		_, ok03 := sse.ToA2A03(e)
+		ev1, ok1 := sse.ToA2A(e)
+		ev03, ok03 := sse.ToA2A03(e)
+		if ok1 && ok03 {
+			// Both versions say the same: the 0.3 event read back as 1.0
+			// is the 1.0 event.
+			back, err := a2av0.ToV1Event(ev03)
+			b1, _ := json.Marshal(a2a.StreamResponse{Event: ev1})
+			b3, _ := json.Marshal(a2a.StreamResponse{Event: back})
+			if err != nil || !bytes.Equal(b1, b3) {
+				t.Errorf("%s: 1.0 %s, 0.3 read back as 1.0 %s (%v)", k, b1, b3, err)
+			}
+		}
 		switch {
 		case k.Internal():
 			if ok1 || ok03 {
@@ -456,9 +466,9 @@ func TestA2AEncoderFrames(t *testing.T) {
 	}
 
 	// Not carried by A2A: skipped, not an error.
-	tool, _ := loop.EncodeEvent(&loop.ToolStart{Header: hdr(loop.KindToolStart, "c1", "t1"), ToolName: "x"})
-	if _, ok, err := (sse.A2AEncoder{}).Encode(sse.Item{ID: 1, Kind: loop.KindToolStart, Data: tool}); ok || err != nil {
-		t.Fatalf("tool-start: ok=%v err=%v", ok, err)
+	done, _ := loop.EncodeEvent(&loop.TaskComplete{Header: hdr(loop.KindTaskComplete, "c1", "t1"), Status: loop.TaskCompleted})
+	if _, ok, err := (sse.A2AEncoder{}).Encode(sse.Item{ID: 1, Kind: loop.KindTaskComplete, Data: done}); ok || err != nil {
+		t.Fatalf("task-complete: ok=%v err=%v", ok, err)
 	}
 	// A corrupt record is an error that says so.
 	if _, _, err := (sse.A2AEncoder{}).Encode(sse.Item{ID: 1, Kind: loop.KindToolStart, Data: []byte("{")}); err == nil {
@@ -531,5 +541,91 @@ func TestToA2AFailedArtifacts(t *testing.T) {
 	ev3, ok := sse.ToA2A03(file)
 	if up := ev3.(*a2a03.TaskArtifactUpdateEvent); !ok || !up.LastChunk || up.Artifact.Metadata["error"] != "source went away" {
 		t.Fatalf("0.3 failed file update %+v", ev3)
+	}
+}
+
+// Each model response of a turn is an artifact of its own (named
+// "response"), its text sent once: the deltas, then an empty appended last
+// chunk. A response that streamed nothing sends its text whole. Replayed
+// through a client's replace rules, both steps' text stays.
+func TestToA2AResponseTextOnce(t *testing.T) {
+	h := func(k loop.EventKind) loop.Header { return hdr(k, "c1", "t1") }
+	events := []loop.Event{
+		&loop.ContentDelta{Header: h(loop.KindContentDelta), Delta: "Let me ", Index: 0, Iteration: 1, Response: "r-1"},
+		&loop.ContentDelta{Header: h(loop.KindContentDelta), Delta: "look.", Index: 1, Iteration: 1, Response: "r-1"},
+		&loop.ContentComplete{Header: h(loop.KindContentComplete), Content: "Let me look.", Iteration: 1, Response: "r-1", Deltas: 2},
+		&loop.ContentDelta{Header: h(loop.KindContentDelta), Delta: "Sunny.", Index: 0, Iteration: 2, Response: "r-2"},
+		&loop.ContentComplete{Header: h(loop.KindContentComplete), Content: "Sunny.", Iteration: 2, Response: "r-2", Deltas: 1},
+		// a model that does not stream: the text comes only whole
+		&loop.ContentComplete{Header: h(loop.KindContentComplete), Content: "Whole.", Iteration: 3, Response: "r-3"},
+	}
+	arts := artifacts{}
+	var sent strings.Builder
+	for _, e := range events {
+		ev, raw, ok := wire1(t, e)
+		if !ok {
+			t.Fatalf("%s not mapped", e.Head().Kind)
+		}
+		au := ev.(*a2a.TaskArtifactUpdateEvent)
+		if au.Artifact.Name != "response" || !strings.HasPrefix(string(au.Artifact.ID), "content-t1-r-") {
+			t.Fatalf("artifact %s", raw)
+		}
+		if _, seen := arts[string(au.Artifact.ID)]; seen && !au.Append {
+			t.Fatalf("a later chunk replaces the artifact: %s", raw)
+		}
+		sent.WriteString(au.Artifact.Parts[0].Text())
+		arts.apply(t, ev)
+	}
+	if sent.String() != "Let me look.Sunny.Whole." {
+		t.Fatalf("text sent %q, want each response's text once", sent.String())
+	}
+	text := func(id string) string {
+		var sb strings.Builder
+		for _, p := range arts[id] {
+			sb.WriteString(p.Text())
+		}
+		return sb.String()
+	}
+	if text("content-t1-r-1") != "Let me look." || text("content-t1-r-2") != "Sunny." || text("content-t1-r-3") != "Whole." {
+		t.Fatalf("rendered %q %q %q", text("content-t1-r-1"), text("content-t1-r-2"), text("content-t1-r-3"))
+	}
+	last, _, _ := wire03(t, events[2])
+	if au := last.(*a2a03.TaskArtifactUpdateEvent); !au.Append || !au.LastChunk || au.Artifact.Parts[0].(a2a03.TextPart).Text != "" {
+		t.Fatalf("0.3 last chunk of a streamed response: %+v", au)
+	}
+}
+
+// Tool calls and sub-agents are working statuses that say what runs.
+func TestToA2AActivity(t *testing.T) {
+	cases := []struct {
+		e    loop.Event
+		text string
+		md   map[string]any
+	}{
+		{&loop.ToolStart{Header: hdr(loop.KindToolStart, "c1", "t1"), ToolCallID: "k1", ToolName: "calc"},
+			"Running calc", map[string]any{"activity": "tool-start", "toolCallId": "k1", "toolName": "calc"}},
+		{&loop.ToolComplete{Header: hdr(loop.KindToolComplete, "c1", "t1"), ToolCallID: "k1", ToolName: "calc", Success: true},
+			"calc done", map[string]any{"activity": "tool-complete", "toolCallId": "k1", "toolName": "calc", "success": true}},
+		{&loop.ToolComplete{Header: hdr(loop.KindToolComplete, "c1", "t1"), ToolCallID: "k2", ToolName: "calc", Error: "division by zero"},
+			"calc failed: division by zero", map[string]any{"activity": "tool-complete", "toolCallId": "k2", "toolName": "calc", "success": false, "error": "division by zero"}},
+		{&loop.SubtaskCreated{Header: hdr(loop.KindSubtaskCreated, "c1", "t1"), SubtaskID: "s1", AgentID: "researcher"},
+			"Asked researcher", map[string]any{"activity": "subtask-created", "subtaskId": "s1", "agentId": "researcher"}},
+	}
+	for _, c := range cases {
+		ev, raw, ok := wire1(t, c.e)
+		su, isSU := ev.(*a2a.TaskStatusUpdateEvent)
+		if !ok || !isSU || su.Status.State != a2a.TaskStateWorking || su.Status.Message == nil || su.Status.Message.Parts[0].Text() != c.text {
+			t.Fatalf("1.0 %s → %s", c.e.Head().Kind, raw)
+		}
+		want, _ := json.Marshal(c.md)
+		got, _ := json.Marshal(su.Metadata)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("1.0 %s metadata %s, want %s", c.e.Head().Kind, got, want)
+		}
+		ev3, raw3, ok := wire03(t, c.e)
+		su3, isSU3 := ev3.(*a2a03.TaskStatusUpdateEvent)
+		if !ok || !isSU3 || su3.Final || su3.Status.State != a2a03.TaskStateWorking || su3.Status.Message.Parts[0].(a2a03.TextPart).Text != c.text {
+			t.Fatalf("0.3 %s → %s", c.e.Head().Kind, raw3)
+		}
 	}
 }

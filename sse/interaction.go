@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"maps"
 
-	a2a03 "github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/looopy-go/looopy/loop"
@@ -52,15 +51,6 @@ func withRequests(m *a2a.Message, data map[string]any) *a2a.Message {
 	dp := a2a.NewDataPart(data)
 	dp.Metadata = map[string]any{loop.InteractionURI: "requests"}
 	m.Parts = append(m.Parts, dp)
-	m.Extensions = []string{loop.InteractionURI}
-	return m
-}
-
-func withRequests03(m *a2a03.Message, data map[string]any) *a2a03.Message {
-	if m == nil || data == nil {
-		return m
-	}
-	m.Parts = append(m.Parts, a2a03.DataPart{Data: data, Metadata: map[string]any{loop.InteractionURI: "requests"}})
 	m.Extensions = []string{loop.InteractionURI}
 	return m
 }

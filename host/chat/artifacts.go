@@ -92,8 +92,9 @@ func (s *session) artifact(st *turnState, ev *a2a.TaskArtifactUpdateEvent) {
 }
 
 // inline streams the answer's text. Looopy sends each model response as
-// deltas (the first replaces, the next append) and then the whole text as
-// the last chunk: only what was not shown yet is written.
+// an artifact of its own: deltas (the first opens it, the next append),
+// then an empty appended last chunk. A server that sends the whole text
+// again as the last chunk gets only what was not shown yet written.
 func (s *session) inline(st *turnState, a *artifact, ev *a2a.TaskArtifactUpdateEvent) {
 	var b strings.Builder
 	for _, p := range ev.Artifact.Parts {

@@ -73,7 +73,14 @@ func (s *session) status(st *turnState, ts a2a.TaskStatus, md map[string]any) {
 	switch ts.State {
 	case a2a.TaskStateSubmitted, a2a.TaskStateUnspecified:
 	case a2a.TaskStateWorking:
-		if act, _ := md["activity"].(string); act != "" {
+		switch act, _ := md["activity"].(string); act {
+		case "":
+		case "tool-start", "tool-complete", "subtask-created":
+			// A tool call or a sub-agent's run: its message says it (a
+			// Looopy host's turn is drawn from /events, which shows it in
+			// full; these statuses are drawn only when that stream is not
+			// there).
+		default:
 			s.p.line(styleDim, "✓ %s %s%s", act, str(md["inputId"]), suffix(" (", str(md["decision"]), ")"))
 		}
 		if text != "" {
