@@ -415,7 +415,11 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 			}
 			events++
 			if it.err != nil {
-				s.p.line(styleErr, "error: %s", sanitize(it.err.Error()))
+				if refused(it.err) {
+					s.refusedLine(it.err)
+				} else {
+					s.p.line(styleErr, "error: %s", sanitize(it.err.Error()))
+				}
 				s.finishTurn(ctx, st, &feed, kept)
 				return false
 			}
@@ -546,13 +550,25 @@ func (s *session) silent(ctx context.Context) {
 	defer cancel()
 	_, err := s.client.GetTask(gctx, &a2a.GetTaskRequest{ID: a2a.NewTaskID()})
 	switch {
-	case errors.Is(err, a2a.ErrUnauthenticated) || errors.Is(err, a2a.ErrUnauthorized):
-		s.p.line(styleErr, "error: the agent refused the message: %s (give an API key: -api-key or $LOOOPY_API_KEY)", sanitize(err.Error()))
+	case refused(err):
+		s.refusedLine(err)
 	case err != nil && !errors.Is(err, a2a.ErrTaskNotFound):
 		s.p.line(styleErr, "error: the agent sent nothing back: %s", sanitize(err.Error()))
 	default:
 		s.p.line(styleErr, "error: the agent sent nothing back")
 	}
+}
+
+// refused reports an error that refuses the caller's credential.
+func refused(err error) bool {
+	return errors.Is(err, a2a.ErrUnauthenticated) || errors.Is(err, a2a.ErrUnauthorized)
+}
+
+// refusedLine says the agent refused the message for its credential and
+// how to give one, whether the refusal came as the stream's error event or
+// only from a call made after a silent stream.
+func (s *session) refusedLine(err error) {
+	s.p.line(styleErr, "error: the agent refused the message: %s (give an API key: -api-key or $LOOOPY_API_KEY)", sanitize(err.Error()))
 }
 
 // atoi reads a positive number.
