@@ -83,6 +83,9 @@ func startBenchHostWith(b *testing.B, inMemory bool) string {
 	cfg.PluginDir = benchPluginDir(b)
 	cfg.Plugins.Only = nil
 	cfg.Limits.Heartbeat = host.Duration(15 * time.Second)
+	if r := os.Getenv("LOOOPY_BENCH_THOUGHTS"); r != "" {
+		cfg.Thoughts.Record = r
+	}
 	h := startHost(b, cfg)
 	return h.URL()
 }

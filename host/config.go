@@ -143,7 +143,9 @@ type ThoughtsConfig struct {
 	// message asks, see docs/EVENTS.md). Default normal.
 	Verbosity string `json:"verbosity,omitempty"`
 	// Record is the most detailed level the agent records in the event
-	// log (default detailed; none records no thoughts). No client sees
+	// log (default normal: detailed adds two thoughts per model call and
+	// costs a durable host about a third of its tasks/s, docs/PERFORMANCE.md;
+	// none records no thoughts). No client sees
 	// more than this.
 	Record string `json:"record,omitempty"`
 	// Debug records internal:thought-process events (the loop's state at
@@ -352,7 +354,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.Thoughts.Record, _ = loop.ParseVerbosity(c.Thoughts.Record)
 	if c.Thoughts.Record == "" {
-		c.Thoughts.Record = loop.VerbosityDetailed
+		c.Thoughts.Record = loop.VerbosityNormal
 	}
 	l := &c.Limits
 	if l.MaxBodyBytes == 0 {

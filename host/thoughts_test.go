@@ -24,7 +24,7 @@ func thoughtsHost(t *testing.T) *testHost {
 	cfg.Auth.Enabled = true
 	cfg.Auth.Keys = []host.APIKey{{Key: "alice-key", Principal: "alice"}, {Key: "bob-key", Principal: "bob"}}
 	cfg.Admin.Token = "root-token"
-	cfg.Thoughts = host.ThoughtsConfig{Verbosity: "brief", Debug: true}
+	cfg.Thoughts = host.ThoughtsConfig{Verbosity: "brief", Record: "detailed", Debug: true}
 	return startHost(t, cfg)
 }
 

@@ -205,6 +205,7 @@ func openHost(t *testing.T) *host.Main {
 		// The loop's debug thoughts are recorded: the page must never
 		// show them (they are the admin's).
 		cfg.Thoughts.Debug = true
+		cfg.Thoughts.Record = "detailed"
 		m := host.NewMain()
 		m.Config = cfg
 		m.Stdout = io.Discard
