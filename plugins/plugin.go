@@ -188,11 +188,13 @@ func compile(ctx context.Context, env *loadEnv, rt wazero.Runtime, code []byte) 
 	done := make(chan result, 1)
 	env.compiles.add()
 	go func() {
-		defer env.compiles.done()
 		if compileHook != nil {
 			compileHook()
 		}
 		cm, err := rt.CompileModule(context.Background(), code)
+		// Counted down before the load hears of it: a registry closed
+		// after the load returned closes its caches at once.
+		env.compiles.done()
 		done <- result{cm, err}
 	}()
 	select {
@@ -247,16 +249,17 @@ func (c *compileCount) count() int {
 	return c.n
 }
 
-// whenIdle runs f now when no compile runs, else when the last one ends.
-func (c *compileCount) whenIdle(f func()) {
+// whenIdle runs f now when no compile runs, and returns its error; else it
+// runs f when the last compile ends, its error unheard, and returns nil.
+func (c *compileCount) whenIdle(f func() error) error {
 	c.mu.Lock()
 	if c.n > 0 {
-		c.onIdle = f
+		c.onIdle = func() { _ = f() }
 		c.mu.Unlock()
-		return
+		return nil
 	}
 	c.mu.Unlock()
-	f()
+	return f()
 }
 
 // loadPlugin reads, verifies, compiles and validates a plugin. It returns a

@@ -242,9 +242,7 @@ func (r *Registry) Close() error {
 	}
 	// A compile abandoned by a cancelled load still writes to the caches:
 	// they close when it ends, and nothing here waits for it.
-	var err error
-	r.env.compiles.whenIdle(func() { err = closeCaches() })
-	return err
+	return r.env.compiles.whenIdle(closeCaches)
 }
 
 // Load reads the plugin at path (a manifest, or a folder holding
