@@ -160,16 +160,7 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 		}, appendTo, true), true
 	case *loop.ToolStart, *loop.ToolComplete, *loop.SubtaskCreated:
 		text, md := activity(e)
-		return &a2a.TaskStatusUpdateEvent{
-			TaskID:    tid,
-			ContextID: h.ContextID,
-			Status: a2a.TaskStatus{
-				State:     a2a.TaskStateWorking,
-				Timestamp: stamp(h.Timestamp),
-				Message:   agentMessage(h, string(h.Kind)+"-"+activityKey(e), text),
-			},
-			Metadata: md,
-		}, true
+		return working(h, string(h.Kind)+"-"+activityKey(e), text, md), true
 	case *loop.FileWrite:
 		var p *a2a.Part
 		switch v.Encoding {
@@ -227,44 +218,17 @@ func ToA2A(e loop.Event) (a2a.Event, bool) {
 		if v.Message == "" {
 			return nil, false
 		}
-		return &a2a.TaskStatusUpdateEvent{
-			TaskID:    tid,
-			ContextID: h.ContextID,
-			Status: a2a.TaskStatus{
-				State:     a2a.TaskStateWorking,
-				Timestamp: stamp(h.Timestamp),
-				Message:   agentMessage(h, "progress-"+v.ToolCallID, v.Message),
-			},
-			Metadata: progressMeta(v),
-		}, true
+		return working(h, "progress-"+v.ToolCallID, v.Message, progressMeta(v)), true
 	case *loop.Warning:
 		if v.Message == "" {
 			return nil, false
 		}
-		return &a2a.TaskStatusUpdateEvent{
-			TaskID:    tid,
-			ContextID: h.ContextID,
-			Status: a2a.TaskStatus{
-				State:     a2a.TaskStateWorking,
-				Timestamp: stamp(h.Timestamp),
-				Message:   agentMessage(h, "warning", v.Message),
-			},
-			Metadata: map[string]any{"warning": v.Code},
-		}, true
+		return working(h, "warning", v.Message, map[string]any{"warning": v.Code}), true
 	case *loop.ThoughtStream:
 		if v.Content == "" {
 			return nil, false
 		}
-		return &a2a.TaskStatusUpdateEvent{
-			TaskID:    tid,
-			ContextID: h.ContextID,
-			Status: a2a.TaskStatus{
-				State:     a2a.TaskStateWorking,
-				Timestamp: stamp(h.Timestamp),
-				Message:   agentMessage(h, thoughtWhat(v), v.Content),
-			},
-			Metadata: thoughtMeta(v),
-		}, true
+		return working(h, thoughtWhat(v), v.Content, thoughtMeta(v)), true
 	}
 	return nil, false
 }
@@ -281,6 +245,23 @@ func thoughtMeta(v *loop.ThoughtStream) map[string]any {
 	return map[string]any{"thought": map[string]any{
 		"thoughtId": v.ThoughtID, "thoughtType": v.ThoughtType, "verbosity": v.Verbosity, "index": v.Index,
 	}}
+}
+
+// working is a working status update carrying a message from the agent
+// (what names the message, see agentMessage) and the Looopy event's
+// particulars as metadata: how tool activity, progress, warnings and
+// thoughts reach an A2A client.
+func working(h *loop.Header, what, text string, md map[string]any) *a2a.TaskStatusUpdateEvent {
+	return &a2a.TaskStatusUpdateEvent{
+		TaskID:    a2a.TaskID(h.TaskID),
+		ContextID: h.ContextID,
+		Status: a2a.TaskStatus{
+			State:     a2a.TaskStateWorking,
+			Timestamp: stamp(h.Timestamp),
+			Message:   agentMessage(h, what, text),
+		},
+		Metadata: md,
+	}
 }
 
 func artifactUpdate(h *loop.Header, art *a2a.Artifact, appendTo, last bool) *a2a.TaskArtifactUpdateEvent {
