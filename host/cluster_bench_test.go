@@ -41,12 +41,7 @@ import (
 func BenchmarkLongCluster(b *testing.B) {
 	redisSrv := redistest.Start(b, redistest.Options{})
 	root := b.TempDir()
-	bin := filepath.Join(root, "looopy")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/host")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build host: %v\n%s", err, out)
-	}
+	bin := hostBinary(b)
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
 	run := 0

@@ -3,19 +3,15 @@
 package host_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,12 +49,7 @@ func TestLongClusterFailover(t *testing.T) {
 	redis := redistest.Start(t, redistest.Options{})
 	minio := miniotest.Start(t)
 	root := t.TempDir()
-	bin := filepath.Join(root, "looopy")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/host")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build host: %v\n%s", err, out)
-	}
+	bin := hostBinary(t)
 	// The ledger's file is shared by the three hosts, so that it counts
 	// every execution wherever it ran.
 	ledgerData := filepath.Join(root, "ledger")
@@ -118,7 +109,8 @@ func TestLongClusterFailover(t *testing.T) {
 	defer c.kill()
 
 	// The clients stream from B; the tasks start on A.
-	watchers := newClusterWatchers(b.base)
+	watchers := newStreamWatchers()
+	watchers.base.Store(&b.base)
 	defer watchers.stop()
 	ctx := context.Background()
 	ca := client10(t, a.base, "")
@@ -265,100 +257,6 @@ func TestLongClusterFailover(t *testing.T) {
 }
 
 const guardWait = 3 * time.Minute
-
-// clusterWatchers follow the Looopy event streams of contexts live on one
-// host, with the time each event arrived.
-type clusterWatchers struct {
-	base   string
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	seen   map[string]*clusterWatched
-}
-
-type clusterWatched struct {
-	ids      []uint64
-	at       []time.Time
-	connects int
-	complete bool
-}
-
-func newClusterWatchers(base string) *clusterWatchers {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &clusterWatchers{base: base, ctx: ctx, cancel: cancel, seen: map[string]*clusterWatched{}}
-}
-
-// watch follows the stream of ctx-<tag> until its task-complete event,
-// reconnecting after a drop from the last id seen.
-func (ws *clusterWatchers) watch(tag string) {
-	w := &clusterWatched{}
-	ws.mu.Lock()
-	ws.seen[tag] = w
-	ws.mu.Unlock()
-	ws.wg.Add(1)
-	go func() {
-		defer ws.wg.Done()
-		var last uint64
-		for ws.ctx.Err() == nil {
-			req, _ := http.NewRequestWithContext(ws.ctx, "GET", ws.base+"/events/ctx-"+tag, nil)
-			req.Header.Set("Last-Event-ID", strconv.FormatUint(last, 10))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil || resp.StatusCode != 200 {
-				if err == nil {
-					resp.Body.Close()
-				}
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			ws.mu.Lock()
-			w.connects++
-			ws.mu.Unlock()
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(make([]byte, 1<<20), 1<<20)
-			for sc.Scan() {
-				line := sc.Text()
-				if v, ok := strings.CutPrefix(line, "id:"); ok {
-					if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-						last = id
-						ws.mu.Lock()
-						w.ids = append(w.ids, id)
-						w.at = append(w.at, time.Now())
-						ws.mu.Unlock()
-					}
-				}
-				if v, ok := strings.CutPrefix(line, "event:"); ok && strings.TrimSpace(v) == "task-complete" {
-					resp.Body.Close()
-					ws.mu.Lock()
-					w.complete = true
-					ws.mu.Unlock()
-					return
-				}
-			}
-			resp.Body.Close()
-		}
-	}()
-}
-
-// wait returns what each client saw once all have seen their task
-// complete, or after d.
-func (ws *clusterWatchers) wait(d time.Duration) map[string]*clusterWatched {
-	done := make(chan struct{})
-	go func() { ws.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-	}
-	ws.stop()
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return ws.seen
-}
-
-func (ws *clusterWatchers) stop() {
-	ws.cancel()
-	ws.wg.Wait()
-}
 
 func countLines(path string) int {
 	b, err := os.ReadFile(path)

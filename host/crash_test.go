@@ -160,12 +160,7 @@ func (p *hostProc) kill() {
 // streams, replayed from the start, have consecutive ids across the crashes.
 func TestLongCrashRecovery(t *testing.T) {
 	root := t.TempDir()
-	bin := filepath.Join(root, "looopy")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/host")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build host: %v\n%s", err, out)
-	}
+	bin := hostBinary(t)
 	plugins := filepath.Join(root, "plugins")
 	// the ledger writes beside the plugin folder, in the grants folder the
 	// host allows by default (never inside the plugin folder)
@@ -449,7 +444,8 @@ func awaitLedgerLine(path string) {
 	}
 }
 
-// streamWatchers follow the Looopy event streams of contexts live.
+// streamWatchers follow the Looopy event streams of contexts live, with
+// the time each event arrived.
 type streamWatchers struct {
 	base   atomic.Pointer[string] // the host up now
 	ctx    context.Context
@@ -461,6 +457,7 @@ type streamWatchers struct {
 
 type watched struct {
 	ids      []uint64
+	at       []time.Time
 	connects int
 	complete bool
 }
@@ -504,6 +501,7 @@ func (ws *streamWatchers) watch(tag string) {
 						last = id
 						ws.mu.Lock()
 						w.ids = append(w.ids, id)
+						w.at = append(w.at, time.Now())
 						ws.mu.Unlock()
 					}
 				}
@@ -710,12 +708,7 @@ const quickScript = `{"rules":[{"name":"quick","match":"^quick (\\S+)$","steps":
 // and that each follower saw every id of its stream once, in order.
 func TestLongCrashPoints(t *testing.T) {
 	root := t.TempDir()
-	bin := filepath.Join(root, "looopy")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/host")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build host: %v\n%s", err, out)
-	}
+	bin := hostBinary(t)
 	points := []string{"lease-taken", "task-saved", "turn-committed", "turn-settled"}
 	for _, point := range points {
 		for _, nth := range []int{1, 4} {

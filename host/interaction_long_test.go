@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,12 +25,7 @@ import (
 // completed once approved; an approval given again is refused.
 func TestLongApprovalKills(t *testing.T) {
 	root := t.TempDir()
-	bin := filepath.Join(root, "looopy")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/host")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build host: %v\n%s", err, out)
-	}
+	bin := hostBinary(t)
 	const waiting = 3 // tasks paused before the first approval
 	for _, tc := range []struct{ name, crashpoint string }{
 		{"while-waiting", ""},
