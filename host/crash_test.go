@@ -145,6 +145,14 @@ func startProc(t *testing.T, bin, config string, logw io.Writer, env ...string) 
 	}
 }
 
+// hostBinary returns the path of the real looopy binary the black-box
+// tests run, built from this checkout once per test process (binaries).
+func hostBinary(tb testing.TB) string {
+	tb.Helper()
+	bin, _ := binaries(tb)
+	return bin
+}
+
 // kill ends the process with SIGKILL: nothing is flushed, nothing closed.
 func (p *hostProc) kill() {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)

@@ -4,14 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -226,48 +223,4 @@ func openSSE(t testing.TB, ctx context.Context, url, token, body string, hdr ...
 	}
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
-}
-
-// builtHost is the looopy binary the black-box tests of this package run,
-// built once per test process into binDir (removed by TestMain).
-var builtHost struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-var binDir string
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// hostBinary returns the path of the real looopy binary, built from this
-// checkout the first time a test asks for it.
-func hostBinary(tb testing.TB) string {
-	tb.Helper()
-	builtHost.once.Do(func() {
-		dir, err := os.MkdirTemp("", "looopy-host-test-bin")
-		if err != nil {
-			builtHost.err = err
-			return
-		}
-		binDir = dir
-		bin := filepath.Join(dir, "looopy")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/host")
-		build.Dir = ".."
-		if out, err := build.CombinedOutput(); err != nil {
-			builtHost.err = fmt.Errorf("build host: %v\n%s", err, out)
-			return
-		}
-		builtHost.path = bin
-	})
-	if builtHost.err != nil {
-		tb.Fatal(builtHost.err)
-	}
-	return builtHost.path
 }
