@@ -138,6 +138,20 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 	}
 	prefix, hk := evtPrefix(stream), evtHeadKey(stream)
 	b := e.b
+	if ttl > 0 {
+		// A short stream (a task's) is rewritten in the shared batch: its
+		// expiry shares a sync with other writes instead of taking the
+		// commit goroutine for two syncs of its own.
+		err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+			return expireApply(txn, prefix, hk, expirySeconds(time.Now().Add(ttl)))
+		}})
+		if !errors.Is(err, errLongStream) {
+			if err != nil {
+				return fmt.Errorf("expire events of %q: %w", stream, err)
+			}
+			return nil
+		}
+	}
 	err := b.write(ctx, &writeOp{run: func() error {
 		var h head
 		var ok bool
@@ -165,6 +179,43 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 		return fmt.Errorf("expire events of %q: %w", stream, err)
 	}
 	return nil
+}
+
+// expireInBatch is the longest stream whose expiry is set in a shared
+// batch; a longer one is rewritten alone, in chunks.
+const expireInBatch = 256
+
+// errLongStream: the stream is longer than expireInBatch.
+var errLongStream = errors.New("stream too long for a shared batch")
+
+// expireApply returns the mutations that give the records of a stream (at
+// most expireInBatch of them) and its head the expiry expiresAt. txn sees
+// the writes queued before it in the batch.
+func expireApply(txn *badger.Txn, prefix, hk []byte, expiresAt uint64) ([]mutation, error) {
+	h, ok, err := readHead(txn, hk)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if h.a > expireInBatch {
+		return nil, errLongStream
+	}
+	h.b = expiresAt
+	ms := make([]mutation, 0, h.a+1)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: int(min(h.a, 100))})
+	defer it.Close()
+	for it.Seek(msgKey(prefix, 1)); it.Valid(); it.Next() {
+		item := it.Item()
+		seq, err := parseSeqKey(item.Key(), string(prefix))
+		if err != nil || seq > h.a {
+			break
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, mutation{key: item.KeyCopy(nil), value: v, expiresAt: expiresAt})
+	}
+	return append(ms, mutation{key: hk, value: h.encode(), expiresAt: expiresAt}), nil
 }
 
 // setExpiry rewrites the records of a stream up to seq last with an expiry,
