@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -81,5 +82,86 @@ func TestCredentialReachesOnlyItsPluginAndTask(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Need.Provider != loop.ProviderCaller || ae.Need.Holder != "plugin:authed-api" {
 			t.Fatalf("granted plugin without the caller's credentials (%+v): %v, want it to ask for them", lost, err)
 		}
+	}
+}
+
+// An Extism-ABI plugin (Extism's Go PDK) gets the credential host function
+// too, under the same rules: the credential supplied for it and its task
+// only, the caller's only when granted, a missing one asked for (the call
+// ends with an auth need), a malformed request a clear error; and without
+// the grant the import is refused at load.
+func TestExtismPluginCredential(t *testing.T) {
+	const token = "tok-for-the-extism-guest-77e1"
+	ctx := context.Background()
+	creds := loop.NewCredentials()
+	creds.Put("task-1", "plugin:xcred", "example-oauth", token, time.Minute)
+	load := func(name string, callerAuth []string, grant bool) (*Registry, error) {
+		r := newRegistry(t, Config{Policy: Policy{CallerAuth: callerAuth}})
+		_, err := r.Load(ctx, install(t, t.TempDir(), name, guestWasm(t, "xcred"), func(m map[string]any) {
+			if grant {
+				caps(m)["hostFunctions"] = []string{"credential"}
+			}
+		}))
+		return r, err
+	}
+	mine, err := load("xcred", []string{"xcred"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := load("xother", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := func(task string, auth *loop.AuthContext) *loop.ToolEnv {
+		return &loop.ToolEnv{ContextID: "ctx", TaskID: task, CallID: "c1", Credentials: creds, Auth: auth}
+	}
+	profile := loop.ToolCall{ID: "c1", Name: "xprofile", Arguments: []byte(`{}`)}
+	res, err := mine.Call(ctx, profile, env("task-1", nil))
+	if err != nil || res.IsError || !strings.Contains(res.Content, tokenDigest(token)) || !strings.Contains(res.Content, "of 29 bytes") ||
+		strings.Contains(res.Content, token) {
+		t.Fatalf("the Extism plugin it was supplied for: %+v, %v", res, err)
+	}
+	for name, tc := range map[string]struct {
+		r    *Registry
+		task string
+	}{"another plugin": {other, "task-1"}, "another task": {mine, "task-2"}} {
+		res, err := tc.r.Call(ctx, profile, env(tc.task, nil))
+		need, ok := loop.AuthNeedOf(err)
+		if !ok || need.Provider != "example-oauth" || need.AuthURL != "https://auth.example.test/authorize" ||
+			len(need.Scopes) != 1 || strings.Contains(res.Content, tokenDigest(token)) {
+			t.Fatalf("%s: %+v, %v: want the call to ask for its own credential", name, res, err)
+		}
+	}
+
+	who := loop.ToolCall{ID: "c2", Name: "xwhoami", Arguments: []byte(`{}`)}
+	alice := &loop.AuthContext{Principal: "alice", Token: "alice-key"}
+	if res, err := mine.Call(ctx, who, env("task-1", alice)); err != nil || res.IsError ||
+		!strings.Contains(res.Content, tokenDigest("alice-key")) || !strings.Contains(res.Content, `principal "alice"`) {
+		t.Fatalf("granted Extism plugin, caller's credentials: %+v, %v", res, err)
+	}
+	if res, err := other.Call(ctx, who, env("task-1", alice)); err != nil || !res.IsError ||
+		!strings.Contains(res.Content, `plugin "xother" is not granted the caller's credentials`) ||
+		strings.Contains(res.Content, tokenDigest("alice-key")) {
+		t.Fatalf("ungranted Extism plugin: %+v, %v: want a clear refusal", res, err)
+	}
+	_, err = mine.Call(ctx, who, env("task-1", &loop.AuthContext{Principal: "alice", Lost: true}))
+	var ae *loop.AuthRequiredError
+	if !errors.As(err, &ae) || ae.Need.Provider != loop.ProviderCaller || ae.Need.Holder != "plugin:xcred" {
+		t.Fatalf("granted Extism plugin, credentials lost: %v, want it to ask for them", err)
+	}
+	// Bad requests: a clear error, and the instance still serves.
+	for raw, want := range map[string]string{`not json`: "credential: request", `{"provider":""}`: "provider is required"} {
+		args, _ := json.Marshal(map[string]string{"raw": raw})
+		res, err := mine.Call(ctx, loop.ToolCall{ID: "c3", Name: "xraw", Arguments: args}, env("task-1", nil))
+		if err != nil || !res.IsError || !strings.Contains(res.Content, want) {
+			t.Fatalf("xraw(%s) = %+v, %v: want an error naming %q", raw, res, err, want)
+		}
+	}
+	if res, err := mine.Call(ctx, profile, env("task-1", nil)); err != nil || res.IsError {
+		t.Fatalf("after bad requests: %+v, %v", res, err)
+	}
+	// Not granted: the import is refused at load.
+	if _, err := load("xcred2", nil, false); err == nil || !strings.Contains(err.Error(), "looopy.credential, which was not granted") {
+		t.Fatalf("ungranted credential import: %v", err)
 	}
 }

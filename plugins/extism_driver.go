@@ -60,6 +60,7 @@ func checkExtismExports(cm wazero.CompiledModule, kind pdk.Kind) error {
 //	kv_get(key i64) -> i64            offset of the value, 0 when absent
 //	kv_set(key i64, value i64)
 //	kv_delete(key i64)
+//	credential(req i64) -> i64        offset of {"credential": {...}} or {"error": {"code","message"}}
 var extismHostFuncs = map[string]func() extism.HostFunction{
 	pdk.HostLog: func() extism.HostFunction {
 		return extism.NewHostFunctionWithStack(pdk.HostLog, func(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
@@ -151,6 +152,25 @@ var extismHostFuncs = map[string]func() extism.HostFunction{
 			}
 		}, []extism.ValueType{extism.ValueTypeI64, extism.ValueTypeI64}, nil)
 	},
+	pdk.HostCredential: func() extism.HostFunction {
+		return extism.NewHostFunctionWithStack(pdk.HostCredential, func(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
+			s := stateOf(ctx)
+			data, err := cp.ReadBytes(stack[0])
+			stack[0] = 0
+			if s == nil {
+				return
+			}
+			var out []byte
+			if err != nil || len(data) > maxHostPayload {
+				out = extismError(pdk.Error{Code: pdk.CodeBadInput, Message: "credential: request unreadable or too large"})
+			} else {
+				out = extismCredential(ctx, s, data)
+			}
+			if off, err := cp.WriteBytes(out); err == nil {
+				stack[0] = off
+			}
+		}, []extism.ValueType{extism.ValueTypeI64}, []extism.ValueType{extism.ValueTypeI64})
+	},
 	pdk.HostKVDelete: func() extism.HostFunction {
 		return extism.NewHostFunctionWithStack(pdk.HostKVDelete, func(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
 			s := stateOf(ctx)
@@ -163,6 +183,32 @@ var extismHostFuncs = map[string]func() extism.HostFunction{
 			}
 		}, []extism.ValueType{extism.ValueTypeI64}, nil)
 	},
+}
+
+// extismCredential answers the credential host function of an Extism-ABI
+// plugin: the same rules as the Looopy ABI's (credential), its answer in
+// one envelope, {"credential": ...} or {"error": ...}, since Extism's
+// offset-returning functions have no error channel of their own.
+func extismCredential(ctx context.Context, s *callState, data []byte) []byte {
+	out, err := credential(ctx, s, data)
+	var re registerError
+	switch {
+	case errors.As(err, &re):
+		var pe pdk.Error
+		if json.Unmarshal(re, &pe) != nil {
+			pe = pdk.Error{Code: pdk.CodeInternal, Message: string(re)}
+		}
+		return extismError(pe)
+	case err != nil:
+		return extismError(pdk.Error{Code: pdk.CodeBadInput, Message: "credential: " + err.Error()})
+	}
+	b, _ := json.Marshal(map[string]json.RawMessage{"credential": out})
+	return b
+}
+
+func extismError(e pdk.Error) []byte {
+	b, _ := json.Marshal(map[string]pdk.Error{"error": e})
+	return b
 }
 
 // extismDriver runs a plugin built with an Extism PDK through the Extism Go

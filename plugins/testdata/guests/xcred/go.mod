@@ -1,0 +1,5 @@
+module xcred
+
+go 1.26
+
+require github.com/extism/go-pdk v1.1.3
