@@ -3,8 +3,6 @@ package plugins
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,12 +222,10 @@ func (p *Plugin) modelInput(req *loop.ModelRequest) (func(*callState) []byte, er
 		in, err := json.Marshal(req)
 		return func(*callState) []byte { return in }, err
 	}
-	tools, err := json.Marshal(req.Tools)
+	tools, ref, err := p.toolSets.get(req.Tools)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(tools)
-	ref := hex.EncodeToString(sum[:16])
 	bare := *req
 	bare.Tools, bare.ToolsRef = nil, ref
 	in, err := json.Marshal(&bare)

@@ -83,6 +83,8 @@ type Plugin struct {
 	tel      *telemetry
 	attrs    attribute.Set // plugin, version: the labels of its metrics
 	memPages atomic.Int64  // the largest memory an instance has had
+
+	toolSets toolSets // encodings of the tool sets a model was sent lately
 }
 
 type pluginTool struct {

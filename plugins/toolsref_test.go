@@ -67,3 +67,50 @@ func TestModelInputSendsToolsOncePerInstance(t *testing.T) {
 		t.Fatalf("after a reset: %s", again)
 	}
 }
+
+// The encoding of a tool set is remembered, and any change to a definition
+// (even made in place, in the caller's own slice) gives a new encoding and
+// name: a model never gets a stale set.
+func TestToolSetEncodingRemembered(t *testing.T) {
+	var c toolSets
+	defs := []loop.ToolDefinition{
+		{Name: "calc", Description: "adds", Parameters: json.RawMessage(`{"type":"object"}`)},
+		{Name: "echo", Parameters: json.RawMessage(`{"type":"object","required":["x"]}`)},
+	}
+	enc, ref, err := c.get(defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(defs)
+	if !bytes.Equal(enc, want) {
+		t.Fatalf("encoding %s, want %s", enc, want)
+	}
+	// An equal set in another slice: the same encoding, not made again.
+	again, ref2, _ := c.get(append([]loop.ToolDefinition(nil), defs...))
+	if ref2 != ref || &again[0] != &enc[0] {
+		t.Fatalf("an equal set was encoded again (%s, %s)", ref2, ref)
+	}
+	changes := []func(d []loop.ToolDefinition){
+		func(d []loop.ToolDefinition) { d[1].Parameters[len(d[1].Parameters)-4] = 'y' }, // in place
+		func(d []loop.ToolDefinition) { d[0].Description = "subtracts" },
+		func(d []loop.ToolDefinition) { d[0].Name = "calc2" },
+		func(d []loop.ToolDefinition) { d[1].Client = true },
+		func(d []loop.ToolDefinition) { d[1].Idempotent = true },
+	}
+	seen := map[string]bool{ref: true}
+	for i, change := range changes {
+		change(defs)
+		enc, r, err := c.get(defs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(defs)
+		if !bytes.Equal(enc, want) || seen[r] {
+			t.Fatalf("change %d: encoding %s (want %s), name %s seen before: %v", i, enc, want, r, seen[r])
+		}
+		seen[r] = true
+	}
+	if got := len(c.sets); got != toolSetsKept {
+		t.Fatalf("%d sets kept, want %d", got, toolSetsKept)
+	}
+}
