@@ -15,9 +15,12 @@ import (
 // benchmarks (docs/PERFORMANCE.md).
 func BenchmarkArtifactReadAsHostRuns(b *testing.B) {
 	ctx := context.Background()
+	// The folder first: cleanups run last-registered first, and Badger
+	// retries a memtable flush into a removed folder forever.
+	dir := b.TempDir()
 	m := &Main{log: slog.New(slog.DiscardHandler)}
 	b.Cleanup(func() { _ = m.closeAll() })
-	_, _, arts, _, err := m.openBackend(ctx, Config{}, b.TempDir())
+	_, _, arts, _, err := m.openBackend(ctx, Config{}, dir)
 	if err != nil {
 		b.Fatal(err)
 	}
