@@ -97,11 +97,15 @@ func (h hubEvents) Settle(ctx context.Context, taskID, contextID string, termina
 		}
 	}
 	if terminal {
-		if err := h.hub.Finish(ctx, sse.TaskStream(taskID)); err != nil {
+		if err := h.hub.End(ctx, sse.TaskStream(taskID)); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (h hubEvents) Retire(ctx context.Context, taskID string) error {
+	return h.hub.Retire(ctx, sse.TaskStream(taskID))
 }
 
 func (h hubEvents) KeepContext(ctx context.Context, contextID string, ttl time.Duration) error {

@@ -314,13 +314,24 @@ func (h *Hub) Last(ctx context.Context, streamName string) (uint64, error) {
 // refused, and the log expires after the configured retention. The mark is
 // kept in memory; after a restart, subscribers of a finished stream end on
 // their encoder's last frame (the final task status) or their context.
+// Finish is End then Retire.
 func (h *Hub) Finish(ctx context.Context, streamName string) error {
+	if err := h.End(ctx, streamName); err != nil {
+		return err
+	}
+	return h.Retire(ctx, streamName)
+}
+
+// End marks stream as finished, as Finish does, without setting the
+// expiry of its log (Retire does, for instance once the client heard the
+// end).
+func (h *Hub) End(ctx context.Context, streamName string) error {
 	st, err := h.acquire(streamName)
 	if err != nil {
 		return fmt.Errorf("finish %q: %w", streamName, err)
 	}
 	defer h.release(st)
-	// What was published before Finish goes into the log first.
+	// What was published before End goes into the log first.
 	st.qmu.Lock()
 	for st.writing {
 		st.qcond.Wait()
@@ -335,6 +346,12 @@ func (h *Hub) Finish(ctx context.Context, streamName string) error {
 	st.notifyAll()
 	st.mu.Unlock()
 	st.qmu.Unlock()
+	return nil
+}
+
+// Retire has the log of a finished stream expire after the configured
+// retention (no retention: nothing to do).
+func (h *Hub) Retire(ctx context.Context, streamName string) error {
 	if h.retention >= 0 {
 		if err := h.log.Expire(ctx, streamName, h.retention); err != nil {
 			return fmt.Errorf("finish %q: expire log: %w", streamName, err)

@@ -90,6 +90,9 @@ type Events interface {
 	// in the log; for a finished task (terminal) it then ends the task's
 	// stream: its subscribers end once they have read everything.
 	Settle(ctx context.Context, taskID, contextID string, terminal bool) error
+	// Retire has the stream of a finished (settled) task expire with its
+	// retention.
+	Retire(ctx context.Context, taskID string) error
 	// KeepContext has a context's stream expire ttl after now.
 	KeepContext(ctx context.Context, contextID string, ttl time.Duration) error
 }
@@ -644,6 +647,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 	go func() {
 		defer rt.wg.Done()
 		out, err := turn(r.ctx, sink)
+		var subs []string
 		stopRenew()
 		if r.lost() {
 			// Nothing of the turn was saved (its commit is fenced by the
@@ -677,7 +681,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 			}
 		} else {
 			r.subMu.Lock()
-			subs := r.subs
+			subs = r.subs
 			r.subMu.Unlock()
 			for _, id := range subs {
 				// A sub-task's stream ends with it (its task-complete is out).
@@ -686,7 +690,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 						slog.String("task_id", id), slog.String("error", err.Error()))
 				}
 			}
-			rt.turnEnded(taskID, contextID, out.Status)
+			rt.settle(taskID, contextID, out.Status)
 		}
 		rt.mu.Lock()
 		r.outcome, r.err = out, err
@@ -699,6 +703,13 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 		rt.mu.Unlock()
 		rt.unregister(r)
 		close(r.done)
+		if err == nil {
+			// The expiries are for the retention, nothing a client
+			// reads: they are written once the end is out. The lease
+			// still marks the task until they are, so that a crash
+			// before them is repaired at the next start.
+			rt.retire(taskID, contextID, out.Status, subs...)
+		}
 		// The end is in the log: the lease, which also marks a task whose
 		// end may be unannounced, goes last.
 		rt.crashpoint(PointTurnSettled)
@@ -1055,11 +1066,16 @@ func (rt *Runtime) Retry(ctx context.Context, rec loop.TaskRecord) (string, erro
 	return taskID, nil
 }
 
-// turnEnded settles the task's streams when its turn is over: its events
-// are in the log before the turn counts as ended (a blocking caller
-// returns, a client reads them), and a finished task's stream ends. It
-// keeps the context's stream for the retention time after its last turn.
+// turnEnded settles the task's streams when its turn is over, then has
+// them expire (settle, then retire).
 func (rt *Runtime) turnEnded(taskID, contextID string, st loop.TaskStatus) {
+	rt.settle(taskID, contextID, st)
+	rt.retire(taskID, contextID, st)
+}
+
+// settle waits until the task's events are in the log (once Wait returns,
+// a client reads them), and a finished task's stream ends.
+func (rt *Runtime) settle(taskID, contextID string, st loop.TaskStatus) {
 	ctx := context.Background()
 	if err := rt.ev.Settle(ctx, taskID, contextID, st.Terminal()); err != nil {
 		rt.log.LogAttrs(ctx, slog.LevelError, "events not settled",
@@ -1068,10 +1084,38 @@ func (rt *Runtime) turnEnded(taskID, contextID string, st loop.TaskStatus) {
 	if st.Terminal() {
 		rt.cfg.Credentials.Forget(taskID)
 	}
-	if st.Terminal() && rt.cfg.Artifacts != nil {
-		if err := rt.cfg.Artifacts.ExpireTask(ctx, taskID, rt.cfg.TaskTTL); err != nil {
-			rt.log.LogAttrs(ctx, slog.LevelWarn, "artifact expiry not set",
-				slog.String("task_id", taskID), slog.String("error", err.Error()))
+}
+
+// retire sets the expiries that follow a turn: a finished task's stream
+// and artifacts, the streams of the sub-tasks it ran, and the context's stream for the retention time after
+// its last turn. The writes are made at once, so that they share a
+// commit.
+func (rt *Runtime) retire(taskID, contextID string, st loop.TaskStatus, subTasks ...string) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for _, id := range subTasks {
+		// A sub-task's stream ended with it.
+		wg.Go(func() {
+			if err := rt.ev.Retire(ctx, id); err != nil {
+				rt.log.LogAttrs(ctx, slog.LevelWarn, "sub-task stream expiry not set",
+					slog.String("task_id", id), slog.String("error", err.Error()))
+			}
+		})
+	}
+	if st.Terminal() {
+		wg.Go(func() {
+			if err := rt.ev.Retire(ctx, taskID); err != nil {
+				rt.log.LogAttrs(ctx, slog.LevelWarn, "task stream expiry not set",
+					slog.String("task_id", taskID), slog.String("error", err.Error()))
+			}
+		})
+		if rt.cfg.Artifacts != nil {
+			wg.Go(func() {
+				if err := rt.cfg.Artifacts.ExpireTask(ctx, taskID, rt.cfg.TaskTTL); err != nil {
+					rt.log.LogAttrs(ctx, slog.LevelWarn, "artifact expiry not set",
+						slog.String("task_id", taskID), slog.String("error", err.Error()))
+				}
+			})
 		}
 	}
 	// Setting an expiry touches the whole stream, so it is renewed at most
@@ -1092,6 +1136,7 @@ func (rt *Runtime) turnEnded(taskID, contextID string, st loop.TaskStatus) {
 				slog.String("context_id", contextID), slog.String("error", err.Error()))
 		}
 	}
+	wg.Wait()
 }
 
 // finishStored ends a task that has no running turn: it records the final

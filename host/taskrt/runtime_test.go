@@ -77,6 +77,7 @@ func (l *logEvents) events(ctx context.Context, id string) ([]loop.Event, error)
 	return out, nil
 }
 func (l *logEvents) Settle(context.Context, string, string, bool) error { return nil }
+func (l *logEvents) Retire(context.Context, string) error               { return nil }
 func (l *logEvents) KeepContext(ctx context.Context, id string, ttl time.Duration) error {
 	return l.log.Expire(ctx, ctxStream(id), ttl)
 }
