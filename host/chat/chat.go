@@ -51,6 +51,10 @@ type Options struct {
 	// Transport, when set, carries the requests (tests); the default is
 	// http.DefaultTransport.
 	Transport http.RoundTripper
+	// Echo, when set, turns the terminal's echo of typed input off (false)
+	// and on again (true): off while a credential is typed, so that it
+	// never shows on the screen or in a scrollback.
+	Echo func(on bool)
 }
 
 // Run holds a conversation until the input ends, /quit, a second
@@ -131,7 +135,8 @@ type session struct {
 	lastEvent int64 // the last /events id seen in this context
 
 	lines      <-chan string
-	interrupts int // interrupts since the last line
+	interrupts int  // interrupts since the last line
+	hidden     bool // the terminal's echo is off while a secret is typed
 
 	pause   *pause
 	arts    map[string]*artifact // by task and artifact id
@@ -203,7 +208,11 @@ func orDash(s string) string {
 
 // loop reads lines and acts on them until the conversation ends.
 func (s *session) loop(ctx context.Context) error {
+	defer s.hideInput(false)
 	for {
+		// The echo goes off before the prompt shows, so that nothing
+		// typed in answer to it is echoed.
+		s.hideInput(s.pause != nil && s.pause.secret())
 		s.p.prompt(s.promptText())
 		select {
 		case <-ctx.Done():
@@ -222,6 +231,7 @@ func (s *session) loop(ctx context.Context) error {
 			}
 			s.p.line(styleDim, "^C: Ctrl-C again (or /quit) leaves")
 		case line, ok := <-s.lines:
+			s.hideInput(false)
 			if !ok {
 				s.p.endLine()
 				return nil
@@ -231,6 +241,19 @@ func (s *session) loop(ctx context.Context) error {
 				return nil
 			}
 		}
+	}
+}
+
+// hideInput turns the terminal's echo off while a secret is typed, and on
+// again (ending the line the unechoed Enter left open).
+func (s *session) hideInput(hide bool) {
+	if s.opts.Echo == nil || hide == s.hidden {
+		return
+	}
+	s.hidden = hide
+	s.opts.Echo(!hide)
+	if !hide {
+		s.p.newline()
 	}
 }
 

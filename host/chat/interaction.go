@@ -53,6 +53,12 @@ func (p *pause) current() *request {
 	return nil
 }
 
+// secret reports whether the line asked for next is a credential.
+func (p *pause) secret() bool {
+	r := p.current()
+	return r != nil && r.InputType == "auth"
+}
+
 func (p *pause) promptText() string {
 	r := p.current()
 	if r == nil {

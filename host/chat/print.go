@@ -72,6 +72,15 @@ func (p *printer) endLine() {
 	}
 }
 
+// newline ends the prompt's line when the terminal did not echo the Enter
+// that ended the input.
+func (p *printer) newline() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, _ = io.WriteString(p.w, "\n")
+	p.midLine = false
+}
+
 // prompt writes the prompt (no newline after it).
 func (p *printer) prompt(s string) {
 	p.mu.Lock()

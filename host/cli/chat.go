@@ -76,6 +76,7 @@ func chatCmd(ctx context.Context, args []string, env Env) int {
 		}
 	}()
 	opts.Interrupts = intr
+	opts.Echo = echoSwitch(env.Stdin)
 	if err := chat.Run(ctx, opts, env.Stdin, env.Stdout); err != nil {
 		fmt.Fprintln(env.Stderr, "looopy chat:", err)
 		return 1

@@ -552,3 +552,58 @@ func TestChatResumeContext(t *testing.T) {
 	tm.typeLine("/quit")
 	tm.wait()
 }
+
+// A credential typed in answer to an auth request is not echoed: the
+// terminal's echo is off while it is typed, and on again after (the next
+// message shows as typed).
+func TestChatCredentialIsNotEchoed(t *testing.T) {
+	dir := t.TempDir()
+	plugins := filepath.Join(dir, "plugins")
+	script := json.RawMessage(`{"rules": [{"name": "profile", "match": "(?i)^profile", "steps": [
+		{"toolCall": {"name": "profile_read", "arguments": {}}},
+		{"text": "Profile: {{lastToolResult}}"}]}]}`)
+	for _, p := range []struct {
+		name string
+		cfg  map[string]any
+	}{{"scripted-model", map[string]any{"script": script}}, {"authed-api", nil}} {
+		if err := copyExamplePlugin(plugins, p.name, p.cfg, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := host.NewMain()
+	m.Config = host.Config{
+		Addr:      "127.0.0.1:0",
+		DataDir:   filepath.Join(dir, "data"),
+		PluginDir: plugins,
+		Plugins: host.PluginsConfig{
+			Only:     []string{"scripted-model", "authed-api"},
+			CacheDir: filepath.Join(os.TempDir(), "looopy-host-test-wasm-cache"),
+			NoWatch:  true,
+		},
+		Limits: host.LimitsConfig{ShutdownGrace: host.Duration(2 * time.Second)},
+	}
+	m.Stdout = io.Discard
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+
+	const token = "tok-9f3e21c7-never-on-screen"
+	tm := startChat(t, nil, m.URL())
+	tm.expect("you> ")
+	tm.typeLine("profile please")
+	tm.expect("credential> ")
+	tm.typeLine(token)
+	tm.expect("Profile: ")
+	tm.expect("you> ")
+	tm.typeLine("profile again")
+	tm.expect("profile again") // echo is back on
+	tm.expect("credential> ")
+	tm.typeLine("/cancel")
+	tm.expect("you> ")
+	tm.typeLine("/quit")
+	tm.wait()
+	if strings.Contains(tm.raw(), token) {
+		t.Fatalf("the credential was echoed:\n%s", tm.text())
+	}
+}
