@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/looopy-go/looopy/host/remote"
 	"github.com/looopy-go/looopy/plugins"
@@ -27,6 +28,10 @@ type RemoteAgentConfig struct {
 	// address; without it such an address is refused, as for plugins'
 	// HTTP.
 	AllowPrivateNetwork bool `json:"allowPrivateNetwork,omitempty"`
+	// Reconnect is how long a call keeps trying to reach the agent again
+	// after its stream broke or this host restarted mid-call (default
+	// 60s); an agent silent for longer is an error result.
+	Reconnect Duration `json:"reconnect,omitempty"`
 }
 
 func validateRemoteAgents(rs []RemoteAgentConfig) error {
@@ -67,7 +72,8 @@ func (m *Main) remoteAgents(cfg Config) ([]*remote.Agent, error) {
 			hdr[k] = r
 		}
 		var rt http.RoundTripper = eg.Transport(rc.AllowPrivateNetwork)
-		a, err := remote.New(remote.Config{Name: rc.Name, URL: rc.URL, Headers: hdr}, rt, m.tel.propagator,
+		a, err := remote.New(remote.Config{Name: rc.Name, URL: rc.URL, Headers: hdr,
+			Reconnect: time.Duration(rc.Reconnect)}, rt, m.tel.propagator,
 			m.log.With("component", "remote-agent", "agent", rc.Name))
 		if err != nil {
 			return nil, err

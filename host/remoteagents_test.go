@@ -106,6 +106,8 @@ func TestRemoteSubAgent(t *testing.T) {
 		Status       string         `json:"status"`
 		Initiator    string         `json:"initiator"`
 		ToolName     string         `json:"toolName"`
+		Response     string         `json:"response"`
+		Content      string         `json:"content"`
 		Metadata     map[string]any `json:"metadata"`
 		Usage        struct {
 			TotalTokens int `json:"totalTokens"`
@@ -114,6 +116,7 @@ func TestRemoteSubAgent(t *testing.T) {
 	var got []string
 	usage := map[string]int{}
 	remoteSeen := ""
+	var childResponses []string
 	frames := readFrames(t, resp.Body, func(f frame) bool {
 		return f.Event == "task-complete" && strings.Contains(f.Data, `"taskId":"`+string(task.ID)+`"`)
 	})
@@ -147,6 +150,10 @@ func TestRemoteSubAgent(t *testing.T) {
 			usage[who] = e.Usage.TotalTokens
 		case "content-delta":
 			continue
+		case "content-complete":
+			if who == "child" {
+				childResponses = append(childResponses, e.Response+": "+e.Content)
+			}
 		}
 		if len(got) > 0 && got[len(got)-1] == s {
 			continue // the remote's working updates, however many
@@ -160,6 +167,11 @@ func TestRemoteSubAgent(t *testing.T) {
 		"parent subtask-created",
 		"parent task-status waiting-subtask",
 		"child task-created agent", "child task-status working",
+		// the remote task's two model responses, each whole under its
+		// own name, with its working status (the researcher it runs)
+		// between them
+		"child content-complete",
+		"child task-status working",
 		"child content-complete",
 		"child task-status completed", "child task-complete",
 		"parent task-status working",
@@ -169,6 +181,13 @@ func TestRemoteSubAgent(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Named per response, as the child named its own: the first asks its
+	// researcher, the second answers.
+	if len(childResponses) != 2 || !strings.Contains(childResponses[0], "1: Asking the researcher about owls") ||
+		!strings.Contains(childResponses[1], "2: The researcher says: My notes on owls") ||
+		strings.HasPrefix(childResponses[0], ":") {
+		t.Errorf("the child's responses as forwarded: %q", childResponses)
 	}
 	if remoteSeen != string(remote[0].ID) {
 		t.Errorf("the sub-task names remote task %q, the child ran %q", remoteSeen, remote[0].ID)
@@ -281,7 +300,9 @@ func TestRemoteSubAgentOneTrace(t *testing.T) {
 // reads; the parent's task goes on and completes.
 func TestRemoteSubAgentDeathIsAnErrorResult(t *testing.T) {
 	t.Parallel()
-	child, parent := childAndParent(t, nil)
+	// The parent tries to reach the dead child again for 2s, then gives
+	// up.
+	child, parent := childAndParent(t, func(ra *host.RemoteAgentConfig) { ra.Reconnect = host.Duration(2 * time.Second) })
 	alice := client10(t, parent.URL(), "alice-key")
 	asParent := client10(t, child.URL(), "parent-key")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

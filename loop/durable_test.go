@@ -329,3 +329,63 @@ func TestResumeRefusesFinishedTask(t *testing.T) {
 }
 
 func yield() { time.Sleep(time.Millisecond) }
+
+// resumerTools is a toolset whose calls survive a restart (CallResumer).
+type resumerTools struct{ toolsMap }
+
+func (resumerTools) ResumesCalls(tool string) bool { return tool == "delegate" }
+
+// A call of a CallResumer's tool cut off by a crash runs again with
+// ToolEnv.Resumed set and finds what its first run noted on its sub-task
+// (Subtask.Note, durable); it takes that up instead of being reported
+// interrupted. Its first run acted once, its second did not act again.
+func TestResumeCallResumer(t *testing.T) {
+	durableBackends(t, func(t *testing.T, db durableBackend) {
+		cp := newCrashPoint()
+		var sent, tookUp atomic.Int32
+		var notedBefore atomic.Bool
+		tools := resumerTools{toolsMap{"delegate": func(ctx context.Context, c loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+			st, err := env.StartSubtask(ctx, loop.SubtaskSpec{AgentID: "remote", Prompt: "do it"})
+			if err != nil {
+				return loop.ToolResult{}, err
+			}
+			if env.Resumed {
+				if st.Previous == nil {
+					return loop.ToolResult{IsError: true, Content: "resumed without the previous record"}, nil
+				}
+				ticket, _ := st.Previous.Metadata["ticket"].(string)
+				notedBefore.Store(ticket == "T-1")
+				tookUp.Add(1)
+				st.Finish(ctx, loop.TaskCompleted, "done "+ticket, nil)
+				return loop.ToolResult{Content: "took up " + ticket}, nil
+			}
+			if st.Previous != nil {
+				return loop.ToolResult{IsError: true, Content: "a fresh call has a previous record"}, nil
+			}
+			sent.Add(1)
+			if err := st.Note(ctx, map[string]any{"ticket": "T-1"}); err != nil {
+				return loop.ToolResult{}, err
+			}
+			cp.hit()
+			return loop.ToolResult{}, nil
+		}}}
+		l := newLoop(t, loop.Config{Model: toolThenAnswer(nil, call("d1", "delegate", `{}`)), Toolsets: []loop.Toolset{tools},
+			Checkpoints: db, Journal: db, Subtasks: db})
+		startAndCrash(t, db, l, cp, "delegate it")
+		rec, err := db.LoadTask(context.Background(), loop.SubtaskID("task-d", "d1"))
+		if err != nil || rec.Metadata["ticket"] != "T-1" {
+			t.Fatalf("the sub-task's note before the crash: %+v, %v", rec.Metadata, err)
+		}
+		out := resume(t, db, l, &recorder{})
+		if out.Status != loop.TaskCompleted || out.Content != "took up T-1" {
+			t.Fatalf("outcome %s %q, want the call taken up", out.Status, out.Content)
+		}
+		if sent.Load() != 1 || tookUp.Load() != 1 || !notedBefore.Load() {
+			t.Fatalf("sent %d, taken up %d (noted ticket found: %v)", sent.Load(), tookUp.Load(), notedBefore.Load())
+		}
+		rec, _ = db.LoadTask(context.Background(), loop.SubtaskID("task-d", "d1"))
+		if rec.Status != loop.TaskCompleted || rec.Content != "done T-1" {
+			t.Fatalf("sub-task after the resume: %s %q", rec.Status, rec.Content)
+		}
+	})
+}

@@ -52,9 +52,26 @@ type ToolEnv struct {
 	// Credentials are those clients supplied for their tasks (nil: none).
 	// A tool reads only its own: Get(TaskID, its holder name, provider).
 	Credentials *Credentials
+	// Resumed is set when the call was cut off by a restart of the host
+	// and runs again because its toolset resumes calls (CallResumer): the
+	// toolset takes up what the first run started instead of starting it
+	// again.
+	Resumed bool
 
 	turn *turn    // the turn the call runs in (nil: called outside a turn)
 	sub  *Subtask // the sub-task this env is the sub-agent's env of
+}
+
+// CallResumer is implemented by toolsets whose calls can be taken up
+// again after a crash without repeating their effect (a remote agent
+// re-subscribes to the task the first run started). A call of such a tool
+// the journal shows started but not ended is run again with
+// ToolEnv.Resumed set, instead of being reported interrupted. The toolset
+// must keep what it needs to resume durably (Subtask.Note) before its
+// effect starts, and report the call interrupted itself when it cannot
+// know.
+type CallResumer interface {
+	ResumesCalls(tool string) bool
 }
 
 // ToolsetPinner is implemented by toolsets whose contents change while the

@@ -1121,7 +1121,7 @@ func (tr *turn) fromJournal(ctx context.Context, call ToolCall, emit func(Event)
 		return ToolResult{}, false // it asked for a credential and did nothing: run it again
 	case e.State == CallCompleted && e.Result != nil:
 		return *e.Result, true
-	case e.State == CallStarted && !tr.idempotent(call.Name):
+	case e.State == CallStarted && !tr.idempotent(call.Name) && !tr.resumes(call.Name):
 		res := InterruptedResult(call)
 		tr.endCall(ctx, call, res)
 		tr.emitCompleteTo(emit, call, res, 0)
@@ -1141,6 +1141,13 @@ func (tr *turn) endCall(ctx context.Context, call ToolCall, res ToolResult) {
 		tr.l.log.LogAttrs(ctx, slog.LevelError, "record tool result", slog.String("task_id", tr.t.TaskID),
 			slog.String("call_id", call.ID), slog.String("error", err.Error()))
 	}
+}
+
+// resumes says whether the tool's toolset takes up a call a crash cut off
+// (CallResumer).
+func (tr *turn) resumes(name string) bool {
+	cr, ok := tr.index[name].(CallResumer)
+	return ok && cr.ResumesCalls(name)
 }
 
 func (tr *turn) idempotent(name string) bool {
@@ -1202,6 +1209,7 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 		env = sub.env // a sub-agent's call runs one level deeper, as the sub-task
 	}
 	env.CallID = call.ID
+	env.Resumed = tr.journaled[call.ID].State == CallStarted
 	r, err := ts.Call(ctx, call, &env)
 	if n, ok := AuthNeedOf(err); ok && err != nil && ctx.Err() == nil {
 		if n.Holder == "" {

@@ -38,6 +38,10 @@ type Subtask struct {
 	ParentTaskID string
 	ContextID    string
 	AgentID      string
+	// Previous is the record a run of the same call left when a restart
+	// cut it off (ToolEnv.Resumed, and a record found): what that run
+	// noted (Note) is in its Metadata. Nil otherwise.
+	Previous *TaskRecord
 
 	tr     *turn // nil: the env belongs to no turn (a tool called directly)
 	env    ToolEnv
@@ -90,6 +94,10 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 				// A resumed turn runs the call again: the same sub-task
 				// starts over.
 				s.rec.CreatedAt, s.rec.Version = old.CreatedAt, old.Version
+				if env.Resumed {
+					prev := old
+					s.Previous = &prev
+				}
 			}
 			if err := ts.SaveTask(wctx, s.rec); err != nil {
 				return nil, fmt.Errorf("record sub-task %q: %w", s.ID, err)
@@ -139,6 +147,35 @@ func (s *Subtask) Emit(e Event) {
 		h.Timestamp = time.Now().UTC()
 	}
 	s.parent(e)
+}
+
+// Note records md in the sub-task's metadata, durably when the turn has a
+// sub-task store (the write returns when it is stored): what a run must
+// find again after a restart to resume instead of starting over (a remote
+// agent's task id). Without a store it is kept in memory only.
+func (s *Subtask) Note(ctx context.Context, md map[string]any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return fmt.Errorf("note on sub-task %q: %w: it has finished", s.ID, ErrInvalid)
+	}
+	merged := make(map[string]any, len(s.rec.Metadata)+len(md))
+	for k, v := range s.rec.Metadata {
+		merged[k] = v
+	}
+	for k, v := range md {
+		merged[k] = v
+	}
+	rec := s.rec
+	rec.Metadata, rec.UpdatedAt = merged, time.Now().UTC()
+	if tr := s.tr; tr != nil && tr.l.subtasks != nil {
+		if err := tr.l.subtasks.SaveTask(context.WithoutCancel(ctx), rec); err != nil {
+			return fmt.Errorf("record sub-task %q: %w", s.ID, err)
+		}
+		rec.Version++
+	}
+	s.rec = rec
+	return nil
 }
 
 // Usage is what the sub-task used so far.

@@ -6,9 +6,12 @@ package remote
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -39,6 +42,11 @@ type Config struct {
 	// could not be fetched is fetched again after RetryCard (default 30s).
 	CardTimeout time.Duration
 	RetryCard   time.Duration
+	// Reconnect is how long a call keeps trying to reach the agent again
+	// when its stream broke or the parent restarted (default 60s): an
+	// agent that restarts within it resumes its task and the call gets
+	// its answer; one silent for longer is an error result.
+	Reconnect time.Duration
 }
 
 // Agent is a remote agent as a toolset of one tool.
@@ -73,6 +81,9 @@ func New(cfg Config, rt http.RoundTripper, prop propagation.TextMapPropagator, l
 	}
 	if cfg.RetryCard <= 0 {
 		cfg.RetryCard = 30 * time.Second
+	}
+	if cfg.Reconnect <= 0 {
+		cfg.Reconnect = 60 * time.Second
 	}
 	if rt == nil {
 		rt = http.DefaultTransport
@@ -199,10 +210,22 @@ func (a *Agent) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
 	return []loop.ToolDefinition{*def}, nil
 }
 
+// ResumesCalls says the agent's calls survive a restart of the parent
+// (loop.CallResumer): a resumed turn takes up the remote task the cut-off
+// call started instead of reporting the call interrupted.
+func (a *Agent) ResumesCalls(tool string) bool { return tool == a.cfg.Name }
+
 // Call asks the remote agent, streaming: a sub-task of the calling task
 // whose events are the remote task's. Cancelling ctx cancels the remote
-// task. A remote agent that fails, or whose stream ends before the task
-// does, is an error result the parent's model reads.
+// task. A remote agent that fails, or whose task cannot be followed to its
+// end, is an error result the parent's model reads.
+//
+// The remote task's id is recorded in the sub-task's record (Subtask.Note,
+// a synced write) as soon as the remote agent acknowledges the message. A
+// stream that breaks is followed again (GetTask, SubscribeToTask) until
+// the task ends or the agent stays unreachable for Config.Reconnect; a
+// call the parent's restart cut off (env.Resumed) subscribes to the
+// recorded task and never sends the message again.
 func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
 	errResult := func(format string, args ...any) (loop.ToolResult, error) {
 		return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf(format, args...)}, nil
@@ -221,6 +244,9 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 	}
 	client, _, err := a.ready(ctx)
 	if err != nil {
+		if env.Resumed {
+			return loop.InterruptedResult(call), nil
+		}
 		return errResult("agent %q not reachable: %v", a.cfg.Name, err)
 	}
 	st, err := env.StartSubtask(ctx, loop.SubtaskSpec{AgentID: a.cfg.Name, Prompt: args.Prompt, CallID: call.ID,
@@ -228,12 +254,23 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 	if err != nil {
 		return errResult("agent %q not run: %v", a.cfg.Name, err)
 	}
-	r := &run{a: a, st: st, client: client}
-	content, status, err := r.stream(ctx, args.Prompt)
+	r := &run{a: a, st: st, client: client, completes: map[string]bool{}}
+	var content string
+	var status loop.TaskStatus
+	if env.Resumed {
+		content, status, err = r.resume(ctx)
+	} else {
+		content, status, err = r.stream(ctx, args.Prompt)
+	}
 	if ctx.Err() != nil {
 		r.cancelRemote()
 		st.Finish(ctx, loop.TaskCanceled, "", ctx.Err())
 		return loop.ToolResult{}, ctx.Err()
+	}
+	if errors.Is(err, errUnknownOutcome) {
+		res := loop.InterruptedResult(call)
+		st.Finish(ctx, loop.TaskFailed, "", errors.New(res.Content))
+		return res, nil
 	}
 	if err != nil {
 		st.Finish(ctx, loop.TaskFailed, "", err)
@@ -256,13 +293,35 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 	return errResult("agent %q: %v", a.cfg.Name, err)
 }
 
+// errUnknownOutcome: a resumed call whose remote task cannot be found
+// (the message may or may not have reached the agent). It is reported
+// interrupted, never sent again.
+var errUnknownOutcome = errors.New("the remote task of the interrupted call is not known")
+
+// RemoteTaskKey is the sub-task metadata key that records the remote
+// task's id once the remote agent acknowledged the message.
+const RemoteTaskKey = "remoteTaskId"
+
 // run is one call of a remote agent.
 type run struct {
 	a        *Agent
 	st       *loop.Subtask
 	client   *a2aclient.Client
 	remoteID a2a.TaskID
-	deltas   int
+	// per response artifact of the remote task: deltas forwarded, text
+	deltas    map[string]int
+	texts     map[string]*strings.Builder
+	order     []string
+	completes map[string]bool
+}
+
+// callKey is the deterministic id of a call's message and context on the
+// remote agent, derived from the sub-task (so from the parent task and the
+// tool call): a resumed call finds the task it started by its context
+// (ListTasks) when the kill came before its id was recorded.
+func callKey(subtaskID string) string {
+	sum := sha256.Sum256([]byte(subtaskID))
+	return "looopy-sub-" + hex.EncodeToString(sum[:16])
 }
 
 // stream sends the prompt and forwards the remote task's events as the
@@ -270,55 +329,187 @@ type run struct {
 // status message of a task that did not complete) and the final status.
 func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatus, error) {
 	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(prompt))
-	var status loop.TaskStatus
-	var message string
-	var text strings.Builder
-	for ev, err := range r.client.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}) {
-		if err != nil {
-			return "", "", r.died(ctx, err)
-		}
-		switch e := ev.(type) {
-		case *a2a.Task:
-			r.noteRemote(e.ID)
-			status, message = fromState(e.Status.State), statusText(e.Status.Message)
-		case *a2a.TaskStatusUpdateEvent:
-			r.noteRemote(e.TaskID)
-			status, message = fromState(e.Status.State), statusText(e.Status.Message)
-			if status == loop.TaskWorking && message != "" {
-				r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
-					Message: message, Metadata: map[string]any{"remoteTaskId": string(r.remoteID)}})
-			}
-		case *a2a.TaskArtifactUpdateEvent:
-			r.noteRemote(e.TaskID)
-			chunk := partsText(e.Artifact.Parts)
-			if !e.Append {
-				text.Reset()
-			}
-			text.WriteString(chunk)
-			if chunk != "" {
-				r.st.Emit(&loop.ContentDelta{Header: loop.Header{Kind: loop.KindContentDelta}, Delta: chunk, Index: r.deltas})
-				r.deltas++
-			}
-		case *a2a.Message:
-			return partsText(e.Parts), loop.TaskCompleted, nil
-		}
-		if status.Terminal() || status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
-			break
-		}
+	key := callKey(r.st.ID)
+	msg.ID, msg.ContextID = key, key
+	status, message, final, err := r.forward(ctx, r.client.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}))
+	if final {
+		return message, status, nil
 	}
 	if ctx.Err() != nil {
 		return "", loop.TaskCanceled, ctx.Err()
 	}
-	if status != loop.TaskCompleted {
-		if status == "" || !(status.Terminal() || status.Interrupted()) {
-			return "", "", r.died(ctx, errors.New("its stream ended before the task did"))
+	if r.remoteID == "" {
+		if err == nil {
+			err = errors.New("its stream ended before it named a task")
 		}
-		return message, status, nil
+		return "", "", fmt.Errorf("the remote agent died: %w", err)
 	}
-	// The final record: its answer and what it used.
-	task, err := r.client.GetTask(ctx, &a2a.GetTaskRequest{ID: r.remoteID})
-	if err != nil {
-		return text.String(), status, nil
+	return r.follow(ctx)
+}
+
+// resume takes up a call a restart of the parent cut off: the remote task
+// it started (recorded, or found by the call's context), followed to its
+// end. The message is never sent again.
+func (r *run) resume(ctx context.Context) (string, loop.TaskStatus, error) {
+	var id string
+	if p := r.st.Previous; p != nil {
+		id, _ = p.Metadata[RemoteTaskKey].(string)
+	}
+	if id == "" {
+		// Killed between sending and recording: the task, if the agent
+		// took it, is the one in the call's context.
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		list, err := r.client.ListTasks(lctx, &a2a.ListTasksRequest{ContextID: callKey(r.st.ID)})
+		cancel()
+		if err != nil || len(list.Tasks) != 1 {
+			return "", "", errUnknownOutcome
+		}
+		id = string(list.Tasks[0].ID)
+	}
+	r.noteRemote(ctx, a2a.TaskID(id), "the parent host restarted: following the remote task again")
+	return r.follow(ctx)
+}
+
+// follow reads the remote task until it ends or pauses, subscribing to it
+// while it runs. An agent that does not answer is tried again with a
+// growing pause, for Config.Reconnect; a task the agent no longer knows,
+// or an agent silent for longer, is an error.
+func (r *run) follow(ctx context.Context) (string, loop.TaskStatus, error) {
+	var downSince time.Time
+	pause := 100 * time.Millisecond
+	wait := func() error {
+		t := time.NewTimer(pause)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+		return nil
+	}
+	for {
+		task, err := r.client.GetTask(ctx, &a2a.GetTaskRequest{ID: r.remoteID})
+		if ctx.Err() != nil {
+			return "", loop.TaskCanceled, ctx.Err()
+		}
+		if errors.Is(err, a2a.ErrTaskNotFound) {
+			return "", "", fmt.Errorf("the remote agent no longer knows its task %s", r.remoteID)
+		}
+		if err != nil {
+			if downSince.IsZero() {
+				downSince = time.Now()
+				r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
+					Message: "the remote agent does not answer: trying again", Metadata: map[string]any{RemoteTaskKey: string(r.remoteID)}})
+			}
+			if time.Since(downSince) > r.a.cfg.Reconnect {
+				return "", "", fmt.Errorf("the remote agent died: no answer for %s: %w", r.a.cfg.Reconnect, err)
+			}
+			if err := wait(); err != nil {
+				return "", loop.TaskCanceled, err
+			}
+			continue
+		}
+		downSince = time.Time{}
+		status := fromState(task.Status.State)
+		if status.Terminal() || status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
+			return r.final(ctx, task)
+		}
+		// Still running: its events, live, until it ends or the stream
+		// breaks; then its record again.
+		_, _, final, _ := r.forward(ctx, r.client.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: r.remoteID}))
+		if !final {
+			if err := wait(); err != nil {
+				return "", loop.TaskCanceled, err
+			}
+		}
+	}
+}
+
+// forward reads a stream of the remote task and forwards its events as the
+// sub-task's. final is set when the stream said how the call ends (an
+// answer message, or the task's end or pause, read back by final()).
+func (r *run) forward(ctx context.Context, events iter.Seq2[a2a.Event, error]) (status loop.TaskStatus, message string, final bool, err error) {
+	for ev, err := range events {
+		if err != nil {
+			return "", "", false, err
+		}
+		switch e := ev.(type) {
+		case *a2a.Task:
+			r.noteRemote(ctx, e.ID, "the remote agent took the task")
+			status = fromState(e.Status.State)
+		case *a2a.TaskStatusUpdateEvent:
+			r.noteRemote(ctx, e.TaskID, "the remote agent took the task")
+			status = fromState(e.Status.State)
+			if m := statusText(e.Status.Message); status == loop.TaskWorking && m != "" {
+				r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
+					Message: m, Metadata: map[string]any{RemoteTaskKey: string(r.remoteID)}})
+			}
+		case *a2a.TaskArtifactUpdateEvent:
+			r.noteRemote(ctx, e.TaskID, "the remote agent took the task")
+			r.artifact(e)
+		case *a2a.Message:
+			return loop.TaskCompleted, partsText(e.Parts), true, nil
+		}
+		if status.Terminal() || status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
+			if r.remoteID == "" {
+				return "", "", false, errors.New("the remote task ended before it was named")
+			}
+			task, gerr := r.client.GetTask(ctx, &a2a.GetTaskRequest{ID: r.remoteID})
+			if gerr != nil {
+				return "", "", false, gerr
+			}
+			content, st, ferr := r.final(ctx, task)
+			if ferr != nil {
+				return "", "", false, ferr
+			}
+			return st, content, true, nil
+		}
+	}
+	return status, "", false, nil
+}
+
+// artifact forwards a chunk of one of the remote task's text artifacts:
+// each of its responses (one artifact per model response on a Looopy host)
+// is a response of the sub-task, its complete text sent when its last
+// chunk comes.
+func (r *run) artifact(e *a2a.TaskArtifactUpdateEvent) {
+	if r.deltas == nil {
+		r.deltas, r.texts = map[string]int{}, map[string]*strings.Builder{}
+	}
+	resp := string(e.Artifact.ID)
+	if rest, ok := strings.CutPrefix(resp, "content-"+string(e.TaskID)+"-"); ok {
+		resp = rest
+	}
+	tb := r.texts[resp]
+	if tb == nil {
+		tb = &strings.Builder{}
+		r.texts[resp] = tb
+		r.order = append(r.order, resp)
+	}
+	if !e.Append {
+		tb.Reset()
+	}
+	chunk := partsText(e.Artifact.Parts)
+	tb.WriteString(chunk)
+	if chunk != "" {
+		r.st.Emit(&loop.ContentDelta{Header: loop.Header{Kind: loop.KindContentDelta}, Delta: chunk,
+			Index: r.deltas[resp], Response: resp})
+		r.deltas[resp]++
+	}
+	if e.LastChunk && tb.Len() > 0 && !r.completes[resp] {
+		r.completes[resp] = true
+		r.st.Emit(&loop.ContentComplete{Header: loop.Header{Kind: loop.KindContentComplete}, Content: tb.String(),
+			Response: resp, Deltas: r.deltas[resp]})
+	}
+}
+
+// final reads how the remote task ended: its answer (its text artifacts)
+// and usage for a completed task, its status message otherwise.
+func (r *run) final(ctx context.Context, task *a2a.Task) (string, loop.TaskStatus, error) {
+	status := fromState(task.Status.State)
+	if status != loop.TaskCompleted {
+		return statusText(task.Status.Message), status, nil
 	}
 	if u := usageOf(task.Metadata); u != (loop.Usage{}) {
 		if err := r.st.AddUsage(ctx, u); err != nil {
@@ -331,35 +522,33 @@ func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatu
 		answer += partsText(art.Parts)
 	}
 	if answer == "" {
-		answer = text.String()
+		for _, resp := range r.order {
+			answer += r.texts[resp].String()
+		}
 	}
-	r.st.Emit(&loop.ContentComplete{Header: loop.Header{Kind: loop.KindContentComplete}, Content: answer})
+	if len(r.completes) == 0 && answer != "" {
+		// No response came whole through the stream (a resumed call, a
+		// stream that broke): the answer is sent complete now.
+		r.st.Emit(&loop.ContentComplete{Header: loop.Header{Kind: loop.KindContentComplete}, Content: answer,
+			Response: "answer"})
+	}
 	return answer, status, nil
 }
 
-// died explains a stream that broke: the remote task's state when it can
-// still be read, or the error.
-func (r *run) died(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if r.remoteID != "" {
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if t, gerr := r.client.GetTask(gctx, &a2a.GetTaskRequest{ID: r.remoteID}); gerr == nil {
-			return fmt.Errorf("its stream broke (%v); the remote task is %s", err, t.Status.State)
-		}
-	}
-	return fmt.Errorf("the remote agent died: %w", err)
-}
-
-func (r *run) noteRemote(id a2a.TaskID) {
+// noteRemote records the remote task's id the first time it is seen: in
+// the sub-task's record (durably, before anything else of the call goes
+// on, so a restart finds it) and in an event.
+func (r *run) noteRemote(ctx context.Context, id a2a.TaskID, why string) {
 	if r.remoteID != "" || id == "" {
 		return
 	}
 	r.remoteID = id
+	if err := r.st.Note(ctx, map[string]any{RemoteTaskKey: string(id)}); err != nil {
+		r.a.log.LogAttrs(ctx, slog.LevelWarn, "remote task id not recorded: a restart now reports the call interrupted",
+			slog.String("agent", r.a.cfg.Name), slog.String("task_id", string(id)), slog.String("error", err.Error()))
+	}
 	r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
-		Message: "the remote agent took the task", Metadata: map[string]any{"remoteTaskId": string(id), "remoteAgent": r.a.cfg.URL}})
+		Message: why, Metadata: map[string]any{RemoteTaskKey: string(id), "remoteAgent": r.a.cfg.URL}})
 }
 
 // cancelRemote cancels the remote task (the parent was canceled).
