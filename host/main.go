@@ -22,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/looopy-go/looopy/artifacts"
+	"github.com/looopy-go/looopy/host/remote"
 	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 )
@@ -373,7 +374,8 @@ func hostID(dataDir string) string {
 // the process kills itself (SIGKILL), for the crash tests:
 // LOOOPY_CRASHPOINT=turn-committed:3 dies the third time a turn is saved
 // and its final events are not yet in the log. The points are taskrt's
-// Point constants.
+// Point constants and remote.PointAcknowledged (a remote agent's
+// acknowledgement read, its task's id not recorded yet).
 const crashpointEnv = "LOOOPY_CRASHPOINT"
 
 func crashpointFromEnv(v string) (func(string), error) {
@@ -389,7 +391,8 @@ func crashpointFromEnv(v string) (func(string), error) {
 		}
 	}
 	switch point {
-	case taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnCommitted, taskrt.PointTurnSettled:
+	case taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnCommitted, taskrt.PointTurnSettled,
+		remote.PointAcknowledged:
 	default:
 		return nil, fmt.Errorf("%s=%q: unknown point %q", crashpointEnv, v, point)
 	}

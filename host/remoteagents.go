@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/looopy-go/looopy/host/remote"
@@ -61,6 +62,10 @@ func (m *Main) remoteAgents(cfg Config) ([]*remote.Agent, error) {
 	}
 	eg := plugins.NewEgress(plugins.EgressConfig{Logger: m.log.With("component", "egress"), UserAgent: "looopy"})
 	m.closers = append(m.closers, eg.Close)
+	cp, err := crashpointFromEnv(os.Getenv(crashpointEnv))
+	if err != nil {
+		return nil, err
+	}
 	var out []*remote.Agent
 	for _, rc := range cfg.RemoteAgents {
 		hdr := make(map[string]string, len(rc.Headers))
@@ -73,7 +78,7 @@ func (m *Main) remoteAgents(cfg Config) ([]*remote.Agent, error) {
 		}
 		var rt http.RoundTripper = eg.Transport(rc.AllowPrivateNetwork)
 		a, err := remote.New(remote.Config{Name: rc.Name, URL: rc.URL, Headers: hdr,
-			Reconnect: time.Duration(rc.Reconnect)}, rt, m.tel.propagator,
+			Reconnect: time.Duration(rc.Reconnect), Crashpoint: cp}, rt, m.tel.propagator,
 			m.log.With("component", "remote-agent", "agent", rc.Name))
 		if err != nil {
 			return nil, err

@@ -1123,6 +1123,7 @@ func (tr *turn) fromJournal(ctx context.Context, call ToolCall, emit func(Event)
 		return *e.Result, true
 	case e.State == CallStarted && !tr.idempotent(call.Name) && !tr.resumes(call.Name):
 		res := InterruptedResult(call)
+		tr.endCutSubtask(ctx, call, res.Content)
 		tr.endCall(ctx, call, res)
 		tr.emitCompleteTo(emit, call, res, 0)
 		return res, true

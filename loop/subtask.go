@@ -350,3 +350,35 @@ func (tr *turn) takeSubUsage() Usage {
 	tr.subUsage = Usage{}
 	return u
 }
+
+// endCutSubtask ends the sub-task a call cut off by a crash had started,
+// when the resumed turn reports the call interrupted: its record failed
+// with why, and its final events.
+func (tr *turn) endCutSubtask(ctx context.Context, call ToolCall, why string) {
+	ts := tr.l.subtasks
+	if ts == nil {
+		return
+	}
+	wctx := context.WithoutCancel(ctx)
+	rec, err := ts.LoadTask(wctx, SubtaskID(tr.t.TaskID, call.ID))
+	if err != nil || rec.Status.Terminal() || rec.ParentTaskID != tr.t.TaskID {
+		return
+	}
+	now := time.Now().UTC()
+	rec.Status, rec.Reason, rec.Message, rec.TurnInput, rec.UpdatedAt = TaskFailed, ReasonError, why, 0, now
+	if ttl := tr.l.subtaskTTL; ttl > 0 {
+		rec.ExpiresAt = now.Add(ttl)
+	}
+	if err := ts.SaveTask(wctx, rec); err != nil {
+		tr.l.log.LogAttrs(ctx, slog.LevelError, "sub-task not recorded", slog.String("task_id", rec.ID),
+			slog.String("error", err.Error()))
+		return
+	}
+	h := func(k EventKind) Header {
+		return Header{Kind: k, ContextID: rec.ContextID, TaskID: rec.ID, ParentTaskID: rec.ParentTaskID, Timestamp: now}
+	}
+	md := map[string]any{"reason": ReasonError}
+	tr.emit(&TaskStatusEvent{Header: h(KindTaskStatus), Status: TaskFailed, Message: why, Metadata: md})
+	tr.emit(&TaskComplete{Header: h(KindTaskComplete), Status: TaskFailed, Reason: ReasonError, Usage: rec.Usage,
+		Metadata: map[string]any{"reason": ReasonError}})
+}

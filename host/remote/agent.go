@@ -47,7 +47,14 @@ type Config struct {
 	// agent that restarts within it resumes its task and the call gets
 	// its answer; one silent for longer is an error result.
 	Reconnect time.Duration
+	// Crashpoint, when set, is called at PointAcknowledged (the crash
+	// tests kill the process there); nil in production.
+	Crashpoint func(point string)
 }
+
+// PointAcknowledged is the moment the remote agent has acknowledged the
+// message and its task's id is not recorded yet.
+const PointAcknowledged = "remote-acknowledged"
 
 // Agent is a remote agent as a toolset of one tool.
 type Agent struct {
@@ -436,17 +443,17 @@ func (r *run) forward(ctx context.Context, events iter.Seq2[a2a.Event, error]) (
 		}
 		switch e := ev.(type) {
 		case *a2a.Task:
-			r.noteRemote(ctx, e.ID, "the remote agent took the task")
+			r.noteRemote(ctx, e.ID, tookTask)
 			status = fromState(e.Status.State)
 		case *a2a.TaskStatusUpdateEvent:
-			r.noteRemote(ctx, e.TaskID, "the remote agent took the task")
+			r.noteRemote(ctx, e.TaskID, tookTask)
 			status = fromState(e.Status.State)
 			if m := statusText(e.Status.Message); status == loop.TaskWorking && m != "" {
 				r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
 					Message: m, Metadata: map[string]any{RemoteTaskKey: string(r.remoteID)}})
 			}
 		case *a2a.TaskArtifactUpdateEvent:
-			r.noteRemote(ctx, e.TaskID, "the remote agent took the task")
+			r.noteRemote(ctx, e.TaskID, tookTask)
 			r.artifact(e)
 		case *a2a.Message:
 			return loop.TaskCompleted, partsText(e.Parts), true, nil
@@ -535,6 +542,8 @@ func (r *run) final(ctx context.Context, task *a2a.Task) (string, loop.TaskStatu
 	return answer, status, nil
 }
 
+const tookTask = "the remote agent took the task"
+
 // noteRemote records the remote task's id the first time it is seen: in
 // the sub-task's record (durably, before anything else of the call goes
 // on, so a restart finds it) and in an event.
@@ -543,6 +552,9 @@ func (r *run) noteRemote(ctx context.Context, id a2a.TaskID, why string) {
 		return
 	}
 	r.remoteID = id
+	if cp := r.a.cfg.Crashpoint; cp != nil && why == tookTask {
+		cp(PointAcknowledged)
+	}
 	if err := r.st.Note(ctx, map[string]any{RemoteTaskKey: string(id)}); err != nil {
 		r.a.log.LogAttrs(ctx, slog.LevelWarn, "remote task id not recorded: a restart now reports the call interrupted",
 			slog.String("agent", r.a.cfg.Name), slog.String("task_id", string(id)), slog.String("error", err.Error()))

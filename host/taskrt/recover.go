@@ -73,6 +73,24 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 		}
 		delete(leases, rec.ID)
 	}
+	durable := rt.st.Checkpoints != nil && rt.st.Journal != nil
+	if durable {
+		// A sub-task whose parent resumes here is left to the parent's
+		// resumed turn: its call is taken up again (a remote agent
+		// follows its task) or reported interrupted, which ends the
+		// sub-task; failing it now would end its stream under the call.
+		resumes := map[string]bool{}
+		for _, rec := range todo {
+			resumes[rec.ID] = rec.Status == loop.TaskWorking
+		}
+		kept := orphans[:0]
+		for _, rec := range orphans {
+			if !resumes[rec.ParentTaskID] {
+				kept = append(kept, rec)
+			}
+		}
+		orphans = kept
+	}
 	// What remains are leases of tasks no longer working: ended, but
 	// maybe not announced.
 	var ended []loop.Lease
@@ -82,7 +100,6 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 		}
 	}
 
-	durable := rt.st.Checkpoints != nil && rt.st.Journal != nil
 	sem := make(chan struct{}, rt.cfg.ResumeConcurrency)
 	// Tasks are taken over in parallel: each costs synced writes, which
 	// the store commits in groups only when they come together. Their
