@@ -117,10 +117,16 @@ func TestRemoteSubAgent(t *testing.T) {
 	usage := map[string]int{}
 	remoteSeen := ""
 	var childResponses []string
+	childThoughts := 0
 	frames := readFrames(t, resp.Body, func(f frame) bool {
 		return f.Event == "task-complete" && strings.Contains(f.Data, `"taskId":"`+string(task.ID)+`"`)
 	})
 	for _, f := range frames {
+		if f.Event == "thought-stream" && strings.Contains(f.Data, `"source":"remote"`) &&
+			strings.Contains(f.Data, `"taskId":"`+subID+`"`) {
+			childThoughts++ // the remote task's own, forwarded under the sub-task
+			continue
+		}
 		if f.Event == "thought-stream" && strings.Contains(f.Data, `"source":"loop"`) {
 			continue // the loop's own thoughts are tested in thoughts_test.go
 		}
@@ -162,6 +168,7 @@ func TestRemoteSubAgent(t *testing.T) {
 	}
 	want := []string{
 		"parent task-created user", "parent task-status working",
+		"parent thought-stream", // the model's: "This needs research: ..."
 		"parent content-complete",
 		"parent tool-start researcher",
 		"parent subtask-created",
@@ -181,6 +188,9 @@ func TestRemoteSubAgent(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if childThoughts == 0 {
+		t.Errorf("no thought of the remote task forwarded")
 	}
 	// Named per response, as the child named its own: the first asks its
 	// researcher, the second answers.

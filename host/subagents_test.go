@@ -122,6 +122,7 @@ func TestLocalSubAgentLifecycle(t *testing.T) {
 	}
 	want := []string{
 		"parent task-created user", "parent task-status working",
+		"parent thought-stream",   // "This needs research: ..."
 		"parent content-complete", // "Asking the researcher about ..."
 		"parent tool-start researcher",
 		"parent subtask-created",

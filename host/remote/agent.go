@@ -338,6 +338,9 @@ func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatu
 	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(prompt))
 	key := callKey(r.st.ID)
 	msg.ID, msg.ContextID = key, key
+	// The remote task's thoughts come along, every level it records: the
+	// parent's readers choose theirs.
+	msg.Metadata = map[string]any{loop.ThoughtVerbosityKey: "detailed"}
 	status, message, final, err := r.forward(ctx, r.client.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}))
 	if final {
 		return message, status, nil
@@ -448,7 +451,9 @@ func (r *run) forward(ctx context.Context, events iter.Seq2[a2a.Event, error]) (
 		case *a2a.TaskStatusUpdateEvent:
 			r.noteRemote(ctx, e.TaskID, tookTask)
 			status = fromState(e.Status.State)
-			if m := statusText(e.Status.Message); status == loop.TaskWorking && m != "" {
+			if th := thoughtOf(e); th != nil && status == loop.TaskWorking {
+				r.st.Emit(th)
+			} else if m := statusText(e.Status.Message); status == loop.TaskWorking && m != "" {
 				r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
 					Message: m, Metadata: map[string]any{RemoteTaskKey: string(r.remoteID)}})
 			}
@@ -574,6 +579,32 @@ func (r *run) cancelRemote() {
 		r.a.log.LogAttrs(ctx, slog.LevelWarn, "remote task not canceled", slog.String("agent", r.a.cfg.Name),
 			slog.String("task_id", string(r.remoteID)), slog.String("error", err.Error()))
 	}
+}
+
+// thoughtOf reads a thought a Looopy host sends as a working status update
+// (metadata "thought": its id, type, verbosity, index; the message its
+// text).
+func thoughtOf(e *a2a.TaskStatusUpdateEvent) *loop.ThoughtStream {
+	md, ok := e.Metadata["thought"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	text := statusText(e.Status.Message)
+	if text == "" {
+		return nil
+	}
+	str := func(k string) string { v, _ := md[k].(string); return v }
+	idx, _ := md["index"].(float64)
+	th := &loop.ThoughtStream{Header: loop.Header{Kind: loop.KindThoughtStream}, ThoughtID: str("thoughtId"),
+		ThoughtType: str("thoughtType"), Verbosity: str("verbosity"), Content: text, Index: int(idx),
+		Metadata: map[string]any{"source": "remote"}}
+	if th.ThoughtType == "" {
+		th.ThoughtType = "reasoning"
+	}
+	if _, err := loop.ParseVerbosity(th.Verbosity); err != nil || th.Verbosity == "" {
+		th.Verbosity = "normal"
+	}
+	return th
 }
 
 func fromState(s a2a.TaskState) loop.TaskStatus {

@@ -635,12 +635,26 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 			rt.crashpoint(PointTurnCommitted)
 			rt.releaseContext(r)
 		}
-		if tc, ok := e.(*loop.TaskComplete); ok && tc.TaskID != r.TaskID && tc.ParentTaskID != "" {
+		tc, subEnd := e.(*loop.TaskComplete)
+		subEnd = subEnd && tc.TaskID != r.TaskID && tc.ParentTaskID != ""
+		if subEnd {
 			r.subMu.Lock()
 			r.subs = append(r.subs, tc.TaskID)
 			r.subMu.Unlock()
 		}
 		pub.Emit(e)
+		if subEnd {
+			// A sub-task's stream ends with its own task-complete, not
+			// with its parent's turn: its followers stop there.
+			rt.wg.Add(1)
+			go func(id string) {
+				defer rt.wg.Done()
+				if err := rt.ev.Settle(context.Background(), id, contextID, true); err != nil {
+					rt.log.LogAttrs(context.Background(), slog.LevelWarn, "sub-task events not settled",
+						slog.String("task_id", id), slog.String("error", err.Error()))
+				}
+			}(tc.TaskID)
+		}
 	})
 	stopRenew := rt.renew(r)
 	rt.wg.Add(1)

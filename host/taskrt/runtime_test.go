@@ -554,3 +554,133 @@ func TestRecoverFailsOrphanedSubtasks(t *testing.T) {
 		t.Fatalf("a sub-task ran on its own (model calls %d)", model.calls.Load())
 	}
 }
+
+// settleEvents is logEvents that records which streams were settled.
+type settleEvents struct {
+	*logEvents
+	settled sync.Map // task id → true
+}
+
+func (s *settleEvents) Settle(_ context.Context, taskID, _ string, terminal bool) error {
+	if terminal {
+		s.settled.Store(taskID, true)
+	}
+	return nil
+}
+
+// subTools runs a sub-agent as a sub-task that finishes at once, then
+// holds the call until gate closes.
+type subTools struct{ gate chan struct{} }
+
+func (subTools) Tools(context.Context) ([]loop.ToolDefinition, error) {
+	return []loop.ToolDefinition{{Name: "delegate"}}, nil
+}
+
+func (s subTools) Call(ctx context.Context, c loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	st, err := env.StartSubtask(ctx, loop.SubtaskSpec{AgentID: "helper", Prompt: "help"})
+	if err != nil {
+		return loop.ToolResult{}, err
+	}
+	st.Finish(ctx, loop.TaskCompleted, "helped", nil)
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+	}
+	return loop.ToolResult{Content: "helped"}, nil
+}
+
+// delegateModel calls delegate once, then answers.
+type delegateModel struct{}
+
+func (delegateModel) Generate(_ context.Context, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+	if req.Messages[len(req.Messages)-1].Role == loop.RoleTool {
+		return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: "done"}, FinishReason: loop.FinishStop}, nil
+	}
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant,
+		ToolCalls: []loop.ToolCall{{ID: "c1", Name: "delegate", Arguments: []byte(`{}`)}}}, FinishReason: loop.FinishToolCalls}, nil
+}
+
+// A sub-task's stream is settled (finished) when its task-complete goes
+// out, while its parent's turn still runs: its followers end with it, not
+// with the parent's turn.
+func TestSubtaskStreamEndsWithTheSubtask(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var ev *settleEvents
+	h := newHarness(t, t.TempDir(), delegateModel{}, func(c *Config) {
+		l, err := loop.New(loop.Config{Model: delegateModel{}, Toolsets: []loop.Toolset{subTools{gate: gate}},
+			Checkpoints: c.Stores.Checkpoints, Journal: c.Stores.Journal, Subtasks: c.Stores.Tasks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev = &settleEvents{logEvents: c.Events.(*logEvents)}
+		c.Loop, c.Events = l, ev
+	})
+	ctx := context.Background()
+	st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user("go")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := loop.SubtaskID(st.Task.ID, "c1")
+	for deadline := time.Now().Add(guard); ; time.Sleep(time.Millisecond) {
+		if _, ok := ev.settled.Load(sub); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sub-task's stream was not settled while its parent's call runs")
+		}
+	}
+	if _, ok := ev.settled.Load(st.Task.ID); ok {
+		t.Fatal("the parent's stream settled before its turn ended")
+	}
+	close(gate)
+}
+
+// A sub-task whose parent resumes on this host is left to the parent's
+// resumed turn at recovery (its call may take it up); once that turn has
+// ended without taking it up, the next recovery pass fails it.
+func TestRecoverLeavesSubtasksOfResumedParents(t *testing.T) {
+	t.Parallel()
+	model := &scriptModel{}
+	h := newHarness(t, t.TempDir(), model, nil)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for _, rec := range []loop.TaskRecord{
+		{ID: "p3", ContextID: "c3", Owner: "alice", Status: loop.TaskWorking, History: []loop.Message{user("go")},
+			TurnInput: 1, CreatedAt: now, UpdatedAt: now},
+		{ID: "p3.call1", ContextID: "c3", Owner: "alice", ParentTaskID: "p3", Status: loop.TaskWorking,
+			History: []loop.Message{user("dig")}, TurnInput: 1, CreatedAt: now, UpdatedAt: now},
+	} {
+		if err := h.db.SaveTask(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// p3 resumes here; whatever its turn does, recovery did not fail its
+	// sub-task.
+	for deadline := time.Now().Add(guard); ; time.Sleep(time.Millisecond) {
+		rec, _ := h.db.LoadTask(ctx, "p3")
+		if rec.Status.Terminal() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("p3 never ended: %s", rec.Status)
+		}
+	}
+	if rec, err := h.db.LoadTask(ctx, "p3.call1"); err != nil || rec.Status != loop.TaskWorking {
+		t.Fatalf("sub-task of a resumed parent after recovery: %+v (%v), want it left to the parent", rec, err)
+	}
+	for deadline := time.Now().Add(guard); h.rt.Running("p3") != nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("p3's turn never let go")
+		}
+	}
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := h.db.LoadTask(ctx, "p3.call1"); err != nil || rec.Status != loop.TaskFailed {
+		t.Fatalf("sub-task left working after its parent's resumed turn: %+v (%v), want failed", rec, err)
+	}
+}
