@@ -4,17 +4,23 @@ package host_test
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // The child's model answers "job <tag>": a ledger line, a slow stretch
@@ -46,9 +52,10 @@ type remotePair struct {
 	ledger             string
 	log                *os.File
 	child, parent      *hostProc
+	env                []string // for both hosts, every start
 }
 
-func newRemotePair(t *testing.T) *remotePair {
+func newRemotePair(t *testing.T, env ...string) *remotePair {
 	t.Helper()
 	root := t.TempDir()
 	bin := filepath.Join(root, "looopy")
@@ -57,7 +64,7 @@ func newRemotePair(t *testing.T) *remotePair {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build host: %v\n%s", err, out)
 	}
-	p := &remotePair{t: t, bin: bin, childAddr: freeAddr(t), parAddr: freeAddr(t)}
+	p := &remotePair{t: t, bin: bin, childAddr: freeAddr(t), parAddr: freeAddr(t), env: env}
 	p.ledger = filepath.Join(root, "grants", "ledger")
 	if err := os.MkdirAll(p.ledger, 0o755); err != nil {
 		t.Fatal(err)
@@ -110,9 +117,11 @@ func newRemotePair(t *testing.T) *remotePair {
 	return p
 }
 
-func (p *remotePair) startChild() { p.child = startProcAt(p.t, p.bin, p.childCfg, p.childAddr, p.log) }
+func (p *remotePair) startChild() {
+	p.child = startProcAt(p.t, p.bin, p.childCfg, p.childAddr, p.log, p.env...)
+}
 func (p *remotePair) startParent(env ...string) {
-	p.parent = startProcAt(p.t, p.bin, p.parentCf, p.parAddr, p.log, env...)
+	p.parent = startProcAt(p.t, p.bin, p.parentCf, p.parAddr, p.log, append(slices.Clone(p.env), env...)...)
 }
 
 // startProcAt starts the host binary on addr and waits until it is ready.
@@ -338,5 +347,92 @@ func TestLongRemoteParentKilledBeforeRecording(t *testing.T) {
 	p.checkOnce("a1")
 	if tks := p.childTasksOf(ctx); len(tks) != 1 {
 		t.Fatalf("the child holds %d tasks: the message was sent again", len(tks))
+	}
+}
+
+// traceCollector is an OTLP/HTTP endpoint that keeps, per task id, the
+// trace ids of the agent.execute spans it was sent.
+type traceCollector struct {
+	mu     sync.Mutex
+	traces map[string]map[string]bool // task id → trace ids
+}
+
+func (c *traceCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	var req coltracepb.ExportTraceServiceRequest
+	if r.URL.Path != "/v1/traces" || proto.Unmarshal(b, &req) != nil {
+		http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			for _, sp := range ss.Spans {
+				if sp.Name != "agent.execute" {
+					continue
+				}
+				for _, kv := range sp.Attributes {
+					if kv.Key == "looopy.task_id" {
+						id := kv.Value.GetStringValue()
+						if c.traces[id] == nil {
+							c.traces[id] = map[string]bool{}
+						}
+						c.traces[id][hex.EncodeToString(sp.TraceId)] = true
+					}
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	_, _ = w.Write(out)
+}
+
+func (c *traceCollector) of(task string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id := range c.traces[task] {
+		out = append(out, id)
+	}
+	return out
+}
+
+// TestLongRemoteOneTrace: both hosts, the real binary, export their spans
+// to one OTLP collector; the parent's turn and the child's turn of the
+// remote task are in one trace (the call carries traceparent).
+func TestLongRemoteOneTrace(t *testing.T) {
+	col := &traceCollector{traces: map[string]map[string]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: col}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	p := newRemotePair(t, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://"+ln.Addr().String(), "OTEL_BSP_SCHEDULE_DELAY=200")
+	ctx := context.Background()
+	id := p.delegate(ctx, "t1")
+	if task := awaitEnd(t, ctx, p.parent.base, id); task.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("parent: %s %q", task.Status.State, artifactText(task))
+	}
+	tks := p.childTasksOf(ctx)
+	if len(tks) != 1 {
+		t.Fatalf("the child holds %d tasks, want 1", len(tks))
+	}
+	var parentTraces, childTraces []string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		parentTraces, childTraces = col.of(string(id)), col.of(string(tks[0].ID))
+		if len(parentTraces) > 0 && len(childTraces) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spans never exported: parent's task %v, child's %v", parentTraces, childTraces)
+		}
+	}
+	if len(parentTraces) != 1 || len(childTraces) != 1 || parentTraces[0] != childTraces[0] {
+		t.Fatalf("parent's turn in traces %v, child's in %v: want one trace across both hosts", parentTraces, childTraces)
 	}
 }
