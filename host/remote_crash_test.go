@@ -436,3 +436,41 @@ func TestLongRemoteOneTrace(t *testing.T) {
 		t.Fatalf("parent's turn in traces %v, child's in %v: want one trace across both hosts", parentTraces, childTraces)
 	}
 }
+
+// TestLongRemoteChildLostTheTask: the child is killed mid-job and comes
+// back on the same address with empty data (its task lost). The parent's
+// call, following the task again, is told the task is not found and ends
+// with an error result the parent's model reads; the parent's task
+// completes with it, and nothing is sent again.
+func TestLongRemoteChildLostTheTask(t *testing.T) {
+	p := newRemotePair(t)
+	ctx := context.Background()
+	id := p.delegate(ctx, "l1")
+	p.awaitLedger("l1 before")
+	p.child.kill()
+	b, err := os.ReadFile(p.childCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["dataDir"] = filepath.Join(t.TempDir(), "fresh-child-data")
+	b, _ = json.Marshal(cfg)
+	fresh := filepath.Join(t.TempDir(), "child-fresh.json")
+	if err := os.WriteFile(fresh, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.child = startProcAt(t, p.bin, fresh, p.childAddr, p.log)
+	task := awaitEnd(t, ctx, p.parent.base, id)
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), `agent "worker" failed: the remote agent no longer knows its task`) {
+		t.Fatalf("parent after the child lost its task: %s %q, want the not-found error result", task.Status.State, artifactText(task))
+	}
+	if tks := p.childTasksOf(ctx); len(tks) != 0 {
+		t.Fatalf("the fresh child holds %d tasks: the message was sent again", len(tks))
+	}
+	if n := p.ledgerLines()["l1 before"]; n != 1 {
+		t.Fatalf("l1 started %d times", n)
+	}
+}
