@@ -474,3 +474,31 @@ func TestLongRemoteChildLostTheTask(t *testing.T) {
 		t.Fatalf("l1 started %d times", n)
 	}
 }
+
+// TestLongRemoteBothKilledMidCall: the child and then the parent are
+// killed mid-job; the parent comes back first, while the child is still
+// down (its card cannot be fetched, so the agent's tool is not offered).
+// The resumed call is still taken up: it waits for the agent (reconnect),
+// the child comes back and resumes its own task, and the parent gets its
+// answer; each ledger line once, one task on the child.
+func TestLongRemoteBothKilledMidCall(t *testing.T) {
+	p := newRemotePair(t)
+	ctx := context.Background()
+	id := p.delegate(ctx, "b1")
+	p.awaitLedger("b1 before")
+	p.child.kill()
+	p.parent.kill()
+	p.child = nil
+	p.startParent()
+	// The parent's resumed call waits for the child: its sub-task says
+	// it follows the task again only once the child is back.
+	p.startChild()
+	task := awaitEnd(t, ctx, p.parent.base, id)
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), "the worker says: finished b1") {
+		t.Fatalf("parent after both restarts: %s %q, want the child's answer", task.Status.State, artifactText(task))
+	}
+	p.checkOnce("b1")
+	if tks := p.childTasksOf(ctx); len(tks) != 1 {
+		t.Fatalf("the child holds %d tasks: the message was sent again", len(tks))
+	}
+}

@@ -1146,9 +1146,24 @@ func (tr *turn) endCall(ctx context.Context, call ToolCall, res ToolResult) {
 
 // resumes says whether the tool's toolset takes up a call a crash cut off
 // (CallResumer).
-func (tr *turn) resumes(name string) bool {
-	cr, ok := tr.index[name].(CallResumer)
-	return ok && cr.ResumesCalls(name)
+func (tr *turn) resumes(name string) bool { return tr.resumer(name) != nil }
+
+// resumer is the toolset that takes up a cut-off call of the tool: the one
+// offering it, or, when none offers it now (a remote agent not reachable
+// yet), a toolset that says it resumes its calls.
+func (tr *turn) resumer(name string) Toolset {
+	if ts, ok := tr.index[name]; ok {
+		if cr, ok := ts.(CallResumer); ok && cr.ResumesCalls(name) {
+			return ts
+		}
+		return nil
+	}
+	for _, ts := range tr.toolsets {
+		if cr, ok := ts.(CallResumer); ok && cr.ResumesCalls(name) {
+			return ts
+		}
+	}
+	return nil
 }
 
 func (tr *turn) idempotent(name string) bool {
@@ -1195,6 +1210,11 @@ func toolMeta(r ToolResult) map[string]any {
 
 func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (res ToolResult, need *AuthNeed) {
 	ts, ok := tr.index[call.Name]
+	if !ok && tr.journaled[call.ID].State == CallStarted {
+		// A cut-off call whose toolset takes it up, offered or not now.
+		ts = tr.resumer(call.Name)
+		ok = ts != nil
+	}
 	if !ok {
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q does not exist; available tools: %s", call.Name, tr.toolNames())}, nil
 	}

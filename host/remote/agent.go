@@ -140,12 +140,18 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // Card fetches the agent card (if it was not yet) and makes the client.
 func (a *Agent) ready(ctx context.Context) (*a2aclient.Client, *loop.ToolDefinition, error) {
+	return a.readyOr(ctx, false)
+}
+
+// readyOr is ready; with now set it tries the card again at once, however
+// recently it failed.
+func (a *Agent) readyOr(ctx context.Context, now bool) (*a2aclient.Client, *loop.ToolDefinition, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.client != nil {
 		return a.client, a.def, nil
 	}
-	if !a.tried.IsZero() && time.Since(a.tried) < a.cfg.RetryCard {
+	if !now && !a.tried.IsZero() && time.Since(a.tried) < a.cfg.RetryCard {
 		return nil, nil, a.lastErr
 	}
 	a.tried = time.Now()
@@ -250,7 +256,15 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 		return errResult("agent %q: arguments must be {\"prompt\": \"...\"}", a.cfg.Name)
 	}
 	client, _, err := a.ready(ctx)
+	if err != nil && env.Resumed {
+		// Both hosts went down: the agent is waited for, as a broken
+		// stream is, before the call is given up as interrupted.
+		client, err = a.awaitCard(ctx)
+	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return loop.ToolResult{}, ctx.Err()
+		}
 		if env.Resumed {
 			return loop.InterruptedResult(call), nil
 		}
@@ -298,6 +312,27 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 	err = fmt.Errorf("the remote task ended %s: %s", status, content)
 	st.Finish(ctx, status, "", err)
 	return errResult("agent %q: %v", a.cfg.Name, err)
+}
+
+// awaitCard tries the agent's card with a growing pause (0.1s to 2s) for
+// Config.Reconnect.
+func (a *Agent) awaitCard(ctx context.Context) (*a2aclient.Client, error) {
+	pause := 100 * time.Millisecond
+	deadline := time.Now().Add(a.cfg.Reconnect)
+	for {
+		client, _, err := a.readyOr(ctx, true)
+		if err == nil || time.Now().After(deadline) {
+			return client, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
 }
 
 // errUnknownOutcome: a resumed call whose remote task cannot be found
