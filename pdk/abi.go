@@ -94,6 +94,10 @@ const (
 	// CodeToolsRefUnknown: a model request named a tool set (toolsRef)
 	// that the instance does not hold; the host sends it again whole.
 	CodeToolsRefUnknown = "tools_ref_unknown"
+	// CodeHistoryRefUnknown: a model request continued a conversation
+	// (historyFrom) that the instance does not hold; the host sends the
+	// whole conversation again.
+	CodeHistoryRefUnknown = "history_ref_unknown"
 	// CodeAuthRequired: the credential a plugin asked for is not there
 	// yet. The plugin returns from its call (with any error); the task
 	// pauses in auth-required, and the call runs again once the client
@@ -141,6 +145,14 @@ type Describe struct {
 // instance may carry only that name. A model call then does not ship and
 // decode every tool's schema again (25 tools are about 12 KB of JSON).
 const FeatureToolsRef = "toolsRef"
+
+// FeatureHistoryRef: the model guest keeps the conversation of a request
+// under the name in its historyRef field, and a later request to the same
+// instance may carry only the messages that follow a part of it
+// (historyFrom, historySkip, historyKeep). A model call then ships and
+// decodes only what is new since the instance's previous call, not the
+// whole history again.
+const FeatureHistoryRef = "historyRef"
 
 // ToolCallRequest is the input of OpToolCall.
 type ToolCallRequest struct {

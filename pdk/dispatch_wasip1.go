@@ -15,7 +15,7 @@ func describe() ([]byte, error) {
 	switch {
 	case registry.generate != nil:
 		d.Kind = KindModel
-		d.Features = append(d.Features, FeatureToolsRef)
+		d.Features = append(d.Features, FeatureToolsRef, FeatureHistoryRef)
 	case registry.run != nil:
 		d.Kind = KindAgent
 		d.Agent = registry.agentTool

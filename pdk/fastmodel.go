@@ -61,15 +61,15 @@ func parseModelRequest(b []byte) (req ModelRequest, ok bool) {
 			}
 			req.Temperature = &f
 		case "maxTokens":
-			raw, ok := p.value()
-			if !ok || !jsonNumber(raw) {
-				return ModelRequest{}, false
-			}
-			n, err := strconv.ParseInt(string(raw), 10, 0)
-			if err != nil {
-				return ModelRequest{}, false
-			}
-			req.MaxTokens = int(n)
+			ok = p.integer(&req.MaxTokens)
+		case "historySkip":
+			ok = p.integer(&req.HistorySkip)
+		case "historyKeep":
+			ok = p.integer(&req.HistoryKeep)
+		case "historyRef":
+			req.HistoryRef, ok = p.text()
+		case "historyFrom":
+			req.HistoryFrom, ok = p.text()
 		case "stream":
 			ok = p.boolean(&req.Stream)
 		case "metadata":
@@ -88,6 +88,21 @@ func parseModelRequest(b []byte) (req ModelRequest, ok bool) {
 		return ModelRequest{}, false
 	}
 	return req, true
+}
+
+// integer reads a JSON number into an int, declining any that is not a
+// whole number in range (encoding/json refuses those).
+func (p *scanner) integer(dst *int) bool {
+	raw, ok := p.value()
+	if !ok || !jsonNumber(raw) {
+		return false
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 0)
+	if err != nil {
+		return false
+	}
+	*dst = int(n)
+	return true
 }
 
 func (p *scanner) message(m *Message) bool {

@@ -24,12 +24,14 @@ var modelRequestSamples = []string{
 	`{"messages":[{"role":"user","content":"é ü 日本"}],"temperature":1e-3,"maxTokens":0}`,
 	`{"messages":[]}`,
 	`{}`,
+	`{"messages":[{"role":"user","content":"next"}],"toolsRef":"t1","historyRef":"h2","historyFrom":"h1","historySkip":0,"historyKeep":12}`,
 	// Declined: the fast path leaves these to encoding/json.
 	`{"Messages":[{"role":"user","content":"case"}]}`,
 	`{"messages":[{"role":"user","content":"lone \ud800 surrogate"}]}`,
 	`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user"}]}`,
 	`{"messages":[{"role":"user","content":5}]}`,
 	`{"maxTokens":1.5}`,
+	`{"historyKeep":"3"}`,
 	`{"messages":[{"role":"user","content":"x"}]} trailing`,
 	"{\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff utf8\"}]}",
 }
@@ -53,11 +55,11 @@ func TestParseModelRequestMatchesEncodingJSON(t *testing.T) {
 			t.Errorf("%s:\n got %#v\nwant %#v", in, got, want)
 		}
 	}
-	// The host's own shapes (the first eight samples) take the fast path.
-	if fast < 8 {
-		t.Fatalf("%d samples took the fast path, want the host's 8", fast)
+	// The host's own shapes (the first nine samples) take the fast path.
+	if fast < 9 {
+		t.Fatalf("%d samples took the fast path, want the host's 9", fast)
 	}
-	for _, in := range modelRequestSamples[8:] {
+	for _, in := range modelRequestSamples[9:] {
 		if _, ok := parseModelRequest([]byte(in)); ok {
 			t.Errorf("%s: fast path accepted a shape it must leave to encoding/json", in)
 		}
@@ -78,6 +80,7 @@ func TestParseModelRequestRoundTrip(t *testing.T) {
 		Temperature: &temp,
 		MaxTokens:   100,
 		Stream:      true,
+		ToolsRef:    "t", HistoryRef: "h9", HistoryFrom: "h8", HistorySkip: 2, HistoryKeep: 30,
 	}
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -169,5 +172,57 @@ func TestToolSetResolve(t *testing.T) {
 	r4 := ModelRequest{}
 	if err := k.resolve(&r4); err != nil || r4.Tools != nil {
 		t.Fatalf("no name, no tools: %v %+v", err, r4)
+	}
+}
+
+// A kept conversation: a request naming one keeps its messages; a later one
+// continuing it gets the kept part before its own; an unknown name or a
+// range outside the kept conversation is an error the host answers by
+// sending the whole conversation. What the model function does to its list
+// never reaches the kept one.
+func TestHistoryResolve(t *testing.T) {
+	msg := func(s string) Message { return Message{Role: RoleUser, Content: s} }
+	contents := func(ms []Message) string {
+		var b strings.Builder
+		for _, m := range ms {
+			b.WriteString(m.Content)
+		}
+		return b.String()
+	}
+	var h history
+	r1 := ModelRequest{Messages: []Message{msg("a"), msg("b"), msg("c")}, HistoryRef: "h1"}
+	if err := h.resolve(&r1); err != nil || contents(r1.Messages) != "abc" || r1.HistoryRef != "" {
+		t.Fatalf("keep: %v %+v", err, r1)
+	}
+	r1.Messages[0].Content = "X" // the model function's copy
+	r1.Messages = append(r1.Messages[:1], msg("Y"))
+	r2 := ModelRequest{Messages: []Message{msg("d")}, HistoryRef: "h2", HistoryFrom: "h1", HistoryKeep: 3}
+	if err := h.resolve(&r2); err != nil || contents(r2.Messages) != "abcd" {
+		t.Fatalf("continue: %v %q", err, contents(r2.Messages))
+	}
+	if r2.HistoryFrom != "" || r2.HistoryKeep != 0 || r2.HistoryRef != "" {
+		t.Fatalf("the model function sees history fields: %+v", r2)
+	}
+	// A window that dropped the oldest message: skip it.
+	r3 := ModelRequest{Messages: []Message{msg("e")}, HistoryRef: "h3", HistoryFrom: "h2", HistorySkip: 1, HistoryKeep: 2}
+	if err := h.resolve(&r3); err != nil || contents(r3.Messages) != "bce" {
+		t.Fatalf("skip: %v %q", err, contents(r3.Messages))
+	}
+	var pe *Error
+	for _, bad := range []ModelRequest{
+		{HistoryRef: "h4", HistoryFrom: "h2", HistoryKeep: 1}, // not the kept one any more
+		{HistoryRef: "h4", HistoryFrom: "h3", HistoryKeep: 4},
+		{HistoryRef: "h4", HistoryFrom: "h3", HistorySkip: 2, HistoryKeep: 2},
+		{HistoryRef: "h4", HistoryFrom: "h3", HistorySkip: -1, HistoryKeep: 1},
+		{HistoryRef: "h4", HistoryFrom: "h3", HistoryKeep: -1},
+	} {
+		if err := h.resolve(&bad); !errors.As(err, &pe) || pe.Code != CodeHistoryRefUnknown {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+	}
+	// A request without names leaves the kept conversation as it was.
+	r4 := ModelRequest{Messages: []Message{msg("z")}}
+	if err := h.resolve(&r4); err != nil || contents(r4.Messages) != "z" || h.ref != "h3" || contents(h.msgs) != "bce" {
+		t.Fatalf("no names: %v %+v %+v", err, r4, h)
 	}
 }

@@ -112,7 +112,10 @@ func Tool[A, R any](name, description string, fn func(ctx context.Context, args 
 	}}
 }
 
-// ModelFunc answers one model call. When req.Stream is true it may send the
+// ModelFunc answers one model call. req.Messages is the whole conversation,
+// in a list of the function's own; the tool calls and metadata inside the
+// messages are kept for the instance's next call (FeatureHistoryRef): read
+// them, do not change them in place. When req.Stream is true it may send the
 // answer in pieces with delta before returning the whole response; delta
 // returns an error once the call was cancelled, and fn should then return.
 // An error of type *Error keeps its code and Transient flag (a rate limit or
@@ -128,6 +131,9 @@ func Model(fn ModelFunc) {
 			if err := json.Unmarshal(in, &req); err != nil {
 				return nil, &Error{Code: CodeBadInput, Message: "model request: " + err.Error()}
 			}
+		}
+		if err := keptHistory.resolve(&req); err != nil {
+			return nil, err
 		}
 		if err := keptTools.resolve(&req); err != nil {
 			return nil, err
@@ -164,6 +170,37 @@ func (k *toolSet) resolve(req *ModelRequest) error {
 	default:
 		return &Error{Code: CodeToolsRefUnknown, Message: "model request names tool set " + req.ToolsRef + ", which this instance does not hold"}
 	}
+	return nil
+}
+
+// keptHistory is the conversation of the instance's last model request
+// that named one (FeatureHistoryRef).
+var keptHistory history
+
+type history struct {
+	ref  string
+	msgs []Message
+}
+
+// resolve puts the kept messages a request continues before its own, and
+// keeps the whole conversation when the request names it. The function
+// answering the request gets its own copy of the list: whatever it does to
+// it, the kept one stays as the host sent it.
+func (h *history) resolve(req *ModelRequest) error {
+	if req.HistoryFrom != "" {
+		skip, keep := req.HistorySkip, req.HistoryKeep
+		if req.HistoryFrom != h.ref || skip < 0 || keep < 0 || skip > len(h.msgs) || keep > len(h.msgs)-skip {
+			return &Error{Code: CodeHistoryRefUnknown, Message: "model request continues conversation " + req.HistoryFrom + ", which this instance does not hold"}
+		}
+		full := make([]Message, 0, keep+len(req.Messages))
+		full = append(append(full, h.msgs[skip:skip+keep]...), req.Messages...)
+		req.Messages = full
+	}
+	if req.HistoryRef != "" {
+		h.ref, h.msgs = req.HistoryRef, req.Messages
+		req.Messages = append(make([]Message, 0, len(h.msgs)), h.msgs...)
+	}
+	req.HistoryRef, req.HistoryFrom, req.HistorySkip, req.HistoryKeep = "", "", 0, 0
 	return nil
 }
 

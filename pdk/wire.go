@@ -94,6 +94,16 @@ type ModelRequest struct {
 	// The pdk resolves it before a ModelFunc runs: the function always
 	// sees Tools.
 	ToolsRef string `json:"toolsRef,omitempty"`
+	// History by name (see FeatureHistoryRef). HistoryFrom names a
+	// conversation the guest kept: the request's messages follow its
+	// messages [HistorySkip, HistorySkip+HistoryKeep). HistoryRef is the
+	// name the guest keeps the whole conversation of this request under.
+	// The pdk resolves them before a ModelFunc runs: the function always
+	// sees the whole conversation in Messages, and these fields empty.
+	HistoryRef  string `json:"historyRef,omitempty"`
+	HistoryFrom string `json:"historyFrom,omitempty"`
+	HistorySkip int    `json:"historySkip,omitempty"`
+	HistoryKeep int    `json:"historyKeep,omitempty"`
 }
 
 // ModelResponse is a model's complete answer. Tool calls are on Message.

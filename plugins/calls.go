@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -171,9 +172,12 @@ func (p *Plugin) runAgent(ctx context.Context, t *pluginTool, call loop.ToolCall
 // calling goroutine. Errors are *loop.ModelError, except cancellation, which
 // wraps ctx.Err().
 func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
-	input, err := p.modelInput(req)
-	if err != nil {
-		return nil, &loop.ModelError{Code: "invalid_request", Message: "encode request: " + err.Error(), Err: err}
+	makeInput := p.modelInput(req)
+	var encodeErr error
+	input := func(st *callState) ([]byte, error) {
+		in, err := makeInput(st)
+		encodeErr = err
+		return in, err
 	}
 	var resp loop.ModelResponse
 	if onDelta != nil && p.redactor != nil {
@@ -185,14 +189,18 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 	}
 	setup := func(st *callState) { st.onDelta = onDelta }
 	decode := func(out []byte) error { return json.Unmarshal(out, &resp) }
-	err = p.invokeWith(ctx, pdk.OpGenerate, input, setup, decode)
+	err := p.invokeWith(ctx, pdk.OpGenerate, input, setup, decode)
 	var pe *pdk.Error
-	if errors.As(err, &pe) && pe.Code == pdk.CodeToolsRefUnknown {
-		// The instance lost its tool set (it should not): send it whole.
-		err = p.invokeWith(ctx, pdk.OpGenerate, func(st *callState) []byte {
-			st.toolsRef = ""
+	if errors.As(err, &pe) && (pe.Code == pdk.CodeToolsRefUnknown || pe.Code == pdk.CodeHistoryRefUnknown) {
+		// The instance lost its tool set or conversation (it should not):
+		// send them whole.
+		err = p.invokeWith(ctx, pdk.OpGenerate, func(st *callState) ([]byte, error) {
+			st.toolsRef, st.history = "", keptHistory{}
 			return input(st)
 		}, setup, decode)
+	}
+	if encodeErr != nil {
+		return nil, &loop.ModelError{Code: "invalid_request", Message: "encode request: " + encodeErr.Error(), Err: encodeErr}
 	}
 	if err != nil {
 		switch {
@@ -213,41 +221,60 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 	return &resp, nil
 }
 
-// modelInput encodes a model request. To a guest that keeps tool sets
-// (pdk.FeatureToolsRef) the tools go once per instance: the request names
-// them by a digest of their encoding, and carries them only when the
-// instance does not hold that set yet.
-func (p *Plugin) modelInput(req *loop.ModelRequest) (func(*callState) []byte, error) {
-	if len(req.Tools) == 0 || !slices.Contains(p.desc.Features, pdk.FeatureToolsRef) {
-		in, err := json.Marshal(req)
-		return func(*callState) []byte { return in }, err
+// modelInput encodes a model request for the instance that runs it. To a
+// guest that keeps tool sets (pdk.FeatureToolsRef) the tools go once per
+// instance: the request names them by a digest of their encoding, and
+// carries them only when the instance does not hold that set yet. To a
+// guest that keeps conversations (pdk.FeatureHistoryRef) the request
+// carries only the messages that follow what the instance holds.
+func (p *Plugin) modelInput(req *loop.ModelRequest) func(*callState) ([]byte, error) {
+	keepsTools := len(req.Tools) > 0 && slices.Contains(p.desc.Features, pdk.FeatureToolsRef)
+	keepsHistory := slices.Contains(p.desc.Features, pdk.FeatureHistoryRef)
+	if !keepsTools && !keepsHistory {
+		return func(*callState) ([]byte, error) { return json.Marshal(req) }
 	}
-	tools, ref, err := p.toolSets.get(req.Tools)
-	if err != nil {
-		return nil, err
+	var (
+		tools []byte
+		ref   string
+		err   error
+	)
+	if keepsTools {
+		if tools, ref, err = p.toolSets.get(req.Tools); err != nil {
+			return func(*callState) ([]byte, error) { return nil, err }
+		}
 	}
-	bare := *req
-	bare.Tools, bare.ToolsRef = nil, ref
-	in, err := json.Marshal(&bare)
-	if err != nil {
-		return nil, err
-	}
-	var whole []byte
-	return func(st *callState) []byte {
-		if st.toolsRef == ref {
-			return in
+	return func(st *callState) ([]byte, error) {
+		bare := *req
+		bare.Tools, bare.ToolsRef = nil, ref
+		if keepsHistory {
+			skip, keep := st.history.match(req.Messages)
+			if keep > 0 {
+				bare.HistoryFrom, bare.HistorySkip, bare.HistoryKeep = st.history.ref, skip, keep
+				bare.Messages = req.Messages[keep:]
+			}
+			bare.HistoryRef = "h" + strconv.FormatUint(historyNames.Add(1), 36)
+			// What the instance holds from now on, whatever the call's
+			// outcome: a guest that did not take it answers the next call
+			// with history_ref_unknown, and that call goes whole.
+			st.history.keep(bare.HistoryRef, skip, keep, req.Messages)
+		}
+		in, err := json.Marshal(&bare)
+		if err != nil {
+			st.history = keptHistory{}
+			return nil, err
+		}
+		if !keepsTools || st.toolsRef == ref {
+			return in, nil
 		}
 		st.toolsRef = ref
-		if whole == nil {
-			// {..."toolsRef":"…"} becomes {..."toolsRef":"…","tools":[…]}
-			whole = make([]byte, 0, len(in)+len(tools)+10)
-			whole = append(whole, in[:len(in)-1]...)
-			whole = append(whole, `,"tools":`...)
-			whole = append(whole, tools...)
-			whole = append(whole, '}')
-		}
-		return whole
-	}, nil
+		// {...} becomes {...,"tools":[…]}
+		whole := make([]byte, 0, len(in)+len(tools)+10)
+		whole = append(whole, in[:len(in)-1]...)
+		whole = append(whole, `,"tools":`...)
+		whole = append(whole, tools...)
+		whole = append(whole, '}')
+		return whole, nil
+	}
 }
 
 // Model returns the model plugin of that name. Each Generate uses the

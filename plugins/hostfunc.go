@@ -68,6 +68,9 @@ type callState struct {
 	// toolsRef names the tool set the instance keeps (pdk.FeatureToolsRef);
 	// it outlives a call, as the guest's copy does.
 	toolsRef string
+	// history is the conversation the instance keeps
+	// (pdk.FeatureHistoryRef); it outlives a call, as the guest's does.
+	history keptHistory
 }
 
 type callStateKey struct{}

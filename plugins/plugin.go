@@ -550,12 +550,12 @@ func moduleConfig(m *Manifest, g Grant, roots []*grantRoot, intr *interruptible)
 // invoke runs one operation on a pooled instance under the call timeout.
 // decode reads the output before the instance goes back to the pool.
 func (p *Plugin) invoke(ctx context.Context, op pdk.Op, in []byte, setup func(*callState), decode func([]byte) error) (err error) {
-	return p.invokeWith(ctx, op, func(*callState) []byte { return in }, setup, decode)
+	return p.invokeWith(ctx, op, func(*callState) ([]byte, error) { return in, nil }, setup, decode)
 }
 
 // invokeWith is invoke with an input made for the instance that runs the
 // call (its state says what the instance already holds).
-func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callState) []byte, setup func(*callState), decode func([]byte) error) (err error) {
+func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callState) ([]byte, error), setup func(*callState), decode func([]byte) error) (err error) {
 	p.calls.Add(1)
 	began := time.Now()
 	ctx, span := p.startCall(ctx, op)
@@ -574,7 +574,13 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	if setup != nil {
 		setup(st)
 	}
-	out, err := inst.call(cctx, op, input(st))
+	in, err := input(st)
+	if err != nil {
+		st.reset()
+		p.pool.put(inst, true)
+		return err
+	}
+	out, err := inst.call(cctx, op, in)
 	healthy := true
 	if err != nil {
 		var pe *pdk.Error

@@ -1,7 +1,8 @@
 // Command model is a test model plugin. It answers by the last user message:
 // "stream N" streams N deltas, "sleep" streams one delta a second until
-// cancelled, "flaky" fails with a transient error, "broken" with a permanent
-// one; anything else is echoed back.
+// cancelled, "transcript" answers with every message it was given, "flaky"
+// fails with a transient error, "broken" with a permanent one; anything
+// else is echoed back.
 package main
 
 import (
@@ -39,6 +40,18 @@ func init() {
 					return nil, err
 				}
 				time.Sleep(time.Second)
+			}
+		case last == "transcript":
+			// every message the guest sees, with its tool calls and metadata
+			for _, m := range req.Messages {
+				fmt.Fprintf(&out, "%s:%s", m.Role, m.Content)
+				for _, c := range m.ToolCalls {
+					fmt.Fprintf(&out, "[%s %s]", c.Name, c.Arguments)
+				}
+				if len(m.Metadata) > 0 {
+					fmt.Fprintf(&out, "%v", m.Metadata)
+				}
+				out.WriteString("|")
 			}
 		case last == "flaky":
 			return nil, &pdk.Error{Code: "rate_limit", Message: "slow down", Transient: true}
