@@ -226,3 +226,58 @@ func TestHistoryResolve(t *testing.T) {
 		t.Fatalf("no names: %v %+v %+v", err, r4, h)
 	}
 }
+
+// modelResponseSamples are answers as models give them, and odd ones.
+var modelResponseSamples = []ModelResponse{
+	{Message: Message{Role: RoleAssistant, Content: "You said: hi"}, FinishReason: FinishStop, Usage: Usage{PromptTokens: 3, CompletionTokens: 3, TotalTokens: 6}},
+	{Message: Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c1", Name: "calc", Arguments: json.RawMessage(` { "expression" : "(1+2)*3" , "n":[1, 2] } `)}, {ID: "c2", Name: "noargs"}}}, FinishReason: FinishToolCalls},
+	{Message: Message{Role: RoleAssistant, Content: "<b>&amp;</b> \u2028 \x01 \"q\" é \xff", Name: "n", ToolCallID: "t", Pinned: true}},
+	{Message: Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c", Name: "html", Arguments: json.RawMessage(`{"a":"<b>"}`)}}}}, // declined
+	{Message: Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c", Name: "bad", Arguments: json.RawMessage(`{"a":`)}}}},        // declined
+	{Message: Message{Role: RoleAssistant, Metadata: map[string]any{"k": 1}}},                                                          // declined
+	{Message: Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c", Name: "null", Arguments: json.RawMessage(`null`)}}}, Usage: Usage{TotalTokens: 1}},
+	{},
+}
+
+// The response writer writes what encoding/json writes, byte for byte, or
+// declines.
+func TestAppendModelResponseMatchesEncodingJSON(t *testing.T) {
+	fast := 0
+	for i, r := range modelResponseSamples {
+		want, wantErr := json.Marshal(&r)
+		got, ok := appendModelResponse(nil, &r)
+		if !ok {
+			continue
+		}
+		fast++
+		if wantErr != nil || string(got) != string(want) {
+			t.Errorf("sample %d:\n got %s\nwant %s (%v)", i, got, want, wantErr)
+		}
+	}
+	if fast != 5 {
+		t.Fatalf("%d samples written without encoding/json, want 5", fast)
+	}
+}
+
+func FuzzAppendModelResponse(f *testing.F) {
+	f.Add("hi", "calc", `{"x":1}`, "stop", 3, 0, true)
+	f.Add("<\u2028\xff", "", ` [ 1 , "a" ] `, "", -1, 7, false)
+	f.Fuzz(func(t *testing.T, content, name, args, finish string, prompt, total int, pinned bool) {
+		r := ModelResponse{
+			Message:      Message{Role: RoleAssistant, Content: content, Name: name, Pinned: pinned},
+			FinishReason: FinishReason(finish),
+			Usage:        Usage{PromptTokens: prompt, TotalTokens: total},
+		}
+		if args != "" {
+			r.Message.ToolCalls = []ToolCall{{ID: name, Name: content, Arguments: json.RawMessage(args)}, {ID: "2"}}
+		}
+		got, ok := appendModelResponse(nil, &r)
+		if !ok {
+			return
+		}
+		want, err := json.Marshal(&r)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("%+v:\n got %s\nwant %s (%v)", r, got, want, err)
+		}
+	})
+}

@@ -145,6 +145,9 @@ func Model(fn ModelFunc) {
 		if resp == nil {
 			return nil, &Error{Code: CodeInternal, Message: "model returned no response"}
 		}
+		if out, ok := appendModelResponse(make([]byte, 0, 256+len(resp.Message.Content)), resp); ok {
+			return out, nil
+		}
 		return json.Marshal(resp)
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/looopy-go/looopy/pdk"
@@ -22,6 +24,29 @@ func BenchmarkPlay(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := sc.Play(req, Runtime{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlayHistory is the scripted model's own part of the host's
+// BenchmarkModelCall (examples/plugins/wasmtest): one rule echoing the last
+// message, a conversation of 20 messages of a paragraph each.
+func BenchmarkPlayHistory(b *testing.B) {
+	sc, err := ParseScript([]byte(`{"rules":[{"name":"any","match":"(?s)^(.*)$","steps":[{"text":"You said: $1"}]}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	answer := strings.Repeat("The host answered with a paragraph of ordinary text. ", 6)
+	var msgs []pdk.Message
+	for i := range 10 {
+		msgs = append(msgs, user(fmt.Sprintf("question %d about the host and its plugins", i)), pdk.Message{Role: pdk.RoleAssistant, Content: answer})
+	}
+	req := &pdk.ModelRequest{Messages: append(msgs, user("say this back"))}
+	var wc WordCounts // as the plugin plays: the same conversation again
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := sc.Play(req, Runtime{Words: &wc}); err != nil {
 			b.Fatal(err)
 		}
 	}

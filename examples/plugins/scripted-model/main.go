@@ -93,6 +93,9 @@ func withUserRules(base *Script) (*Script, error) {
 	return userRules.s.Over(base), nil
 }
 
+// wordCounts are the word counts of the instance's previous call.
+var wordCounts WordCounts
+
 func init() {
 	pdk.Info("scripted-model", "1.0.0")
 	pdk.Model(generate)
@@ -106,7 +109,7 @@ func generate(ctx context.Context, req *pdk.ModelRequest, delta func(pdk.Delta) 
 	if err != nil {
 		return nil, &pdk.Error{Code: "bad_config", Message: err.Error()}
 	}
-	return s.Play(req, Runtime{Delta: delta, Sleep: sleep, Attempt: attempt, Forget: forget})
+	return s.Play(req, Runtime{Delta: delta, Sleep: sleep, Attempt: attempt, Forget: forget, Words: &wordCounts})
 }
 
 // attempt counts the attempts of one request in the plugin's key-value space,

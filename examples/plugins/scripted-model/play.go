@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/looopy-go/looopy/pdk"
 )
@@ -29,6 +30,51 @@ type Runtime struct {
 	// Forget is told when a request counted by Attempt got past its
 	// failing steps, so its count can go. Nil: nothing to forget.
 	Forget func(key string)
+	// Words remembers the word counts of the previous call's messages.
+	// Nil: every message is counted on every call.
+	Words *WordCounts
+}
+
+// WordCounts remembers the word count of each message of the previous call,
+// with the message's text. A guest that keeps its conversation
+// (pdk.FeatureHistoryRef) gets the same strings again on the next call, so
+// a text whose bytes are the very ones counted before (same address and
+// length: strings do not change, and the one remembered here keeps its
+// bytes from being reused) is not counted again. Counting the words of a
+// long conversation was most of the scripted model's CPU per call. Not for
+// concurrent use.
+type WordCounts struct{ prev, next []counted }
+
+type counted struct {
+	s string
+	n int
+}
+
+// count returns the words of s, the text of message i.
+func (w *WordCounts) count(i int, s string) int {
+	if w == nil {
+		return words(s)
+	}
+	n := -1
+	if i < len(w.prev) {
+		if c := w.prev[i]; len(c.s) == len(s) && unsafe.StringData(c.s) == unsafe.StringData(s) {
+			n = c.n
+		}
+	}
+	if n < 0 {
+		n = words(s)
+	}
+	w.next = append(w.next, counted{s, n})
+	return n
+}
+
+// done ends a call: its counts are the ones to remember.
+func (w *WordCounts) done() {
+	if w == nil {
+		return
+	}
+	clear(w.prev)
+	w.prev, w.next = w.next, w.prev[:0]
 }
 
 // echoText is the answer of the built-in default rule.
@@ -49,13 +95,14 @@ type conversation struct {
 	promptWords int
 }
 
-func readConversation(req *pdk.ModelRequest) conversation {
+func readConversation(req *pdk.ModelRequest, wc *WordCounts) conversation {
 	var c conversation
 	last := -1
+	defer wc.done()
 	for i, m := range req.Messages {
-		c.promptWords += words(m.Content)
+		c.promptWords += wc.count(i, m.Content)
 		for _, tc := range m.ToolCalls {
-			c.promptWords += words(string(tc.Arguments)) + 1
+			c.promptWords += words(unsafe.String(unsafe.SliceData(tc.Arguments), len(tc.Arguments))) + 1
 		}
 		if m.Role == pdk.RoleUser {
 			last = i
@@ -134,7 +181,7 @@ func segments(steps []Step) [][]Step {
 // since the latest user message says how many tool-call runs were played
 // already. So the same request always gets the same answer.
 func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, error) {
-	conv := readConversation(req)
+	conv := readConversation(req, rt.Words)
 	rule, groups := s.pick(conv.input)
 	segs := segments(rule.Steps)
 	counted := ""
@@ -146,7 +193,7 @@ func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, er
 	v := &vars{
 		groups:      groups,
 		input:       conv.input,
-		history:     strings.Join(conv.users, " | "),
+		users:       conv.users,
 		toolResults: strings.Join(conv.toolResults, "\n"),
 		attempt:     conv.attempt,
 	}

@@ -576,3 +576,41 @@ func TestWordsCountsAsFields(t *testing.T) {
 		}
 	}
 }
+
+// Remembered word counts are used only for the very text counted before: a
+// message of the same length but other words at the same place is counted
+// again, and the usage reported is the same with or without the memory.
+func TestWordCountsRemembered(t *testing.T) {
+	sc, err := ParseScript([]byte(`{"rules":[{"match":"(?s)^(.*)$","steps":[{"text":"ok"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wc WordCounts
+	msgs := []pdk.Message{user("one two three"), {Role: pdk.RoleAssistant, Content: "four five"}, user("six")}
+	play := func() int {
+		t.Helper()
+		resp, err := sc.Play(&pdk.ModelRequest{Messages: msgs}, Runtime{Words: &wc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, _ := sc.Play(&pdk.ModelRequest{Messages: msgs}, Runtime{})
+		if resp.Usage != plain.Usage {
+			t.Fatalf("usage %+v with remembered counts, %+v without", resp.Usage, plain.Usage)
+		}
+		return resp.Usage.PromptTokens
+	}
+	if n := play(); n != 6 {
+		t.Fatalf("prompt tokens %d, want 6", n)
+	}
+	if n := play(); n != 6 || len(wc.prev) != 3 || wc.prev[0].n != 3 {
+		t.Fatalf("again: %d, remembered %+v", n, wc.prev)
+	}
+	msgs[0].Content = "one,two,three" // same length, one word
+	if n := play(); n != 4 {
+		t.Fatalf("after a change of the same length: %d, want 4", n)
+	}
+	msgs = msgs[1:] // another text at every place
+	if n := play(); n != 3 {
+		t.Fatalf("after a shift: %d, want 3", n)
+	}
+}

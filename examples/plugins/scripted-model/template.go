@@ -21,7 +21,7 @@ type vars struct {
 	groups         []string
 	names          []string // names[k] is the name of group k ("" if unnamed)
 	input          string
-	history        string
+	users          []string // joined for {{history}} only when a template asks
 	lastToolResult string
 	toolResults    string
 	attempt        int
@@ -30,7 +30,7 @@ type vars struct {
 
 var placeholders = map[string]func(*vars) string{
 	"input":          func(v *vars) string { return v.input },
-	"history":        func(v *vars) string { return v.history },
+	"history":        func(v *vars) string { return strings.Join(v.users, " | ") },
 	"lastToolResult": func(v *vars) string { return v.lastToolResult },
 	"toolResults":    func(v *vars) string { return v.toolResults },
 	"attempt":        func(v *vars) string { return strconv.Itoa(v.attempt) },
