@@ -229,6 +229,24 @@ func wireRequest(r loop.InputRequest) map[string]any {
 	if !r.ExpiresAt.IsZero() {
 		m["expiresAt"] = r.ExpiresAt.UTC().Format(time.RFC3339)
 	}
+	if rt := r.Route; rt != nil {
+		// A sub-agent's request, passed up: whose, and the call it is about.
+		route := map[string]any{"subtaskId": rt.SubtaskID, "agentId": rt.AgentID}
+		if rt.InputID != "" {
+			route["inputId"] = rt.InputID
+		}
+		if rt.RemoteTaskID != "" {
+			route["remoteTaskId"] = rt.RemoteTaskID
+		}
+		if rt.Call != nil {
+			var args any = map[string]any{}
+			if len(rt.Call.Arguments) > 0 {
+				_ = json.Unmarshal(rt.Call.Arguments, &args)
+			}
+			route["call"] = map[string]any{"id": rt.Call.ID, "name": rt.Call.Name, "arguments": args}
+		}
+		m["route"] = route
+	}
 	return m
 }
 

@@ -372,8 +372,8 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 	}
 	// A task that was paused goes on with its answers (unless a checkpoint
 	// of this turn shows them settled already).
-	cont, answers := answeredCalls(&rec)
-	t.Answers = answers
+	cont, answers, routes := answeredCalls(&rec)
+	t.Answers, t.Routes = answers, routes
 	if in.Resumed {
 		cp, err := cps.LoadCheckpoint(ctx, taskID)
 		switch {

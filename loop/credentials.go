@@ -59,15 +59,17 @@ func authPauseResult(call ToolCall, need AuthNeed) ToolResult {
 		Content: fmt.Sprintf("tool %q needs a credential of %q first", call.Name, need.Provider)}
 }
 
-func isAuthPause(r *ToolResult) bool {
-	if r == nil || !r.IsError || len(r.Data) == 0 || !strings.Contains(string(r.Data), authPauseKey) {
+func isAuthPause(r *ToolResult) bool { return isPauseOf(r, authPauseKey) }
+
+func isPauseOf(r *ToolResult, key string) bool {
+	if r == nil || !r.IsError || len(r.Data) == 0 || !strings.Contains(string(r.Data), key) {
 		return false
 	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(r.Data, &m) != nil {
 		return false
 	}
-	_, ok := m[authPauseKey]
+	_, ok := m[key]
 	return ok
 }
 
@@ -141,7 +143,22 @@ func (c *Credentials) Get(taskID, holder, provider string) (string, bool) {
 	return e.token, true
 }
 
-// Forget drops every credential of taskID.
+// Copy keeps the token supplied for holder in fromTask for holder in
+// toTask too, until the same time (nothing when there is none).
+func (c *Credentials) Copy(fromTask, toTask, holder, provider string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[credKey{fromTask, holder, provider}]
+	if !ok || time.Now().After(e.expires) {
+		return
+	}
+	c.m[credKey{toTask, holder, provider}] = e
+}
+
+// Forget drops every credential of taskID and of its sub-tasks.
 func (c *Credentials) Forget(taskID string) {
 	if c == nil {
 		return
@@ -149,7 +166,8 @@ func (c *Credentials) Forget(taskID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k := range c.m {
-		if k.task == taskID {
+		// A sub-task's ids are its parent's, a dot and the call's.
+		if k.task == taskID || strings.HasPrefix(k.task, taskID+".") {
 			delete(c.m, k)
 		}
 	}

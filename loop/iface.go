@@ -57,6 +57,10 @@ type ToolEnv struct {
 	// toolset takes up what the first run started instead of starting it
 	// again.
 	Resumed bool
+	// Routed is, when the call runs again after its task paused for a
+	// request it passed up (InputRequiredError), that request and the
+	// client's answer; a sub-agent's env carries it down to its calls.
+	Routed *RoutedInput
 
 	turn *turn    // the turn the call runs in (nil: called outside a turn)
 	sub  *Subtask // the sub-task this env is the sub-agent's env of

@@ -47,6 +47,9 @@ type InputRequest struct {
 	// Auth is what an auth request asks for (never a credential).
 	Auth      *AuthNeed `json:"auth,omitempty"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	// Route, on a request passed up from a sub-agent, says where the
+	// answer goes.
+	Route *InputRoute `json:"route,omitempty"`
 	// Answer is the recorded response; nil while the request is open.
 	Answer *InputAnswer `json:"answer,omitempty"`
 }
@@ -207,7 +210,7 @@ func checkAnswer(r InputRequest, a InputAnswer) error {
 // answeredCalls returns the calls of rec's answered requests that have no
 // result in its history yet, and the answers by call id: what a turn that
 // continues the task must settle before it calls the model.
-func answeredCalls(rec *TaskRecord) ([]ToolCall, map[string]InputAnswer) {
+func answeredCalls(rec *TaskRecord) ([]ToolCall, map[string]InputAnswer, map[string]InputRequest) {
 	done := make(map[string]bool)
 	for _, m := range rec.History {
 		if m.Role == RoleTool {
@@ -216,14 +219,21 @@ func answeredCalls(rec *TaskRecord) ([]ToolCall, map[string]InputAnswer) {
 	}
 	var calls []ToolCall
 	answers := make(map[string]InputAnswer)
+	var routes map[string]InputRequest
 	for _, r := range rec.Requests {
 		if r.Answer == nil || r.Call == nil || done[r.Call.ID] {
 			continue
 		}
 		calls = append(calls, *r.Call)
 		answers[r.Call.ID] = *r.Answer
+		if r.Route != nil {
+			if routes == nil {
+				routes = map[string]InputRequest{}
+			}
+			routes[r.Call.ID] = r
+		}
 	}
-	return calls, answers
+	return calls, answers, routes
 }
 
 // answerResult is the tool result an answer stands for, when it does not

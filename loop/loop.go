@@ -234,6 +234,10 @@ type Turn struct {
 	// tool results become their results), with Answers by call id.
 	Continue []ToolCall
 	Answers  map[string]InputAnswer
+	// Routes are, by call id, the answered requests those calls passed up
+	// from their sub-agents (InputRequest.Route): such a call runs again
+	// with its answer (ToolEnv.Routed) whatever the answer says.
+	Routes map[string]InputRequest
 	// ClientResultSchemas are the result schemas of client tools, by name,
 	// for the requests a call to one raises.
 	ClientResultSchemas map[string]json.RawMessage
@@ -551,6 +555,21 @@ func (tr *turn) run(ctx context.Context) Outcome {
 			}
 			conv = append(conv, results...)
 			first++
+		}
+	}
+	if len(tr.t.Routes) > 0 && tr.journaled == nil && tr.l.journal != nil {
+		// A call that passed a sub-agent's request up runs again: what its
+		// sub-agent's calls already did is in the journal, and is not done
+		// twice.
+		entries, err := tr.l.journal.Calls(ctx, tr.t.TaskID)
+		if err != nil {
+			out.Status, out.Reason = TaskFailed, ReasonError
+			out.Err = fmt.Errorf("continue task %q: read tool-call journal: %w", tr.t.TaskID, err)
+			return out
+		}
+		tr.journaled = make(map[string]JournalEntry, len(entries))
+		for _, e := range entries {
+			tr.journaled[e.CallID] = e
 		}
 	}
 	if len(tr.t.Continue) > 0 {
@@ -923,6 +942,12 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 	settled := make([]bool, len(calls))
 	for i, c := range calls {
 		if a, ok := tr.t.Answers[c.ID]; ok && tr.continuing {
+			if _, routed := tr.t.Routes[c.ID]; routed {
+				// An answer to a request the call passed up: the call
+				// runs again and hands the answer down.
+				run = append(run, i)
+				continue
+			}
 			// An answer settles this call: its result, or its approval.
 			if res, given := answerResult(c, a); given {
 				tr.emitComplete(c, res, 0)
@@ -956,7 +981,7 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 		run = append(run, i)
 	}
 	tr.toolDecision(calls, run, *pending)
-	needs := make([]*AuthNeed, len(calls))
+	needs := make([]*InputRequest, len(calls))
 	if len(run) == 1 { // the common case: no goroutine
 		i := run[0]
 		results[i], needs[i] = tr.runTool(ctx, calls[i])
@@ -973,12 +998,13 @@ func (tr *turn) runTools(ctx context.Context, calls []ToolCall, pending *[]ToolC
 		}
 		wg.Wait()
 	}
-	// A call that asked for a credential waits for it, as pending calls do.
+	// A call that asked for a credential, or passed a request up, waits
+	// for the answer, as pending calls do.
 	asked := 0
 	for _, i := range run {
 		if needs[i] != nil {
 			*pending = append(*pending, calls[i])
-			*reqs = append(*reqs, authRequest(calls[i], *needs[i]))
+			*reqs = append(*reqs, *needs[i])
 			asked++
 		}
 	}
@@ -1045,7 +1071,7 @@ func clientToolRequest(c ToolCall) InputRequest {
 // timeout) into a tool result that tells the model what went wrong. With a
 // journal, the call is recorded before it starts and when it ends; a call
 // the journal shows completed (a resumed turn) is not run again.
-func (tr *turn) runTool(ctx context.Context, call ToolCall) (Message, *AuthNeed) {
+func (tr *turn) runTool(ctx context.Context, call ToolCall) (Message, *InputRequest) {
 	return tr.runToolFor(ctx, call, nil)
 }
 
@@ -1053,7 +1079,7 @@ func (tr *turn) runTool(ctx context.Context, call ToolCall) (Message, *AuthNeed)
 // sub-agents: then its events carry the sub-task's id and it runs with the
 // sub-agent's env. A call that stopped to ask for a credential returns
 // what it needs instead of a message.
-func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) (Message, *AuthNeed) {
+func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) (Message, *InputRequest) {
 	emit := tr.emit
 	if sub != nil {
 		emit = sub.Emit
@@ -1081,11 +1107,16 @@ func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) (Me
 	start := time.Now()
 	res, need := tr.callTool(ctx, call, sub)
 	if need != nil {
-		// The call stopped before acting, to ask for a credential: the
-		// journal says so (it runs again once the credential is there),
-		// and the turn pauses for it.
-		res = authPauseResult(call, *need)
-		span.SetAttributes(attribute.Bool("looopy.tool.auth_required", true))
+		// The call stopped before acting, to ask for a credential (or to
+		// pass a sub-agent's request up): the journal says so (it runs
+		// again once the answer is there), and the turn pauses for it.
+		if need.Route != nil {
+			res = routePauseResult(call, *need)
+			span.SetAttributes(attribute.Bool("looopy.tool.input_required", true))
+		} else {
+			res = authPauseResult(call, *need.Auth)
+			span.SetAttributes(attribute.Bool("looopy.tool.auth_required", true))
+		}
 		tr.endCall(ctx, call, res)
 		tr.emitCompleteTo(emit, call, res, time.Since(start))
 		return Message{}, need
@@ -1117,7 +1148,7 @@ func (tr *turn) fromJournal(ctx context.Context, call ToolCall, emit func(Event)
 		return ToolResult{}, false
 	}
 	switch {
-	case e.State == CallCompleted && isAuthPause(e.Result):
+	case e.State == CallCompleted && (isAuthPause(e.Result) || isPauseOf(e.Result, routePauseKey)):
 		return ToolResult{}, false // it asked for a credential and did nothing: run it again
 	case e.State == CallCompleted && e.Result != nil:
 		return *e.Result, true
@@ -1208,7 +1239,7 @@ func toolMeta(r ToolResult) map[string]any {
 	return m
 }
 
-func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (res ToolResult, need *AuthNeed) {
+func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (res ToolResult, need *InputRequest) {
 	ts, ok := tr.index[call.Name]
 	if !ok && tr.journaled[call.ID].State == CallStarted {
 		// A cut-off call whose toolset takes it up, offered or not now.
@@ -1231,12 +1262,35 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 	}
 	env.CallID = call.ID
 	env.Resumed = tr.journaled[call.ID].State == CallStarted
+	if sub == nil {
+		if rq, ok := tr.t.Routes[call.ID]; ok {
+			if a, ok := tr.t.Answers[call.ID]; ok {
+				env.Routed = &RoutedInput{Request: rq, Answer: a}
+				if rq.InputType == InputAuth && rq.Auth != nil && rq.Route != nil {
+					// The client's credential, kept for this task, goes
+					// to the sub-task that asked for it.
+					env.Credentials.Copy(tr.t.TaskID, rq.Route.SubtaskID, rq.Auth.Holder, rq.Auth.Provider)
+				}
+			}
+		}
+	}
 	r, err := ts.Call(ctx, call, &env)
 	if n, ok := AuthNeedOf(err); ok && err != nil && ctx.Err() == nil {
 		if n.Holder == "" {
 			n.Holder = "tool:" + call.Name
 		}
-		return ToolResult{}, n
+		req := authRequest(call, *n)
+		return ToolResult{}, &req
+	}
+	var ire *InputRequiredError
+	if errors.As(err, &ire) && parent.Err() == nil {
+		req := ire.Request
+		c := call
+		req.Call = &c
+		if req.InputID == "" {
+			req.InputID = "input:" + call.ID
+		}
+		return ToolResult{}, &req
 	}
 	switch {
 	case err == nil:
@@ -1276,26 +1330,61 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 	if tr.client[call.Name] {
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q runs on the client and cannot be called by a sub-agent", call.Name)}, nil
 	}
-	if tr.gate(ctx, call) != nil {
-		// A sub-agent cannot pause its parent's turn: the call is refused,
-		// never run unapproved.
-		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q needs an approval and cannot be called by a sub-agent", call.Name)}, nil
+	var sub *Subtask
+	if env != nil && env.turn == tr {
+		sub = env.sub
+	}
+	if req := tr.gate(ctx, call); req != nil {
+		// A sub-agent's call that needs an approval: the answer passed
+		// down from the parent's client, or the parent's model's when a
+		// person need not answer; else the sub-agent stops and its
+		// request goes up (it runs again once answered). Never run
+		// unapproved.
+		a, ok := routedFor(env, call)
+		if !ok && sub == nil {
+			return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q needs an approval and cannot be called here", call.Name)}, nil
+		}
+		if !ok {
+			c := call
+			r := *req
+			r.InputType, r.Call = InputApproval, &c
+			r.InputID = InputApproval + ":" + call.ID
+			if r.Prompt == "" {
+				r.Prompt = fmt.Sprintf("Approve %s with %s?", call.Name, compactJSON(call.Arguments))
+			}
+			if r.RequireUser {
+				sub.pauseFor(r)
+				return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q waits for an approval: stop here, the task goes on once it is given", call.Name)}, nil
+			}
+			var err error
+			if a, err = sub.AnswerByModel(ctx, r); err != nil {
+				return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q needs an approval: %v", call.Name, err)}, nil
+			}
+		}
+		if res, given := answerResult(call, a); given {
+			return res, nil
+		}
+		if len(a.Arguments) > 0 {
+			call.Arguments = a.Arguments
+		}
 	}
 	if env != nil && env.CallID != "" {
 		// A sub-agent's call is journaled under the call that runs the
 		// sub-agent, so its ids never collide with the parent's.
 		call.ID = env.CallID + ">" + call.ID
 	}
-	var sub *Subtask
-	if env != nil && env.turn == tr {
-		sub = env.sub
-	}
 	m, need := tr.runToolFor(ctx, call, sub)
 	if need != nil {
-		// A sub-agent cannot pause its parent's turn for a credential
-		// either: the call is answered with what it lacks.
+		// A sub-agent's call that needs a credential (or input from
+		// further down): the sub-agent stops and the request goes up to
+		// the parent's client; the call runs again once it is answered.
+		if sub == nil || need.Route != nil {
+			return ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf(
+				"tool %q needs input (%s), which this call cannot ask for", call.Name, need.Prompt)}, nil
+		}
+		sub.pauseFor(*need)
 		return ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf(
-			"tool %q needs a credential of %q, which a sub-agent's call cannot ask for", call.Name, need.Provider)}, nil
+			"tool %q needs a credential: stop here, the task goes on once the client supplies it", call.Name)}, nil
 	}
 	return ToolResult{ToolCallID: call.ID, Content: m.Content, IsError: m.Metadata["isError"] == true}, nil
 }

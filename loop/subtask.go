@@ -53,6 +53,12 @@ type Subtask struct {
 	thoughts int
 	rec      TaskRecord
 	done     bool
+
+	prompt      string
+	parentModel Model  // the parent's own model (AnswerByModel)
+	coordinator string // the parent's agent id
+	stop        func()
+	pause       *InputRequest
 }
 
 // StartSubtask opens the sub-task of a sub-agent run by the tool call env
@@ -70,7 +76,7 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 		return nil, fmt.Errorf("start sub-task: %w: no tool call id", ErrInvalid)
 	}
 	s := &Subtask{ID: SubtaskID(env.TaskID, callID), ParentTaskID: env.TaskID, ContextID: env.ContextID,
-		AgentID: spec.AgentID, tr: env.turn, parent: env.Emit}
+		AgentID: spec.AgentID, tr: env.turn, parent: env.Emit, prompt: spec.Prompt, parentModel: env.Model, coordinator: env.AgentID}
 	if s.parent == nil {
 		s.parent = func(Event) {}
 	}
@@ -248,16 +254,7 @@ func (s *Subtask) Finish(ctx context.Context, status TaskStatus, content string,
 	s.Emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: status, Message: msg, Metadata: md})
 	s.Emit(&TaskComplete{Header: Header{Kind: KindTaskComplete}, Status: status, Content: content, Reason: reason,
 		Usage: usage, Metadata: map[string]any{"reason": reason}})
-	if tr := s.tr; tr != nil {
-		tr.subMu.Lock()
-		tr.activeSubs--
-		last := tr.activeSubs == 0
-		tr.subMu.Unlock()
-		if last {
-			s.parent(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus, ContextID: s.ContextID, TaskID: s.ParentTaskID},
-				Status: TaskWorking, Metadata: map[string]any{"subtaskId": s.ID, "subtaskStatus": string(status)}})
-		}
-	}
+	s.leave(status)
 }
 
 // ErrBudget marks a sub-agent's model call refused by its parent's budget.

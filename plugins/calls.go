@@ -146,9 +146,19 @@ func (p *Plugin) runAgent(ctx context.Context, t *pluginTool, call loop.ToolCall
 		return loop.ToolResult{}, fmt.Errorf("plugin %q: encode agent request: %w", p.Name(), err)
 	}
 	var resp pdk.AgentResponse
-	err = p.invoke(ctx, pdk.OpRun, in, func(cs *callState) {
+	// A call of the sub-agent that must wait for a person (an approval,
+	// a credential) stops the run; the request goes up to the parent's
+	// client and the agent runs again once it is answered (what its calls
+	// did is journaled, and not done twice).
+	actx, stop := context.WithCancel(ctx)
+	defer stop()
+	st.OnPause(stop)
+	err = p.invoke(actx, pdk.OpRun, in, func(cs *callState) {
 		cs.env, cs.toolCallID = sub, call.ID
 	}, func(out []byte) error { return json.Unmarshal(out, &resp) })
+	if req, paused := st.Paused(); paused && ctx.Err() == nil {
+		return loop.ToolResult{}, st.PassUp(ctx, req, "", "")
+	}
 	if err != nil {
 		var pe *pdk.Error
 		status := loop.TaskFailed

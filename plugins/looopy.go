@@ -262,9 +262,11 @@ func (in *looopyInstance) call(ctx context.Context, op pdk.Op, input []byte) (ou
 	if in.stop != nil {
 		disarm := in.stop.arm(ctx)
 		defer func() {
-			if !disarm() && err == nil {
-				// The guest finished as its context ended: it may already
-				// be marked to stop, so it must not serve again.
+			var pe *pdk.Error
+			if !disarm() && (err == nil || errors.As(err, &pe)) {
+				// The guest finished (an answer, or an error of its own)
+				// as its context ended: it may already be marked to stop,
+				// so it must not serve again.
 				out, err = nil, context.Cause(ctx)
 			}
 		}()

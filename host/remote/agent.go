@@ -278,10 +278,38 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 	r := &run{a: a, st: st, client: client, completes: map[string]bool{}}
 	var content string
 	var status loop.TaskStatus
-	if env.Resumed {
+	switch rt := env.Routed; {
+	case env.Resumed:
 		content, status, err = r.resume(ctx)
-	} else {
+	case rt != nil && rt.Request.Route != nil && rt.Request.Route.RemoteTaskID != "":
+		// The parent's client answered the remote task's request: the
+		// answer goes to that task, which goes on.
+		r.remoteID = a2a.TaskID(rt.Request.Route.RemoteTaskID)
+		var msg *a2a.Message
+		if msg, err = r.answerMessage(rt.Request, rt.Answer, env); err == nil {
+			content, status, err = r.answer(ctx, msg)
+		}
+	default:
 		content, status, err = r.stream(ctx, args.Prompt)
+	}
+	// A remote task that asks for input: a person's answer is asked of
+	// the parent's client (the parent pauses, and this call runs again
+	// with it); one an agent may give, the parent's model gives.
+	for err == nil && ctx.Err() == nil && (status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth) {
+		req := r.request(status, content)
+		if req.InputType == loop.InputAuth || req.RequireUser {
+			return loop.ToolResult{}, st.PassUp(ctx, req, string(r.remoteID), "agent:"+a.cfg.Name)
+		}
+		var ans loop.InputAnswer
+		if ans, err = st.AnswerByModel(ctx, req); err != nil {
+			break
+		}
+		var msg *a2a.Message
+		if msg, err = r.answerMessage(loop.InputRequest{Route: &loop.InputRoute{InputID: req.InputID}, InputType: req.InputType,
+			RequireUser: req.RequireUser}, ans, env); err != nil {
+			break
+		}
+		content, status, err = r.answer(ctx, msg)
 	}
 	if ctx.Err() != nil {
 		r.cancelRemote()
@@ -294,6 +322,9 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 		return res, nil
 	}
 	if err != nil {
+		if status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
+			r.cancelRemote() // its request could not be answered
+		}
 		st.Finish(ctx, loop.TaskFailed, "", err)
 		return errResult("agent %q failed: %v", a.cfg.Name, err)
 	}
@@ -301,13 +332,6 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 	case loop.TaskCompleted:
 		st.Finish(ctx, loop.TaskCompleted, content, nil)
 		return loop.ToolResult{ToolCallID: call.ID, Content: content}, nil
-	case loop.TaskWaitingInput, loop.TaskWaitingAuth:
-		// Not passed up to the parent's client (yet): the remote task is
-		// canceled, and the model told why.
-		r.cancelRemote()
-		err := fmt.Errorf("the remote agent asks for %s, which a sub-agent call cannot give: %s", status, content)
-		st.Finish(ctx, loop.TaskFailed, "", err)
-		return errResult("agent %q: %v", a.cfg.Name, err)
 	}
 	err = fmt.Errorf("the remote task ended %s: %s", status, content)
 	st.Finish(ctx, status, "", err)
@@ -355,6 +379,9 @@ type run struct {
 	texts     map[string]*strings.Builder
 	order     []string
 	completes map[string]bool
+	// last is the status message of the paused remote task (it says what
+	// the task needs).
+	last *a2a.Message
 }
 
 // callKey is the deterministic id of a call's message and context on the
@@ -556,6 +583,7 @@ func (r *run) artifact(e *a2a.TaskArtifactUpdateEvent) {
 func (r *run) final(ctx context.Context, task *a2a.Task) (string, loop.TaskStatus, error) {
 	status := fromState(task.Status.State)
 	if status != loop.TaskCompleted {
+		r.last = task.Status.Message
 		return statusText(task.Status.Message), status, nil
 	}
 	if u := usageOf(task.Metadata); u != (loop.Usage{}) {
@@ -685,4 +713,152 @@ func usageOf(md map[string]any) loop.Usage {
 		return int(f)
 	}
 	return loop.Usage{PromptTokens: n("promptTokens"), CompletionTokens: n("completionTokens"), TotalTokens: n("totalTokens")}
+}
+
+// answer sends msg, an answer to the paused remote task's request, and
+// follows the task as stream does. An answer that meets the task's paused
+// turn still winding down (busy) is sent again, a few times.
+func (r *run) answer(ctx context.Context, msg *a2a.Message) (string, loop.TaskStatus, error) {
+	for attempt := 0; ; attempt++ {
+		status, message, final, err := r.forward(ctx, r.client.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}))
+		if final {
+			return message, status, nil
+		}
+		if ctx.Err() != nil {
+			return "", loop.TaskCanceled, ctx.Err()
+		}
+		if err != nil && attempt < 50 && strings.Contains(err.Error(), "busy with another turn") {
+			t := time.NewTimer(time.Duration(20*(attempt+1)) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return "", loop.TaskCanceled, ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
+		if err != nil && status == "" {
+			return "", "", fmt.Errorf("the remote agent refused the answer: %w", err)
+		}
+		return r.follow(ctx)
+	}
+}
+
+// request is what the paused remote task asks for: the first open request
+// of the humans-in-the-loop extension in its status message, or, from an
+// agent that does not speak it, a text request for its status text (a
+// person answers it: nothing says an agent may).
+func (r *run) request(status loop.TaskStatus, text string) loop.InputRequest {
+	if r.last != nil {
+		for _, p := range r.last.Parts {
+			if p == nil || p.Metadata[loop.InteractionURI] != "requests" {
+				continue
+			}
+			d, ok := p.Content.(a2a.Data)
+			if !ok {
+				continue
+			}
+			b, _ := json.Marshal(d.Value)
+			var body struct {
+				Requests []loop.InputRequest `json:"requests"`
+			}
+			if json.Unmarshal(b, &body) == nil {
+				for _, q := range body.Requests {
+					if q.InputID != "" && q.Answer == nil {
+						return q
+					}
+				}
+			}
+		}
+	}
+	req := loop.InputRequest{InputType: loop.InputText, RequireUser: true, Prompt: text}
+	if status == loop.TaskWaitingAuth {
+		req.InputType = loop.InputAuth
+		req.Auth = &loop.AuthNeed{Provider: "remote:" + r.a.cfg.Name}
+	}
+	req.InputID = "remote:" + string(r.remoteID)
+	if req.Prompt == "" {
+		req.Prompt = fmt.Sprintf("the remote agent %s asks for input", r.a.cfg.Name)
+	}
+	return req
+}
+
+// answerMessage is the message that answers the remote task's request
+// req: the extension's responses part (with the credential the parent's
+// client supplied, for an auth request), or the text alone for an agent
+// that did not ask through the extension.
+func (r *run) answerMessage(req loop.InputRequest, a loop.InputAnswer, env *loop.ToolEnv) (*a2a.Message, error) {
+	childID := ""
+	if req.Route != nil {
+		childID = req.Route.InputID
+	}
+	var msg *a2a.Message
+	if strings.HasPrefix(childID, "remote:") || childID == "" {
+		text := a.Text
+		if text == "" && a.Result != nil {
+			text = a.Result.Content
+		}
+		if text == "" && a.Decision != "" {
+			text = a.Decision
+			if a.Reason != "" {
+				text += ": " + a.Reason
+			}
+		}
+		if req.InputType == loop.InputAuth {
+			return nil, fmt.Errorf("the remote agent asked for a credential without the humans-in-the-loop extension: there is no way to send it")
+		}
+		msg = a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(text))
+	} else {
+		resp := map[string]any{"inputId": childID}
+		if a.ProvidedBy != "" {
+			resp["providedBy"] = a.ProvidedBy
+		}
+		if a.UserID != "" {
+			resp["userId"] = a.UserID
+		}
+		if a.AgentID != "" {
+			resp["agentId"] = a.AgentID
+		}
+		if a.Decision != "" {
+			resp["decision"] = a.Decision
+		}
+		if a.Reason != "" {
+			resp["reason"] = a.Reason
+		}
+		if len(a.Arguments) > 0 {
+			resp["arguments"] = a.Arguments
+		}
+		if a.Text != "" {
+			resp["text"] = a.Text
+		}
+		if a.Result != nil {
+			res := map[string]any{"content": a.Result.Content}
+			if a.Result.IsError {
+				res["isError"] = true
+			}
+			if len(a.Result.Data) > 0 {
+				res["data"] = a.Result.Data
+			}
+			resp["result"] = res
+		}
+		if req.InputType == loop.InputAuth && req.Auth != nil && req.Auth.Provider != loop.ProviderCaller {
+			tok, ok := env.Credentials.Get(r.st.ID, req.Auth.Holder, req.Auth.Provider)
+			if !ok {
+				return nil, fmt.Errorf("the credential for the remote agent's request %q is no longer held", childID)
+			}
+			resp["credential"] = map[string]any{"token": tok}
+		}
+		b, err := json.Marshal(map[string]any{"responses": []any{resp}})
+		if err != nil {
+			return nil, err
+		}
+		var data map[string]any
+		_ = json.Unmarshal(b, &data)
+		dp := a2a.NewDataPart(data)
+		dp.Metadata = map[string]any{loop.InteractionURI: "responses"}
+		msg = a2a.NewMessage(a2a.MessageRoleUser, dp)
+		msg.Extensions = []string{loop.InteractionURI}
+	}
+	msg.TaskID = r.remoteID
+	return msg, nil
 }
