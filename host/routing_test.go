@@ -245,6 +245,10 @@ const localScript = `{"rules": [
  {"name": "ledger", "match": "(?i)briefly: ledger\\s+(.+)$", "steps": [
   {"toolCall": {"name": "ledger_append", "arguments": {"entry": "$1"}}},
   {"text": "Ledger: {{lastToolResult}}"}]},
+ {"name": "twice", "match": "(?i)briefly: twice (\\S+) (\\S+)$", "steps": [
+  {"toolCall": {"name": "ledger_append", "arguments": {"entry": "$1"}}},
+  {"toolCall": {"name": "ledger_append", "arguments": {"entry": "$2"}}, "delayMs": 1},
+  {"text": "Twice: {{toolResults}}"}]},
  {"name": "profile", "match": "(?i)briefly: profile", "steps": [
   {"toolCall": {"name": "profile_read", "arguments": {}}},
   {"text": "Profile: {{lastToolResult}}"}]}]}`
@@ -340,5 +344,45 @@ func TestRoutedAuthFromLocalChild(t *testing.T) {
 	if done.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(done), digest(token)) ||
 		strings.Contains(artifactText(done), token) {
 		t.Fatalf("parent after the credential: %s %q %q", done.Status.State, artifactText(done), done.Status.Message.Parts[0].Text())
+	}
+}
+
+// A local sub-agent that needs two approvals, one after the other: the
+// parent pauses twice; the second time the sub-agent runs again, its first
+// call (approved and run already) is neither asked about nor run again; a
+// rejection is final too. Each approved call runs exactly once.
+func TestRoutedApprovalsOneAfterAnother(t *testing.T) {
+	t.Parallel()
+	cfg, ah := localRoutingHost(t)
+	h := startHost(t, cfg)
+	alice := client10(t, h.URL(), "alice-key")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	task := send(t, alice, ctx, &a2a.SendMessageRequest{Message: userMsg("local twice first second")})
+	answer := func(decision, wantEntry string) *a2a.Task {
+		t.Helper()
+		if task.Status.State != a2a.TaskStateInputRequired {
+			t.Fatalf("parent is %s %q, want input-required", task.Status.State, artifactText(task))
+		}
+		reqs := requestsOf(t, task)
+		route, _ := reqs[0]["route"].(map[string]any)
+		call, _ := route["call"].(map[string]any)
+		args, _ := call["arguments"].(map[string]any)
+		if len(reqs) != 1 || args["entry"] != wantEntry {
+			t.Fatalf("requests = %v, want the approval of %q", reqs, wantEntry)
+		}
+		return send(t, alice, ctx, &a2a.SendMessageRequest{Message: answerMsg(task.ID,
+			map[string]any{"inputId": reqs[0]["inputId"], "decision": decision, "reason": "no " + wantEntry})})
+	}
+	task = answer("approve", "first")
+	if lines := ah.lines(t); len(lines) != 1 || !strings.HasSuffix(lines[0], "\tfirst") {
+		t.Fatalf("ledger after the first approval = %q", lines)
+	}
+	task = answer("reject", "second")
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), "no second") {
+		t.Fatalf("parent after the second answer: %s %q", task.Status.State, artifactText(task))
+	}
+	if lines := ah.lines(t); len(lines) != 1 {
+		t.Fatalf("ledger = %q, want the first call once and the rejected one never", lines)
 	}
 }

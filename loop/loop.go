@@ -1162,6 +1162,21 @@ func (tr *turn) fromJournal(ctx context.Context, call ToolCall, emit func(Event)
 	return ToolResult{}, false // idempotent and interrupted: run it again
 }
 
+// journalSettled records a call that is settled without running (a
+// rejection) as completed with res.
+func (tr *turn) journalSettled(ctx context.Context, call ToolCall, res ToolResult) {
+	j := tr.l.journal
+	if j == nil {
+		return
+	}
+	wctx := context.WithoutCancel(ctx)
+	if err := j.BeginCall(wctx, JournalEntry{TaskID: tr.t.TaskID, CallID: call.ID, Key: IdempotencyKey(tr.t.TaskID, call.ID),
+		Tool: call.Name, Arguments: call.Arguments, State: CallStarted, Attempts: 1, StartedAt: time.Now().UTC()}); err != nil {
+		return
+	}
+	tr.endCall(ctx, call, res)
+}
+
 func (tr *turn) endCall(ctx context.Context, call ToolCall, res ToolResult) {
 	j := tr.l.journal
 	if j == nil {
@@ -1334,7 +1349,15 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 	if env != nil && env.turn == tr {
 		sub = env.sub
 	}
-	if req := tr.gate(ctx, call); req != nil {
+	journalID := call.ID
+	if env != nil && env.CallID != "" {
+		journalID = env.CallID + ">" + call.ID
+	}
+	if e, done := tr.journaled[journalID]; done && e.State == CallCompleted && e.Result != nil && !isAuthPause(e.Result) {
+		// A sub-agent run again (it had passed a request up): this call
+		// was settled in an earlier run, and is answered from the journal
+		// below, neither asked about nor run again.
+	} else if req := tr.gate(ctx, call); req != nil {
 		// A sub-agent's call that needs an approval: the answer passed
 		// down from the parent's client, or the parent's model's when a
 		// person need not answer; else the sub-agent stops and its
@@ -1362,6 +1385,11 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 			}
 		}
 		if res, given := answerResult(call, a); given {
+			// Rejected: journaled as settled, so that a later run of the
+			// sub-agent does not ask again.
+			c := call
+			c.ID = journalID
+			tr.journalSettled(ctx, c, res)
 			return res, nil
 		}
 		if len(a.Arguments) > 0 {
