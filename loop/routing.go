@@ -92,13 +92,13 @@ func (s *Subtask) suspend(ctx context.Context, child InputRequest) {
 	}
 	s.done = true
 	usage := s.usage
+	rec := s.rec
 	s.mu.Unlock()
 	status := TaskWaitingInput
 	if child.InputType == InputAuth {
 		status = TaskWaitingAuth
 	}
 	if tr := s.tr; tr != nil && tr.l.subtasks != nil {
-		rec := s.rec
 		rec.Status, rec.Reason, rec.Usage, rec.UpdatedAt = status, ReasonInput, usage, time.Now().UTC()
 		rec.Message = child.Prompt
 		rec.Requests = []InputRequest{child}
