@@ -50,6 +50,19 @@ type PluginsConfig struct {
 	// refused and reported, and holds up neither the other plugins nor the
 	// start of the host.
 	LoadTimeout Duration `json:"loadTimeout,omitempty"`
+	// CompileTimeout bounds compiling a plugin's module to machine code
+	// (default 1m): a plugin past it is refused and reported, and the
+	// compiler stops at its next function.
+	CompileTimeout Duration `json:"compileTimeout,omitempty"`
+	// ModuleLimits bound what a module may declare, checked before it is
+	// compiled (plugins.ModuleLimits: module and function size,
+	// instructions, branches, locals, nesting, br_table, table, section
+	// entries; a zero field is its default, a negative one no limit), e.g.
+	// {"moduleBytes": 134217728}.
+	ModuleLimits plugins.ModuleLimits `json:"moduleLimits"`
+	// MaxCompiles is how many modules compile at once (default: the
+	// number of CPUs, at least 2).
+	MaxCompiles int `json:"maxCompiles,omitempty"`
 	// Budgets bound what each plugin writes through the host: log,
 	// events, key-value, artifacts, HTTP, tool definitions (plugins.Budgets:
 	// a zero field is its default, a negative one no limit), e.g.
@@ -125,6 +138,9 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			Secrets:             cfg.Plugins.Secrets,
 			CallerAuth:          cfg.Plugins.CallerAuth,
 			LoadTimeout:         time.Duration(cfg.Plugins.LoadTimeout),
+			CompileTimeout:      time.Duration(cfg.Plugins.CompileTimeout),
+			ModuleLimits:        cfg.Plugins.ModuleLimits,
+			MaxCompiles:         cfg.Plugins.MaxCompiles,
 			Budgets:             cfg.Plugins.Budgets,
 			MaxCallTimeout:      time.Duration(cfg.Plugins.MaxCallTimeout),
 		},

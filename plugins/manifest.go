@@ -83,7 +83,7 @@ func ReadManifest(path string) (*Manifest, error) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		path = filepath.Join(path, ManifestFile)
 	}
-	b, err := os.ReadFile(path)
+	b, err := readRegular(path, MaxManifestBytes, "manifest size in bytes")
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}

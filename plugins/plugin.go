@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -41,6 +41,9 @@ var (
 	// _initialize, describe) did not finish within the load timeout; the
 	// plugin was refused.
 	ErrLoadTimeout = errors.New("plugin load ran past its timeout")
+	// ErrCompileTimeout: compiling the plugin's module did not finish
+	// within the compile timeout; the plugin was refused.
+	ErrCompileTimeout = errors.New("plugin compile ran past its timeout")
 )
 
 // Plugin is one loaded version of a plugin: its compiled module, its pool of
@@ -172,37 +175,61 @@ type loadEnv struct {
 	quotaKV   QuotaKV
 }
 
-// compile runs wazero's compiler on rt. The compiler does not look at the
-// context, and a Go plugin takes seconds to compile (minutes on a busy
-// machine or under the race detector): it runs on its own goroutine, and a
-// load cancelled meanwhile (a host stopped while starting, a registry
-// closed) returns at once, abandoned; the compile then ends on its own and
-// closes what it made and rt. The caches stay open until every compile has
-// ended (Registry.Close).
-func compile(ctx context.Context, env *loadEnv, rt wazero.Runtime, code []byte) (_ wazero.CompiledModule, _ error, abandoned bool) {
+// compile runs wazero's compiler on rt, bounded by the policy's compile
+// timeout. wazero's compiler looks at its context only between functions,
+// and only when it compiles with several workers (experimental
+// WithCompilationWorkers): a compile whose time ran out, or whose load was
+// cancelled (a host stopped while starting, a registry closed), returns at
+// once, abandoned, and the compiler stops at the end of the function it is
+// compiling (admission bounds each function, see ModuleLimits); it then
+// closes what it made and rt. key names the plugin: one compile of a plugin
+// runs at a time, an abandoned one included, so a file dropped again and
+// again does not stack compiles; and at most Policy.MaxCompiles run at once
+// in all. The caches stay open until every compile has ended
+// (Registry.Close).
+func compile(ctx context.Context, env *loadEnv, key string, rt wazero.Runtime, code []byte) (_ wazero.CompiledModule, _ error, abandoned bool) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx)), false
 	}
+	release, err := env.compiles.acquire(ctx, key, env.policy.maxCompiles())
+	if err != nil {
+		return nil, fmt.Errorf("compile: load cancelled while waiting to compile: %w", err), false
+	}
+	timeout := env.policy.compileTimeout()
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errCompileDeadline)
+	defer cancel() // an abandoned compile stops at its next function
+	cctx = experimental.WithCompilationWorkers(cctx, compileWorkers)
 	type result struct {
 		cm  wazero.CompiledModule
 		err error
 	}
 	done := make(chan result, 1)
-	env.compiles.add()
 	go func() {
 		if compileHook != nil {
 			compileHook()
 		}
-		cm, err := rt.CompileModule(context.Background(), code)
+		cm, err := rt.CompileModule(cctx, code)
+		if compileEndHook != nil {
+			compileEndHook()
+		}
 		// Counted down before the load hears of it: a registry closed
 		// after the load returned closes its caches at once.
-		env.compiles.done()
+		release()
 		done <- result{cm, err}
 	}()
+	stopped := func() error {
+		if errors.Is(context.Cause(cctx), errCompileDeadline) {
+			return fmt.Errorf("did not finish within %s (plugins.compileTimeout): %w", timeout, ErrCompileTimeout)
+		}
+		return fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx))
+	}
 	select {
 	case r := <-done:
+		if r.err != nil && (errors.Is(context.Cause(cctx), errCompileDeadline) || ctx.Err() != nil) {
+			return nil, stopped(), false
+		}
 		return r.cm, r.err, false
-	case <-ctx.Done():
+	case <-cctx.Done():
 		env.compiles.add()
 		go func() {
 			defer env.compiles.done()
@@ -211,19 +238,79 @@ func compile(ctx context.Context, env *loadEnv, rt wazero.Runtime, code []byte) 
 			}
 			_ = rt.Close(context.Background())
 		}()
-		return nil, fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx)), true
+		return nil, stopped(), true
 	}
 }
 
-// compileHook, set by tests, runs before each compile.
-var compileHook func()
+// compileWorkers is how many goroutines compile one module: more than one,
+// for wazero looks at the context only then.
+const compileWorkers = 2
 
-// compileCount counts the compiles running, and runs one function when the
-// last ends.
+// errCompileDeadline is the cause of a compile's context ending at its
+// timeout.
+var errCompileDeadline = errors.New("compile timeout")
+
+// compileHook and compileEndHook, set by tests, run before and after each
+// compile.
+var compileHook, compileEndHook func()
+
+// compileCount counts the compiles running (abandoned ones included), keeps
+// one per plugin and a bounded number in all, and runs one function when
+// the last ends.
 type compileCount struct {
 	mu     sync.Mutex
 	n      int
 	onIdle func()
+	slots  chan struct{}            // one token per compile running
+	busy   map[string]chan struct{} // plugin -> closed when its compile ends
+}
+
+// acquire waits until no compile of key runs and fewer than limit compiles
+// run (or ctx ends), and counts the compile in; release counts it out.
+func (c *compileCount) acquire(ctx context.Context, key string, limit int) (release func(), err error) {
+	c.mu.Lock()
+	if c.slots == nil {
+		c.slots = make(chan struct{}, limit)
+		c.busy = map[string]chan struct{}{}
+	}
+	slots := c.slots
+	for {
+		prev := c.busy[key]
+		if prev == nil {
+			break
+		}
+		c.mu.Unlock()
+		select {
+		case <-prev:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		c.mu.Lock()
+	}
+	mine := make(chan struct{})
+	c.busy[key] = mine
+	c.n++
+	c.mu.Unlock()
+	giveUp := func() {
+		c.mu.Lock()
+		delete(c.busy, key)
+		c.mu.Unlock()
+		close(mine)
+		c.done()
+	}
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		giveUp()
+		return nil, context.Cause(ctx)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-slots
+			giveUp()
+		})
+	}, nil
 }
 
 func (c *compileCount) add() {
@@ -273,7 +360,8 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 			err = fmt.Errorf("plugin %q (%s): %w", m.Name, wasmPath, err)
 		}
 	}()
-	bin, err := os.ReadFile(wasmPath)
+	lim := env.policy.ModuleLimits.withDefaults()
+	bin, err := readModule(wasmPath, lim.ModuleBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -281,6 +369,11 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	hash := hex.EncodeToString(sum[:])
 	if hash != m.SHA256 {
 		return nil, fmt.Errorf("sha256 is %s, the manifest says %s", hash, m.SHA256)
+	}
+	// What the compiler is given is bounded first: wazero cannot be
+	// stopped inside a function (see compile).
+	if err := admit(bin, lim); err != nil {
+		return nil, fmt.Errorf("refused before compiling: %w", err)
 	}
 	g := env.policy.Grant(m, env.lookupEnv)
 	p := &Plugin{
@@ -329,7 +422,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 			_ = rt.Close(context.Background())
 		}
 	}()
-	cm, err, abandoned := compile(ctx, env, rt, code)
+	cm, err, abandoned := compile(ctx, env, m.File, rt, code)
 	if abandoned {
 		closeRT = false // the compile closes it when it ends
 	} else if err != nil && intr != nil {
@@ -338,7 +431,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		_ = rt.Close(context.Background())
 		rewriteErr := err
 		code, intr, rt = bin, nil, newRuntime(nil)
-		cm, err, abandoned = compile(ctx, env, rt, code)
+		cm, err, abandoned = compile(ctx, env, m.File, rt, code)
 		if abandoned {
 			closeRT = false
 		} else if err == nil {

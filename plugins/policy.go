@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +22,9 @@ const (
 	// DefaultLoadTimeout bounds the guest code a load runs (start section,
 	// _initialize, describe).
 	DefaultLoadTimeout = 10 * time.Second
+	// DefaultCompileTimeout bounds compiling a module: the largest example
+	// plugin (a Go one, 6 MB) compiles in a few seconds.
+	DefaultCompileTimeout = time.Minute
 	// MinGoMemoryPages is what a Go guest needs to start at all.
 	MinGoMemoryPages = 44
 )
@@ -73,6 +77,31 @@ type Policy struct {
 	// section and _initialize, then describe (default DefaultLoadTimeout).
 	// A plugin past it is refused.
 	LoadTimeout time.Duration
+	// CompileTimeout bounds compiling a plugin's module to machine code
+	// (default DefaultCompileTimeout). A plugin past it is refused
+	// (ErrCompileTimeout); wazero's compiler stops at its next function.
+	CompileTimeout time.Duration
+	// ModuleLimits bound what a module may declare; a module over one is
+	// refused before it is compiled (ErrModuleLimit).
+	ModuleLimits ModuleLimits
+	// MaxCompiles is how many modules compile at once, all plugins
+	// together (default: the number of CPUs, at least 2). A compile that
+	// ran out of time holds its place until the compiler has stopped.
+	MaxCompiles int
+}
+
+func (p Policy) compileTimeout() time.Duration {
+	if p.CompileTimeout > 0 {
+		return p.CompileTimeout
+	}
+	return DefaultCompileTimeout
+}
+
+func (p Policy) maxCompiles() int {
+	if p.MaxCompiles > 0 {
+		return p.MaxCompiles
+	}
+	return max(2, runtime.GOMAXPROCS(0))
 }
 
 func (p Policy) loadTimeout() time.Duration {

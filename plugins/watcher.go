@@ -3,8 +3,10 @@ package plugins
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -175,8 +177,12 @@ func (w *Watcher) scan(ctx context.Context, settle bool) {
 		}
 		mf := filepath.Join(w.cfg.Dir, e.Name(), ManifestFile)
 		fp, err := fingerprint(mf)
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // no manifest (yet)
+		}
+		if err != nil {
+			// a manifest too big, a FIFO, a device: the load reports it
+			fp = "unreadable: " + err.Error()
 		}
 		found[mf] = fp
 	}
@@ -248,7 +254,7 @@ func youngest(dir string, now time.Time) (time.Duration, bool) {
 // fingerprint digests a manifest and names the size and time of the files
 // beside it, so that a changed .wasm is seen even when the manifest is not.
 func fingerprint(manifest string) (string, error) {
-	b, err := os.ReadFile(manifest)
+	b, err := readRegular(manifest, MaxManifestBytes, "manifest size in bytes")
 	if err != nil {
 		return "", err
 	}

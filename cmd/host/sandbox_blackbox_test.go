@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Attacks on the plugin sandbox through the real binary: a module that
+// compiles for minutes, a watcher kept busy by one plugin's load, a call
+// that spins while its plugin is removed. Guards (generous deadlines) only
+// fail fast; nothing here measures speed.
+
+var (
+	hostBinOnce sync.Once
+	hostBin     string
+	hostBinErr  error
+)
+
+// sandboxHostBinary builds the host once for the tests of this file.
+func sandboxHostBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the host binary")
+	}
+	hostBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "looopy-sandbox-bin-")
+		if err != nil {
+			hostBinErr = err
+			return
+		}
+		hostBin = filepath.Join(dir, "looopy")
+		if b, err := exec.Command("go", "build", "-o", hostBin, ".").CombinedOutput(); err != nil {
+			hostBinErr = fmt.Errorf("build the host: %v\n%s", err, b)
+		}
+	})
+	if hostBinErr != nil {
+		t.Fatal(hostBinErr)
+	}
+	return hostBin
+}
+
+type sandboxHost struct {
+	base   string
+	out    *syncBuf
+	exited chan error
+}
+
+// startSandboxHost runs the host on a plugin folder with the given plugins
+// config (admin token "admin-token", no auth) and returns once it listens.
+func startSandboxHost(t *testing.T, top, pluginDir string, pluginsCfg map[string]any) *sandboxHost {
+	t.Helper()
+	bin := sandboxHostBinary(t)
+	if _, err := os.Stat(filepath.Join(pluginDir, "scripted-model")); err != nil {
+		installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
+			map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}, map[string]any{"script": `{"default":{"steps":[{"text":"ok"}]}}`})
+	}
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if pluginsCfg == nil {
+		pluginsCfg = map[string]any{}
+	}
+	pluginsCfg["cacheDir"] = filepath.Join(os.TempDir(), "looopy-blackbox-wasm-cache")
+	cfg := map[string]any{
+		"addr": fmt.Sprintf("127.0.0.1:%d", port), "publicUrl": base,
+		"dataDir": filepath.Join(top, "data"), "pluginDir": pluginDir,
+		"plugins": pluginsCfg, "admin": map[string]any{"token": "admin-token"},
+		"limits": map[string]any{"shutdownGrace": "2s"},
+	}
+	cb, _ := json.Marshal(cfg)
+	cfgPath := filepath.Join(top, "looopy.json")
+	if err := os.WriteFile(cfgPath, cb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &sandboxHost{base: base, out: &syncBuf{}, exited: make(chan error, 1)}
+	cmd := exec.Command(bin, "-config", cfgPath, "-log-format", "text")
+	cmd.Dir = top
+	cmd.Stdout, cmd.Stderr = h.out, h.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { h.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-h.exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("host output:\n%s", h.out.String())
+		}
+	})
+	h.waitFor(t, "the host to listen", 5*time.Minute, func() bool { return h.ready() })
+	return h
+}
+
+func (h *sandboxHost) ready() bool {
+	resp, err := http.Get(h.base + "/readyz")
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// waitFor polls cond until it holds; the deadline is a hang guard.
+func (h *sandboxHost) waitFor(t *testing.T, what string, guard time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(guard)
+	for !cond() {
+		select {
+		case err := <-h.exited:
+			t.Fatalf("the host exited waiting for %s: %v\n%s", what, err, h.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: wedged", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type pluginInfo struct {
+	Name      string `json:"name"`
+	State     string `json:"state"`
+	LastError string `json:"error"`
+}
+
+func (h *sandboxHost) plugins(t *testing.T) map[string]pluginInfo {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, h.base+"/admin/plugins", nil)
+	req.Header.Set("Authorization", "Bearer admin-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var doc struct {
+		Plugins []pluginInfo `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil || resp.StatusCode != 200 {
+		var list []pluginInfo
+		if json.Unmarshal(b, &list) != nil {
+			t.Fatalf("/admin/plugins: %d %s", resp.StatusCode, b)
+		}
+		doc.Plugins = list
+	}
+	out := map[string]pluginInfo{}
+	for _, p := range doc.Plugins {
+		out[p.Name] = p
+	}
+	return out
+}
+
+// mcpCall calls a tool through the host's MCP endpoint (Streamable HTTP,
+// JSON-RPC) and returns the text of the answer.
+func (h *sandboxHost) mcpCall(t *testing.T, tool, args string) (string, error) {
+	post := func(sid string, body string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, h.base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+		}
+		return http.DefaultClient.Do(req)
+	}
+	resp, err := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"attack","version":"1"}}}`)
+	if err != nil {
+		return "", err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp, err = post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+		return "", err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	resp, err = post(sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	// an SSE stream's data lines, or a JSON body
+	var text bytes.Buffer
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data:"); ok {
+			text.WriteString(strings.TrimSpace(d))
+		}
+	}
+	if text.Len() == 0 {
+		text.Write(b)
+	}
+	return text.String(), nil
+}
+
+// Byte by byte, modules that attack the compiler (a copy of the emitter of
+// plugins/wasmgen_test.go, kept small).
+func bbSection(id byte, body []byte) []byte {
+	return append(bbU32([]byte{id}, uint32(len(body))), body...)
+}
+
+func bbU32(b []byte, v uint32) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v == 0 {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+func bbModule(bodies [][]byte) []byte {
+	out := []byte("\x00asm\x01\x00\x00\x00")
+	out = append(out, bbSection(1, []byte{1, 0x60, 0, 0})...)
+	fs := bbU32(nil, uint32(len(bodies)))
+	for range bodies {
+		fs = append(fs, 0)
+	}
+	out = append(out, bbSection(3, fs)...)
+	out = append(out, bbSection(5, []byte{1, 0, 2})...)
+	code := bbU32(nil, uint32(len(bodies)))
+	for _, b := range bodies {
+		code = append(bbU32(code, uint32(len(b))), b...)
+	}
+	return append(out, bbSection(10, code)...)
+}
+
+// bbBigCompile: one function, a loop of 60,000 memory.fill (660 KB): it
+// compiled for minutes, the host not listening meanwhile.
+func bbBigCompile() []byte {
+	b := []byte{0, 0x03, 0x40}
+	for range 60000 {
+		b = append(b, 0x41, 0, 0x41, 0, 0x41, 0, 0xfc, 0x0b, 0)
+	}
+	return bbModule([][]byte{append(b, 0x0c, 0, 0x0b, 0x0b)})
+}
+
+// bbSlowCompile is within every admission limit and compiles for many
+// minutes, a function at a time: 1,000 functions of 2,000 ifs.
+func bbSlowCompile() []byte {
+	b := []byte{1, 1, 0x7f}
+	for range 2000 {
+		b = append(b, 0x20, 0, 0x04, 0x40, 0x41, 1, 0x21, 0, 0x0b)
+	}
+	b = append(b, 0x0b)
+	bodies := make([][]byte, 1000)
+	for i := range bodies {
+		bodies[i] = b
+	}
+	return bbModule(bodies)
+}
+
+func readExample(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "plugins", name, name+".wasm"))
+	if err != nil {
+		t.Fatalf("%s (run make plugins-go): %v", name, err)
+	}
+	return b
+}
+
+// A plugin folder holding a module that compiles for minutes (refused
+// before compiling) and one within the admission limits that still
+// compiles for minutes (refused at the compile timeout): the host starts,
+// listens with its other plugins loaded and serves them, and the admin list
+// shows both bad plugins failed, each with its reason.
+func TestBlackBoxUnboundedCompileRefused(t *testing.T) {
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	installPlugin(t, pluginDir, "wat-add", "tool", readExample(t, "wat-add"), nil, nil)
+	installPlugin(t, pluginDir, "bigcompile", "tool", bbBigCompile(), nil, nil)
+	installPlugin(t, pluginDir, "slowcompile", "tool", bbSlowCompile(), nil, nil)
+	h := startSandboxHost(t, top, pluginDir, map[string]any{"compileTimeout": "3s"})
+
+	got := h.plugins(t)
+	if p := got["wat-add"]; p.State != "serving" {
+		t.Fatalf("wat-add = %+v", p)
+	}
+	if p := got["bigcompile"]; p.State != "failed" || !strings.Contains(p.LastError, "refused before compiling") || !strings.Contains(p.LastError, "functionBranches") {
+		t.Fatalf("bigcompile = %+v", p)
+	}
+	if p := got["slowcompile"]; p.State != "failed" || !strings.Contains(p.LastError, "compileTimeout") {
+		t.Fatalf("slowcompile = %+v", p)
+	}
+	log := h.out.String()
+	if !strings.Contains(log, "functionBranches") || !strings.Contains(log, "plugins.compileTimeout") {
+		t.Fatalf("the log does not say why the plugins were refused:\n%s", log)
+	}
+	if text, err := h.mcpCall(t, "add", `{"a":40,"b":2}`); err != nil || !strings.Contains(text, "42") {
+		t.Fatalf("a call beside the refused plugins: %q %v", text, err)
+	}
+}

@@ -1,0 +1,171 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countCompiles counts the compiles started and the most running at once.
+func countCompiles(t *testing.T) (started *atomic.Int64, most func() int64) {
+	t.Helper()
+	var mu sync.Mutex
+	var running, peak int64
+	started = &atomic.Int64{}
+	compileHook = func() {
+		started.Add(1)
+		mu.Lock()
+		running++
+		peak = max(peak, running)
+		mu.Unlock()
+	}
+	compileEndHook = func() {
+		mu.Lock()
+		running--
+		mu.Unlock()
+	}
+	t.Cleanup(func() { compileHook, compileEndHook = nil, nil })
+	return started, func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return peak
+	}
+}
+
+// A module of one function with 60,000 memory.fill in a loop (660 KB; it
+// compiled for minutes) is refused before it is compiled, naming the
+// limit; the admin list shows it failed with that error.
+func TestAdmissionRefusesABigCompile(t *testing.T) {
+	started, _ := countCompiles(t)
+	r := newRegistry(t, Config{CacheDir: t.TempDir()})
+	src := installBytes(t, t.TempDir(), "bigcompile", wasmModule(2, [][]byte{fillLoopBody(60000)}))
+	done := make(chan error, 1)
+	go func() { _, err := r.Load(context.Background(), src); done <- err }()
+	err := hangGuard(t, done, "loading a module that compiles for minutes")
+	if !errors.Is(err, ErrModuleLimit) || !strings.Contains(err.Error(), "refused before compiling") ||
+		!strings.Contains(err.Error(), "(functionBranches)") || !strings.Contains(err.Error(), "(functionInstructions)") {
+		t.Fatalf("load = %v", err)
+	}
+	if n := started.Load(); n != 0 {
+		t.Fatalf("%d compiles started for a refused module", n)
+	}
+	list := r.List()
+	if len(list) != 1 || list[0].State != "failed" || !strings.Contains(list[0].LastError, "functionBranches") {
+		t.Fatalf("list = %+v", list)
+	}
+}
+
+// Each admission limit on a module built for it: deep nesting, a huge
+// br_table, a table of 10M elements, many locals; each refused naming its
+// limit, none compiled.
+func TestAdmissionRefusesEachShape(t *testing.T) {
+	started, _ := countCompiles(t)
+	nest := []byte{0}
+	for range 5000 {
+		nest = append(nest, 0x02, 0x40)
+	}
+	for range 5000 {
+		nest = append(nest, 0x0b)
+	}
+	nest = append(nest, 0x0b)
+	brt := []byte{1, 1, 0x7f, 0x02, 0x40, 0x20, 0, 0x0e}
+	brt = appendU32(brt, 100000)
+	for range 100001 {
+		brt = append(brt, 0)
+	}
+	brt = append(brt, 0x0b, 0x0b)
+	locals := []byte{1}
+	locals = appendU32(locals, 1_000_000)
+	locals = append(locals, 0x7e, 0x0b)
+	table := wasmModule(1, [][]byte{{0, 0x0b}})
+	// a table section (id 4) after the function section: 10M funcref
+	table = append(table[:8+6+4], append(wasmSection(4, appendU32([]byte{1, 0x70, 0}, 10_000_000)), table[8+6+4:]...)...)
+	cases := []struct {
+		name, limit string
+		wasm        []byte
+	}{
+		{"nest", "(nesting)", wasmModule(1, [][]byte{nest})},
+		{"brtable", "(brTableTargets)", wasmModule(1, [][]byte{brt})},
+		{"locals", "(locals)", wasmModule(1, [][]byte{locals})},
+		{"table", "(tableElements)", table},
+	}
+	r := newRegistry(t, Config{CacheDir: t.TempDir()})
+	dir := t.TempDir()
+	for _, c := range cases {
+		_, err := r.Load(context.Background(), installBytes(t, dir, c.name, c.wasm))
+		if !errors.Is(err, ErrModuleLimit) || !strings.Contains(err.Error(), c.limit) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	if n := started.Load(); n != 0 {
+		t.Fatalf("%d compiles started for refused modules", n)
+	}
+}
+
+// A module within the admission limits that takes minutes to compile (a
+// thousand functions, each long) is refused at the compile timeout, and the
+// compiler stops soon after (at the end of the function it is on) instead
+// of running on for minutes. Loading it again right away does not stack a
+// second compile on the first: one compile of a plugin runs at a time.
+func TestCompileTimeoutStopsTheCompiler(t *testing.T) {
+	started, most := countCompiles(t)
+	r := newRegistry(t, Config{CacheDir: t.TempDir(), Policy: Policy{CompileTimeout: time.Second}})
+	src := installBytes(t, t.TempDir(), "slow", slowModule(1000, 2000))
+	for i := range 2 {
+		done := make(chan error, 1)
+		go func() { _, err := r.Load(context.Background(), src); done <- err }()
+		err := hangGuard(t, done, "loading a module that compiles for minutes")
+		if !errors.Is(err, ErrCompileTimeout) || !strings.Contains(err.Error(), "plugins.compileTimeout") {
+			t.Fatalf("load %d = %v", i, err)
+		}
+	}
+	if n := started.Load(); n != 2 {
+		t.Fatalf("%d compiles started, want 2", n)
+	}
+	if m := most(); m != 1 {
+		t.Fatalf("%d compiles of one plugin ran at once", m)
+	}
+	// The whole module compiles for minutes (a single function for a
+	// fraction of a second): the compiler has stopped long before.
+	waitFor(t, "the abandoned compile to stop", func() bool { return r.env.compiles.count() == 0 })
+	if l := r.List(); len(l) != 1 || l[0].State != "failed" || !strings.Contains(l[0].LastError, "compileTimeout") {
+		t.Fatalf("list = %+v", l)
+	}
+}
+
+// Compiles of different plugins share Policy.MaxCompiles places: with one,
+// a second plugin's compile waits for the first to stop, and then loads.
+func TestCompilesAreBoundedInAll(t *testing.T) {
+	cache := t.TempDir()
+	dir := t.TempDir()
+	good := install(t, dir, "echo", guestWasm(t, "echo"), nil)
+	// echo compiled once, into the cache: below, its compile is a read of
+	// the cache, far within the timeout on any machine
+	warm := newRegistry(t, Config{CacheDir: cache})
+	if _, err := warm.Load(context.Background(), good); err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Close()
+	_, most := countCompiles(t)
+	r := newRegistry(t, Config{CacheDir: cache, Policy: Policy{CompileTimeout: 5 * time.Second, MaxCompiles: 1}})
+	slow := installBytes(t, dir, "slow", slowModule(1000, 2000))
+	slowDone, goodDone := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := r.Load(context.Background(), slow); slowDone <- err }()
+	go func() { _, err := r.Load(context.Background(), good); goodDone <- err }()
+	if err := hangGuard(t, slowDone, "the slow load"); !errors.Is(err, ErrCompileTimeout) {
+		t.Fatalf("slow = %v", err)
+	}
+	if err := hangGuard(t, goodDone, "a load sharing the one compile place"); err != nil {
+		t.Fatalf("echo = %v", err)
+	}
+	if m := most(); m != 1 {
+		t.Fatalf("%d compiles ran at once with MaxCompiles 1", m)
+	}
+	if res := mustCall(t, r, "echo", `{"text":"x"}`); res.Content != "x" {
+		t.Fatalf("echo = %+v", res)
+	}
+}
