@@ -51,7 +51,7 @@ type PluginsConfig struct {
 	// start of the host.
 	LoadTimeout Duration `json:"loadTimeout,omitempty"`
 	// CompileTimeout bounds compiling a plugin's module to machine code
-	// (default 1m): a plugin past it is refused and reported, and the
+	// (default 3m): a plugin past it is refused and reported, and the
 	// compiler stops at its next function.
 	CompileTimeout Duration `json:"compileTimeout,omitempty"`
 	// ModuleLimits bound what a module may declare, checked before it is

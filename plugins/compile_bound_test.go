@@ -114,7 +114,7 @@ func TestAdmissionRefusesEachShape(t *testing.T) {
 func TestCompileTimeoutStopsTheCompiler(t *testing.T) {
 	started, most := countCompiles(t)
 	r := newRegistry(t, Config{CacheDir: t.TempDir(), Policy: Policy{CompileTimeout: time.Second}})
-	src := installBytes(t, t.TempDir(), "slow", slowModule(1000, 2000))
+	src := installBytes(t, t.TempDir(), "slow", slowModule(300, 4000))
 	for i := range 2 {
 		done := make(chan error, 1)
 		go func() { _, err := r.Load(context.Background(), src); done <- err }()
@@ -140,19 +140,11 @@ func TestCompileTimeoutStopsTheCompiler(t *testing.T) {
 // Compiles of different plugins share Policy.MaxCompiles places: with one,
 // a second plugin's compile waits for the first to stop, and then loads.
 func TestCompilesAreBoundedInAll(t *testing.T) {
-	cache := t.TempDir()
-	dir := t.TempDir()
-	good := install(t, dir, "echo", guestWasm(t, "echo"), nil)
-	// echo compiled once, into the cache: below, its compile is a read of
-	// the cache, far within the timeout on any machine
-	warm := newRegistry(t, Config{CacheDir: cache})
-	if _, err := warm.Load(context.Background(), good); err != nil {
-		t.Fatal(err)
-	}
-	_ = warm.Close()
 	_, most := countCompiles(t)
-	r := newRegistry(t, Config{CacheDir: cache, Policy: Policy{CompileTimeout: 5 * time.Second, MaxCompiles: 1}})
-	slow := installBytes(t, dir, "slow", slowModule(1000, 2000))
+	r := newRegistry(t, Config{CacheDir: t.TempDir(), Policy: Policy{CompileTimeout: 5 * time.Second, MaxCompiles: 1}})
+	dir := t.TempDir()
+	slow := installBytes(t, dir, "slow", slowModule(300, 4000))
+	good := install(t, dir, "wecho", fixtureWasm(t, "wecho"), nil)
 	slowDone, goodDone := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := r.Load(context.Background(), slow); slowDone <- err }()
 	go func() { _, err := r.Load(context.Background(), good); goodDone <- err }()
@@ -160,12 +152,12 @@ func TestCompilesAreBoundedInAll(t *testing.T) {
 		t.Fatalf("slow = %v", err)
 	}
 	if err := hangGuard(t, goodDone, "a load sharing the one compile place"); err != nil {
-		t.Fatalf("echo = %v", err)
+		t.Fatalf("wecho = %v", err)
 	}
 	if m := most(); m != 1 {
 		t.Fatalf("%d compiles ran at once with MaxCompiles 1", m)
 	}
-	if res := mustCall(t, r, "echo", `{"text":"x"}`); res.Content != "x" {
-		t.Fatalf("echo = %+v", res)
+	if res := mustCall(t, r, "wecho", `{"text":"x"}`); res.Content != "echo" {
+		t.Fatalf("wecho = %+v", res)
 	}
 }

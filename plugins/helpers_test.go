@@ -131,6 +131,11 @@ func newRegistry(t testing.TB, cfg Config) *Registry {
 		// reproduces, and by its own version), the later runs read it.
 		cfg.CacheDir = testCacheDir
 	}
+	if cfg.Policy.CompileTimeout == 0 {
+		// A Go guest compiles for minutes under the race detector on a
+		// loaded machine: compiles here are bounded by a hang guard.
+		cfg.Policy.CompileTimeout = 10 * time.Minute
+	}
 	if cfg.Policy.LoadTimeout == 0 {
 		// Loads are bounded by a hang guard here, not by the default: a Go
 		// guest's _initialize under the race detector on a loaded machine

@@ -23,8 +23,9 @@ const (
 	// _initialize, describe).
 	DefaultLoadTimeout = 10 * time.Second
 	// DefaultCompileTimeout bounds compiling a module: the largest example
-	// plugin (a Go one, 6 MB) compiles in a few seconds.
-	DefaultCompileTimeout = time.Minute
+	// plugin (a Go one, 6 MB) compiles in seconds, and in over a minute on a
+	// loaded machine under the race detector.
+	DefaultCompileTimeout = 3 * time.Minute
 	// MinGoMemoryPages is what a Go guest needs to start at all.
 	MinGoMemoryPages = 44
 )
