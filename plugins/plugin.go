@@ -37,6 +37,9 @@ var (
 	ErrOutputLimit = errors.New("plugin output over its limit")
 	// ErrUnloaded: the plugin was unloaded.
 	ErrUnloaded = errors.New("plugin unloaded")
+	// ReplacedGrace is how long the calls of a replaced version may still
+	// run; past it they stop with ErrUnloaded (see RATIONALE.md).
+	ReplacedGrace = 10 * time.Second
 	// ErrLoadTimeout: the guest's code run while loading (start section,
 	// _initialize, describe) did not finish within the load timeout; the
 	// plugin was refused.
@@ -69,7 +72,11 @@ type Plugin struct {
 	pool  *pool
 	roots []*grantRoot // the granted folders, opened at load
 
-	refs     atomic.Int64
+	refs atomic.Int64
+	// retired ends when the version is unloaded (or, past a grace,
+	// replaced): its calls in flight stop at once, later ones are refused.
+	retired  context.Context
+	retire   context.CancelCauseFunc
 	closeMu  sync.Mutex
 	closed   bool
 	loadedAt time.Time
@@ -384,6 +391,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		budgets: env.policy.Budgets.withDefaults(), kvQuota: env.kvQuotas.of(m.Name), kvUsage: env.kvUsage, quotaKV: env.quotaKV,
 		attrs: attribute.NewSet(attribute.String("plugin", m.Name), attribute.String("version", m.Version)),
 	}
+	p.retired, p.retire = context.WithCancelCause(context.Background())
 	if len(g.Refused) > 0 {
 		p.log.Warn("capabilities asked for and not granted", "refused", g.Refused)
 	}
@@ -659,6 +667,15 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	cctx, cancel := context.WithTimeoutCause(ctx, p.grant.CallTimeout,
 		fmt.Errorf("%w: the plugin's call timeout of %s ran out", context.DeadlineExceeded, p.grant.CallTimeout))
 	defer cancel()
+	if p.retired.Err() != nil {
+		return p.failed(ctx, op, fmt.Errorf("plugin %q: %s refused: %w", p.Name(), op, context.Cause(p.retired)))
+	}
+	// Unloading the version stops the call at once (the guest is
+	// interrupted as at its timeout), whatever its call timeout.
+	cctx, stopCall := context.WithCancelCause(cctx)
+	defer stopCall(nil)
+	unhook := context.AfterFunc(p.retired, func() { stopCall(context.Cause(p.retired)) })
+	defer unhook()
 	inst, err := p.pool.get(cctx)
 	if err != nil {
 		return p.failed(ctx, op, p.classify(ctx, cctx, op, err, ""))
@@ -718,6 +735,8 @@ func (p *Plugin) classify(parent, cctx context.Context, op pdk.Op, err error, st
 	switch {
 	case parent.Err() != nil:
 		return fmt.Errorf("plugin %q: %s cancelled: %w", name, op, parent.Err())
+	case p.retired.Err() != nil:
+		return fmt.Errorf("plugin %q: %s stopped: %w", name, op, context.Cause(p.retired))
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("plugin %q: %s ran past its timeout of %s: %w", name, op, p.grant.CallTimeout, ErrTimeout)
 	case errors.Is(err, errPoolClosed):

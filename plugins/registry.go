@@ -307,6 +307,10 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 	ev := Event{Kind: EventLoaded, Name: m.Name, Version: m.Version, Source: source, Duration: time.Since(start)}
 	if old != nil {
 		ev.Previous = old.Version()
+		// The old version's calls in flight (and a pinned turn's later
+		// ones) may finish within a grace, then stop.
+		cause := fmt.Errorf("replaced by version %s, and the %s its calls had to finish ran out: %w", m.Version, ReplacedGrace, ErrUnloaded)
+		time.AfterFunc(ReplacedGrace, func() { old.retire(cause) })
 		old.release()
 	}
 	r.log.InfoContext(ctx, "plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
@@ -381,8 +385,9 @@ func (r *Registry) Loading() []string {
 	return out
 }
 
-// Unload removes a plugin by name. Calls and turns that pinned it finish
-// with it; it closes when the last of them ends.
+// Unload removes a plugin by name. Its calls in flight stop at once with
+// ErrUnloaded, and turns that pinned it get ErrUnloaded from its tools; it
+// closes when the last of them lets go.
 func (r *Registry) Unload(ctx context.Context, name string) error {
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
@@ -406,6 +411,7 @@ func (r *Registry) Unload(ctx context.Context, name string) error {
 	}
 	r.rebuildLocked()
 	r.mu.Unlock()
+	p.retire(ErrUnloaded)
 	p.release()
 	r.log.Info("plugin unloaded", "plugin", name, "version", p.Version())
 	r.emit(Event{Kind: EventUnloaded, Name: name, Version: p.Version(), Source: p.man.File})
@@ -574,7 +580,8 @@ func (r *Registry) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolE
 }
 
 // PinToolset returns the tools serving now, held for a whole turn: a plugin
-// replaced or unloaded meanwhile keeps serving this turn until release.
+// replaced meanwhile keeps serving this turn until release, for
+// ReplacedGrace; one unloaded answers ErrUnloaded.
 func (r *Registry) PinToolset() (loop.Toolset, func()) {
 	r.mu.RLock()
 	idx := r.index
