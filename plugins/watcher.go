@@ -48,9 +48,18 @@ type Watcher struct {
 	log *slog.Logger
 
 	mu        sync.Mutex
-	known     map[string]string // manifest path -> fingerprint of manifest and wasm
-	unsettled bool              // the last scan left a plugin whose files are still being written
+	known     map[string]string   // manifest path -> fingerprint of manifest and wasm
+	unsettled bool                // the last scan left a plugin whose files are still being written
+	loads     map[string]*loadJob // manifest path -> its load running now
+	jobs      sync.WaitGroup      // the loads running
+	slots     chan struct{}       // loads at once
+	ended     chan struct{}       // a load ended: look at the folder again
 	now       func() time.Time
+}
+
+// loadJob is one load the watcher started.
+type loadJob struct {
+	cancel context.CancelFunc
 }
 
 // NewWatcher returns a watcher of cfg.Dir for r. Run starts it.
@@ -76,12 +85,16 @@ func NewWatcher(r *Registry, cfg WatchConfig) (*Watcher, error) {
 	if log == nil {
 		log = r.log
 	}
-	return &Watcher{r: r, cfg: cfg, log: log.With("watch", dir), known: map[string]string{}, now: time.Now}, nil
+	return &Watcher{r: r, cfg: cfg, log: log.With("watch", dir), known: map[string]string{}, now: time.Now,
+		loads: map[string]*loadJob{}, slots: make(chan struct{}, scanParallel), ended: make(chan struct{}, 1)}, nil
 }
 
 // Run scans the folder, then watches it until ctx is done. It returns nil
-// when ctx is done, or an error when the folder cannot be watched at all.
+// when ctx is done (its loads cancelled and ended), or an error when the
+// folder cannot be watched at all. Loads run on their own: the watcher never
+// waits for one, so a plugin slow to load holds up no change to another.
 func (w *Watcher) Run(ctx context.Context) error {
+	defer w.jobs.Wait()
 	if err := os.MkdirAll(w.cfg.Dir, 0o755); err != nil {
 		return fmt.Errorf("plugins: watcher: %w", err)
 	}
@@ -94,7 +107,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("plugins: watcher: %w", err)
 	}
 	w.watchSubdirs(fw)
-	w.Scan(ctx)
+	w.scan(ctx, false)
 
 	var rescan <-chan time.Time
 	if w.cfg.Rescan > 0 {
@@ -131,6 +144,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-rescan:
 			w.watchSubdirs(fw)
 			w.scan(ctx, true)
+		case <-w.ended:
+			// what changed while the load ran, or a folder removed then
+			w.scan(ctx, true)
 		}
 		if w.isUnsettled() {
 			debounce.Reset(w.cfg.Settle) // look again once the writer is done
@@ -155,13 +171,21 @@ func (w *Watcher) watchSubdirs(fw *fsnotify.Watcher) {
 }
 
 // Scan brings the registry in step with the folder once: loads what is new
-// or changed, unloads what is gone. Failures are reported by the registry
-// (log and event) and leave the previous version serving.
-func (w *Watcher) Scan(ctx context.Context) { w.scan(ctx, false) }
+// or changed, unloads what is gone, and returns when its loads have ended.
+// Failures are reported by the registry (log and event) and leave the
+// previous version serving.
+func (w *Watcher) Scan(ctx context.Context) {
+	w.scan(ctx, false)
+	w.jobs.Wait()
+}
 
-// scan is Scan; with settle, a plugin whose files changed less than Settle
-// ago is left for a later scan (a change seen while the folder is watched
-// may be a copy in progress; at start the files are what they are).
+// scan starts the loads of what is new or changed and unloads what is gone,
+// without waiting for the loads; with settle, a plugin whose files changed
+// less than Settle ago is left for a later scan (a change seen while the
+// folder is watched may be a copy in progress; at start the files are what
+// they are). A plugin whose load still runs is left alone: when the load
+// ends, the watcher looks again (a change meanwhile loads again; a folder
+// removed meanwhile cancels the load, then unloads what it made).
 func (w *Watcher) scan(ctx context.Context, settle bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -192,12 +216,8 @@ func (w *Watcher) scan(ctx context.Context, settle bool) {
 	}
 	sort.Strings(paths)
 	w.unsettled = false
-	// Changed plugins load side by side: one whose load is slow (or runs
-	// into its load timeout) holds up no other.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, scanParallel)
 	for _, mf := range paths {
-		if w.known[mf] == found[mf] {
+		if w.known[mf] == found[mf] || w.loads[mf] != nil {
 			continue
 		}
 		if age, ok := youngest(filepath.Dir(mf), w.now()); settle && ok && age < w.cfg.Settle {
@@ -207,23 +227,46 @@ func (w *Watcher) scan(ctx context.Context, settle bool) {
 			continue
 		}
 		w.known[mf] = found[mf]
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			_, _ = w.r.Load(ctx, mf) // the registry logs and reports failures
-		}()
+		w.startLoad(ctx, mf)
 	}
-	wg.Wait()
 	for mf := range w.known {
-		if _, ok := found[mf]; !ok {
-			delete(w.known, mf)
-			if err := w.r.unloadSource(ctx, mf); err != nil {
-				w.log.Warn("unload removed plugin", "manifest", mf, "err", err)
-			}
+		if _, ok := found[mf]; ok {
+			continue
+		}
+		if job := w.loads[mf]; job != nil {
+			job.cancel() // unloaded once the load has ended
+			continue
+		}
+		delete(w.known, mf)
+		if err := w.r.unloadSource(ctx, mf); err != nil {
+			w.log.Warn("unload removed plugin", "manifest", mf, "err", err)
 		}
 	}
+}
+
+// startLoad loads a manifest on its own goroutine (at most scanParallel at
+// once), and says when it ended. Called with w.mu held.
+func (w *Watcher) startLoad(ctx context.Context, mf string) {
+	lctx, cancel := context.WithCancel(ctx)
+	w.loads[mf] = &loadJob{cancel: cancel}
+	w.jobs.Add(1)
+	go func() {
+		defer w.jobs.Done()
+		defer cancel()
+		select {
+		case w.slots <- struct{}{}:
+			_, _ = w.r.Load(lctx, mf) // the registry logs and reports failures
+			<-w.slots
+		case <-lctx.Done():
+		}
+		w.mu.Lock()
+		delete(w.loads, mf)
+		w.mu.Unlock()
+		select {
+		case w.ended <- struct{}{}:
+		default:
+		}
+	}()
 }
 
 func (w *Watcher) isUnsettled() bool {

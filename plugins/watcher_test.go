@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -200,5 +201,56 @@ func TestWatcherWaitsForACopyToSettle(t *testing.T) {
 	}
 	if w.isUnsettled() {
 		t.Error("still unsettled after the load")
+	}
+}
+
+// While one hot-loaded plugin compiles for minutes, a plugin dropped into
+// the folder beside it loads: the watcher never waits for a load. Removing
+// the slow plugin's folder then cancels its load, and nothing of it serves.
+func TestWatcherLoadsBesideASlowCompile(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	loaded := map[string]bool{}
+	r := newRegistry(t, Config{Policy: Policy{CompileTimeout: time.Hour}, OnEvent: func(ev Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Kind == EventLoaded {
+			loaded[ev.Name] = true
+		}
+	}})
+	w, err := NewWatcher(r, WatchConfig{Dir: dir, Debounce: 20 * time.Millisecond, Rescan: -1, Settle: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := hangGuard(t, stopped, "stopping the watcher"); err != nil {
+			t.Error(err)
+		}
+	}()
+
+	slow := installBytes(t, dir, "slow", slowModule(300, 4000))
+	waitFor(t, "the slow plugin's load to start", func() bool { return slices.Contains(r.Loading(), slow) })
+	install(t, dir, "echo", guestWasm(t, "echo"), nil)
+	waitFor(t, "echo to load beside the slow compile", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return loaded["echo"]
+	})
+	if !slices.Contains(r.Loading(), slow) {
+		t.Fatal("the slow plugin's load ended before echo loaded: the test proves nothing")
+	}
+	if res := mustCall(t, r, "echo", `{"text":"x"}`); res.Content != "x" {
+		t.Fatalf("echo = %+v", res)
+	}
+	if err := os.RemoveAll(filepath.Dir(slow)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the removed plugin's load to be cancelled", func() bool { return len(r.Loading()) == 0 })
+	if _, ok := r.Plugin("slow"); ok {
+		t.Fatal("the removed slow plugin serves")
 	}
 }

@@ -137,6 +137,7 @@ type pluginInfo struct {
 	Name      string `json:"name"`
 	State     string `json:"state"`
 	LastError string `json:"error"`
+	Calls     int64  `json:"calls"`
 }
 
 func (h *sandboxHost) plugins(t *testing.T) map[string]pluginInfo {
@@ -310,5 +311,113 @@ func TestBlackBoxUnboundedCompileRefused(t *testing.T) {
 	}
 	if text, err := h.mcpCall(t, "add", `{"a":40,"b":2}`); err != nil || !strings.Contains(text, "42") {
 		t.Fatalf("a call beside the refused plugins: %q %v", text, err)
+	}
+}
+
+// copyPluginDir writes a plugin into a staging folder beside the plugin
+// folder and renames it in, so the watcher sees it whole.
+func dropPlugin(t *testing.T, pluginDir, name, kind string, wasm []byte) {
+	t.Helper()
+	staging := filepath.Join(filepath.Dir(pluginDir), "staging")
+	installPlugin(t, staging, name, kind, wasm, nil, nil)
+	if err := os.Rename(filepath.Join(staging, name), filepath.Join(pluginDir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While a hot-loaded plugin compiles (for minutes: the compile timeout is
+// 10m here), a plugin dropped into the folder beside it loads and serves,
+// and the host answers /readyz meanwhile; removing the slow plugin stops its
+// load.
+func TestBlackBoxWatcherLoadsBesideASlowCompile(t *testing.T) {
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := startSandboxHost(t, top, pluginDir, map[string]any{"compileTimeout": "10m"})
+	dropPlugin(t, pluginDir, "slowcompile", "tool", bbSlowCompile())
+	// the slow compile runs once the watcher has seen the folder settle;
+	// the good plugin is dropped after that, and must not wait for it
+	time.Sleep(3 * time.Second)
+	dropPlugin(t, pluginDir, "wat-add", "tool", readExample(t, "wat-add"))
+	h.waitFor(t, "wat-add to load beside the slow compile", 3*time.Minute, func() bool {
+		return h.plugins(t)["wat-add"].State == "serving"
+	})
+	if p, ok := h.plugins(t)["slowcompile"]; ok {
+		t.Fatalf("the slow compile ended (%+v) before wat-add loaded: the test proves nothing", p)
+	}
+	if !h.ready() {
+		t.Fatal("/readyz does not answer while a plugin compiles")
+	}
+	if text, err := h.mcpCall(t, "add", `{"a":40,"b":2}`); err != nil || !strings.Contains(text, "42") {
+		t.Fatalf("a call beside the slow compile: %q %v", text, err)
+	}
+	if err := os.RemoveAll(filepath.Join(pluginDir, "slowcompile")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "the removed plugin's load to be cancelled", 3*time.Minute, func() bool {
+		return strings.Contains(h.out.String(), `source=`+filepath.Join(pluginDir, "slowcompile", "plugin.json"))
+	})
+	if strings.Contains(h.out.String(), "plugin loaded component=plugins plugin=slowcompile") {
+		t.Fatal("the removed plugin loaded")
+	}
+}
+
+// A call spinning in a plugin whose call timeout is 10 minutes stops at
+// once when the plugin's folder is removed, answering that the plugin was
+// unloaded; likewise when the admin unloads it.
+func TestBlackBoxUnloadStopsACallInFlight(t *testing.T) {
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	spin, err := os.ReadFile(filepath.Join("..", "..", "plugins", "testdata", "wat", "spin.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := map[string]any{"callTimeout": "10m"}
+	installPlugin(t, pluginDir, "spin", "tool", spin, long, nil)
+	installPlugin(t, pluginDir, "spin2", "tool", spin, long, nil)
+	// two plugins cannot offer one tool: spin2's module is spin's under
+	// another tool name
+	spin2 := bytes.Replace(spin, []byte(`"spin_wat"`), []byte(`"spin_wa2"`), 1)
+	installPlugin(t, pluginDir, "spin2", "tool", spin2, long, nil)
+	h := startSandboxHost(t, top, pluginDir, map[string]any{"maxCallTimeout": "10m"})
+
+	for _, c := range []struct{ plugin, tool, how string }{{"spin", "spin_wat", "rm"}, {"spin2", "spin_wa2", "admin"}} {
+		type answer struct {
+			text string
+			err  error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			text, err := h.mcpCall(t, c.tool, `{}`)
+			done <- answer{text, err}
+		}()
+		h.waitFor(t, "the call to begin", 3*time.Minute, func() bool { return h.plugins(t)[c.plugin].Calls > 0 })
+		switch c.how {
+		case "rm":
+			if err := os.RemoveAll(filepath.Join(pluginDir, c.plugin)); err != nil {
+				t.Fatal(err)
+			}
+		case "admin":
+			req, _ := http.NewRequest(http.MethodDelete, h.base+"/admin/plugins/"+c.plugin, nil)
+			req.Header.Set("Authorization", "Bearer admin-token")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("admin unload: %d", resp.StatusCode)
+			}
+		}
+		select {
+		case a := <-done:
+			if a.err != nil || !strings.Contains(a.text, "plugin unloaded") || strings.Contains(a.text, "timeout") {
+				t.Fatalf("%s: the spinning call answered %q %v", c.how, a.text, a.err)
+			}
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("%s: the spinning call still runs 3 minutes after its plugin was unloaded", c.how)
+		}
 	}
 }
