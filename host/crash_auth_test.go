@@ -53,25 +53,7 @@ func TestLongCrashAuthAsksAgain(t *testing.T) {
 		"limits":    map[string]any{"heartbeat": "1s", "shutdownGrace": "1s", "turnTimeout": "5m"},
 		"logFormat": "json",
 	}
-	cb, _ := json.Marshal(cfg)
-	config := filepath.Join(root, "looopy.json")
-	if err := os.WriteFile(config, cb, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(root, "host.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	defer func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 20000 {
-				b = b[len(b)-20000:]
-			}
-			t.Logf("host log (tail):\n%s", b)
-		}
-	}()
+	config, logf := longHostFiles(t, root, cfg)
 	ledgerLines := func() int {
 		b, err := os.ReadFile(filepath.Join(ledgerData, "ledger.log"))
 		if err != nil {

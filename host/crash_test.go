@@ -145,6 +145,36 @@ func startProc(t *testing.T, bin, config string, logw io.Writer, env ...string) 
 	}
 }
 
+// longHostFiles writes cfg as root/looopy.json for the real binary and
+// opens root/host.log for its output; when the test fails, the log's tail
+// is shown.
+func longHostFiles(t *testing.T, root string, cfg map[string]any) (config string, logf *os.File) {
+	t.Helper()
+	cb, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config = filepath.Join(root, "looopy.json")
+	if err := os.WriteFile(config, cb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err = os.Create(filepath.Join(root, "host.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			if len(b) > 20000 {
+				b = b[len(b)-20000:]
+			}
+			t.Logf("host log (tail):\n%s", b)
+		}
+	})
+	return config, logf
+}
+
 // hostBinary returns the path of the real looopy binary the black-box
 // tests run, built from this checkout once per test process (binaries).
 func hostBinary(tb testing.TB) string {
@@ -186,26 +216,7 @@ func TestLongCrashRecovery(t *testing.T) {
 		"limits":    map[string]any{"heartbeat": "1s", "shutdownGrace": "1s", "turnTimeout": "5m"},
 		"logFormat": "json",
 	}
-	cb, _ := json.Marshal(cfg)
-	config := filepath.Join(root, "looopy.json")
-	if err := os.WriteFile(config, cb, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(root, "host.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	failed := true
-	defer func() {
-		if failed {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 20000 {
-				b = b[len(b)-20000:]
-			}
-			t.Logf("host log (tail):\n%s", b)
-		}
-	}()
+	config, logf := longHostFiles(t, root, cfg)
 
 	ctx := context.Background()
 	tasks := map[string]string{} // tag -> task id
@@ -421,7 +432,6 @@ func TestLongCrashRecovery(t *testing.T) {
 		checkConsecutive(t, "live stream of "+tag, w.ids, 1)
 	}
 	t.Logf("live clients reconnected %d times in all", reconnects)
-	failed = t.Failed()
 }
 
 func statusText(t *a2a.Task) string {
@@ -745,25 +755,7 @@ func crashAt(t *testing.T, bin, root, crashpoint string) {
 		"limits":    map[string]any{"heartbeat": "1s", "shutdownGrace": "1s", "turnTimeout": "5m"},
 		"logFormat": "json",
 	}
-	cb, _ := json.Marshal(cfg)
-	config := filepath.Join(root, "looopy.json")
-	if err := os.WriteFile(config, cb, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(root, "host.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	defer func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 20000 {
-				b = b[len(b)-20000:]
-			}
-			t.Logf("host log (tail):\n%s", b)
-		}
-	}()
+	config, logf := longHostFiles(t, root, cfg)
 
 	ctx := context.Background()
 	watchers := newStreamWatchers()
@@ -834,6 +826,7 @@ func crashAt(t *testing.T, bin, root, crashpoint string) {
 	for tag, id := range told {
 		var task *a2a.Task
 		for {
+			var err error
 			task, err = c.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(id)})
 			if err != nil {
 				t.Fatalf("task %s (%s), acknowledged before the kill at %s: %v", tag, id, crashpoint, err)

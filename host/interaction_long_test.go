@@ -56,25 +56,7 @@ func approvalKill(t *testing.T, bin, root, name, crashpoint string, waiting int)
 		"interaction": map[string]any{"approval": map[string]any{"tools": []string{"ledger_append"}}},
 		"logFormat":   "json",
 	}
-	cb, _ := json.Marshal(cfg)
-	config := filepath.Join(root, "looopy.json")
-	if err := os.WriteFile(config, cb, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(root, "host.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	defer func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 20000 {
-				b = b[len(b)-20000:]
-			}
-			t.Logf("host log (tail):\n%s", b)
-		}
-	}()
+	config, logf := longHostFiles(t, root, cfg)
 	ledgerFile := filepath.Join(ledgerData, "ledger.log")
 	ledger := func() map[string]int {
 		b, _ := os.ReadFile(ledgerFile)
