@@ -26,8 +26,8 @@ type PluginStatus struct {
 	SHA256   string   `json:"sha256,omitempty"`
 	Tools    []string `json:"tools,omitempty"`
 	Healthy  bool     `json:"healthy"`
-	State    string   `json:"state,omitempty"`  // serving, failed
-	Health   string   `json:"health,omitempty"` // ok, degraded, failed
+	State    string   `json:"state,omitempty"`  // serving, failed, loading
+	Health   string   `json:"health,omitempty"` // ok, degraded, failed, loading
 	Error    string   `json:"error,omitempty"`
 	Calls    int64    `json:"calls"`
 	Failures int64    `json:"failures"`
@@ -64,13 +64,18 @@ func (s *Server) adminRoutes(r fiber.Router) {
 			if err != nil {
 				return err
 			}
-			unhealthy := 0
+			n, unhealthy, loading := 0, 0, 0
 			for _, p := range ps {
-				if !p.Healthy {
+				switch {
+				case p.State == "loading":
+					loading++
+					continue
+				case !p.Healthy:
 					unhealthy++
 				}
+				n++
 			}
-			out["plugins"], out["unhealthyPlugins"] = len(ps), unhealthy
+			out["plugins"], out["unhealthyPlugins"], out["loadingPlugins"] = n, unhealthy, loading
 		}
 		return c.JSON(out)
 	})

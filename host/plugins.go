@@ -236,10 +236,16 @@ func (p *pluginAdmin) Plugins(ctx context.Context) ([]PluginStatus, error) {
 		}
 		out = append(out, ps)
 	}
+	// A load still running (a compile, say) is listed as loading, under
+	// its folder's name, beside the version it would replace if any.
+	for _, src := range p.reg.Loading() {
+		out = append(out, PluginStatus{Name: filepath.Base(filepath.Dir(src)), State: "loading", Health: "loading",
+			Sandboxed: true, Source: src})
+	}
 	for _, t := range p.mcp {
 		out = append(out, mcpStatus(t.Status()))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 

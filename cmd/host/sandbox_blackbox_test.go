@@ -337,14 +337,17 @@ func TestBlackBoxWatcherLoadsBesideASlowCompile(t *testing.T) {
 	}
 	h := startSandboxHost(t, top, pluginDir, map[string]any{"compileTimeout": "10m"})
 	dropPlugin(t, pluginDir, "slowcompile", "tool", bbSlowCompile())
-	// the slow compile runs once the watcher has seen the folder settle;
-	// the good plugin is dropped after that, and must not wait for it
-	time.Sleep(3 * time.Second)
+	// the admin API lists the slow compile as loading once the watcher
+	// has seen the folder settle; the good plugin is dropped after that,
+	// and must not wait for it
+	h.waitFor(t, "the slow compile to be listed as loading", 3*time.Minute, func() bool {
+		return h.plugins(t)["slowcompile"].State == "loading"
+	})
 	dropPlugin(t, pluginDir, "wat-add", "tool", readExample(t, "wat-add"))
 	h.waitFor(t, "wat-add to load beside the slow compile", 3*time.Minute, func() bool {
 		return h.plugins(t)["wat-add"].State == "serving"
 	})
-	if p, ok := h.plugins(t)["slowcompile"]; ok {
+	if p := h.plugins(t)["slowcompile"]; p.State != "loading" {
 		t.Fatalf("the slow compile ended (%+v) before wat-add loaded: the test proves nothing", p)
 	}
 	if !h.ready() {
