@@ -255,6 +255,9 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	}
 	stores := Stores{Messages: ts, Agents: ts, Tasks: ts, Events: events, Commit: ts, Checkpoints: ts,
 		Journal: ts, Durable: st, Leases: st, KV: st, Shared: shared}
+	// The backend holds the tasks and the leases: a starting task and its
+	// lease are one write where it can.
+	stores.TaskLeases, _ = st.(loop.LeasedTaskSaver)
 	if shared {
 		// Cancels and usage counters reach every host (the Redis backend
 		// has both).
@@ -391,8 +394,8 @@ func crashpointFromEnv(v string) (func(string), error) {
 		}
 	}
 	switch point {
-	case taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnCommitted, taskrt.PointTurnSettled,
-		remote.PointAcknowledged:
+	case taskrt.PointTaskStarting, taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnCommitted,
+		taskrt.PointTurnSettled, remote.PointAcknowledged:
 	default:
 		return nil, fmt.Errorf("%s=%q: unknown point %q", crashpointEnv, v, point)
 	}

@@ -29,6 +29,9 @@ type Stores struct {
 	Durable loop.DurableLister
 	// Leases own running tasks across processes.
 	Leases loop.LeaseStore
+	// TaskLeases, when set (the store of Tasks and Leases), saves a
+	// starting task with its lease in one write.
+	TaskLeases loop.LeasedTaskSaver
 	// Cancels carry a cancel asked of this host to the host running the
 	// turn (shared stores only).
 	Cancels loop.CancelSignals
@@ -46,7 +49,7 @@ type Stores struct {
 func (st Stores) runtime() taskrt.Stores {
 	return taskrt.Stores{Messages: st.Messages, Agents: st.Agents, Tasks: st.Tasks, Commit: st.Commit,
 		Checkpoints: st.Checkpoints, Journal: st.Journal, Durable: st.Durable, Leases: st.Leases,
-		Cancels: st.Cancels}
+		TaskLeases: st.TaskLeases, Cancels: st.Cancels}
 }
 
 // hubEvents is the event log of the task runtime: the server's Hub, with

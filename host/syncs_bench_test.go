@@ -52,7 +52,7 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 					Stores: host.Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events(), Commit: st,
 						Checkpoints: st, Journal: st, Durable: st, KV: st}}
 				if leases {
-					opts.Stores.Leases = st
+					opts.Stores.Leases, opts.Stores.TaskLeases = st, st
 				}
 				srv, err := host.NewServer(host.Config{}, opts)
 				if err != nil {

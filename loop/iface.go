@@ -285,6 +285,17 @@ type LeaseStore interface {
 	ListLeases(ctx context.Context) ([]Lease, error)
 }
 
+// LeasedTaskSaver saves a task together with its lease, in one atomic
+// write: the lease of the task's id is acquired for owner as
+// LeaseStore.AcquireLease would (an error matching ErrLeaseHeld when
+// another holds it) and the task saved as TaskStore.SaveTask would (an
+// error matching ErrConflict when its version is not the stored one). When
+// either is refused nothing is written. A task that starts makes one synced
+// write instead of two.
+type LeasedTaskSaver interface {
+	SaveTaskLeased(ctx context.Context, t TaskRecord, owner, data string, ttl time.Duration) (Lease, error)
+}
+
 // CancelSignals carry cancel requests between processes sharing the
 // stores: a process asked to cancel a task whose turn runs elsewhere
 // records the request; the process running the turn hears of it and

@@ -108,6 +108,37 @@ func leaseHeld(txn *badger.Txn, l *loop.Lease) error {
 	return nil
 }
 
+var _ loop.LeasedTaskSaver = (*Badger)(nil)
+
+// SaveTaskLeased implements loop.LeasedTaskSaver: the lease of t.ID and
+// the task in one transaction (one sync, shared with the batch).
+func (b *Badger) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, owner, data string, ttl time.Duration) (loop.Lease, error) {
+	if err := checkLease(b.limits, t.ID, owner, ttl); err != nil {
+		return loop.Lease{}, fmt.Errorf("acquire lease: %w", err)
+	}
+	saveTask, err := b.saveTaskApply(&t)
+	if err != nil {
+		return loop.Lease{}, err
+	}
+	var l loop.Lease
+	acquire := leaseApply(t.ID, owner, data, ttl, nil, &l)
+	err = b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		ms, err := acquire(txn)
+		if err != nil {
+			return nil, err
+		}
+		ts, err := saveTask(txn)
+		if err != nil {
+			return nil, fmt.Errorf("save task %q: %w", t.ID, err)
+		}
+		return append(ms, ts...), nil
+	}})
+	if err != nil {
+		return loop.Lease{}, err
+	}
+	return l, nil
+}
+
 // AcquireLease implements loop.LeaseStore.
 func (b *Badger) AcquireLease(ctx context.Context, key, owner, data string, ttl time.Duration) (loop.Lease, error) {
 	if err := checkLease(b.limits, key, owner, ttl); err != nil {

@@ -27,7 +27,12 @@ var (
 
 // The points between two writes of a task's life, for Config.Crashpoint.
 const (
-	// PointLeaseTaken: the task's lease is held, the task not stored yet.
+	// PointTaskStarting: a new turn is registered here, nothing of it
+	// is stored yet (no client was told).
+	PointTaskStarting = "task-starting"
+	// PointLeaseTaken: a lease is held, the task not stored yet: the
+	// task's lease on a store without Stores.TaskLeases, or the context's
+	// lease of a turn on shared stores.
 	PointLeaseTaken = "lease-taken"
 	// PointTaskSaved: the task is stored; no client was told yet.
 	PointTaskSaved = "task-saved"
@@ -65,6 +70,9 @@ type Stores struct {
 	// everything, and a process that dies leaves unannounced ends that
 	// only the next start can repair for tasks still working.
 	Leases loop.LeaseStore
+	// TaskLeases, when set with Leases (the same store as Leases and
+	// Tasks), stores a starting task and its lease in one write.
+	TaskLeases loop.LeasedTaskSaver
 	// Cancels carry a cancel asked of one process to the process running
 	// the turn (with Config.Shared). Nil: a task running elsewhere is
 	// canceled only once its owner's lease has lapsed.
@@ -414,20 +422,10 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 		rec.ClientTools = req.ClientTools
 	}
 	r.Created = rec.CreatedAt
-	// Durable before anyone hears of it: the lease (with leases), then the
-	// task with its input.
-	if err := rt.own(ctx, r, true); err != nil {
+	rt.crashpoint(PointTaskStarting)
+	if err := rt.save(ctx, r, rec); err != nil {
 		rt.unregister(r)
 		return nil, err
-	}
-	rt.crashpoint(PointLeaseTaken)
-	if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
-		rt.disown(r)
-		rt.unregister(r)
-		if errors.Is(err, loop.ErrConflict) {
-			return nil, fmt.Errorf("task %q: %w", taskID, loop.ErrBusy)
-		}
-		return nil, fmt.Errorf("start task %q: %w", taskID, err)
 	}
 	rec.Version++
 	rt.crashpoint(PointTaskSaved)
@@ -487,6 +485,60 @@ const ContextLeasePrefix = "context/"
 // while it runs, when several processes share the stores.
 func ContextLeaseKey(contextID string) string { return ContextLeasePrefix + contextID }
 
+// save makes a starting task durable before anyone hears of it: its lease
+// (with leases) and the task with its input, in one write when the store
+// has it (Stores.TaskLeases). On error nothing is held.
+func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord) error {
+	saved := func(err error) error {
+		if errors.Is(err, loop.ErrConflict) {
+			return fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
+		}
+		return fmt.Errorf("start task %q: %w", rec.ID, err)
+	}
+	if rt.st.Leases == nil || rt.st.TaskLeases == nil {
+		if err := rt.own(ctx, r, true); err != nil {
+			return err
+		}
+		rt.crashpoint(PointLeaseTaken)
+		if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
+			rt.disown(r)
+			return saved(err)
+		}
+		return nil
+	}
+	if rt.cfg.Shared {
+		if err := rt.ownContext(ctx, r); err != nil {
+			return err
+		}
+		rt.crashpoint(PointLeaseTaken)
+	}
+	l, err := rt.st.TaskLeases.SaveTaskLeased(ctx, rec, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
+	if err != nil {
+		rt.releaseContextLease(r)
+		if errors.Is(err, loop.ErrLeaseHeld) {
+			return fmt.Errorf("task %q runs on another host: %w", r.TaskID, loop.ErrBusy)
+		}
+		return saved(err)
+	}
+	r.lease = &l
+	return nil
+}
+
+// ownContext takes the lease of r's context (stores shared by several
+// processes): a context whose turn runs on another process answers busy,
+// as one running here does.
+func (rt *Runtime) ownContext(ctx context.Context, r *Run) error {
+	l, err := rt.st.Leases.AcquireLease(ctx, ContextLeaseKey(r.ContextID), rt.cfg.Owner, r.TaskID, rt.cfg.LeaseTTL)
+	if errors.Is(err, loop.ErrLeaseHeld) {
+		return fmt.Errorf("context %q runs a turn on another host: %w", loop.ClientContextID(r.ContextID), loop.ErrBusy)
+	}
+	if err != nil {
+		return fmt.Errorf("own context %q: %w", loop.ClientContextID(r.ContextID), err)
+	}
+	r.ctxLease = &l
+	return nil
+}
+
 // own takes the lease of r's task (when the runtime has leases). A turn
 // (withContext) first takes its context's lease, when the stores are
 // shared: a context whose turn runs on another process answers busy, as
@@ -496,14 +548,9 @@ func (rt *Runtime) own(ctx context.Context, r *Run, withContext bool) error {
 		return nil
 	}
 	if withContext && rt.cfg.Shared {
-		l, err := rt.st.Leases.AcquireLease(ctx, ContextLeaseKey(r.ContextID), rt.cfg.Owner, r.TaskID, rt.cfg.LeaseTTL)
-		if errors.Is(err, loop.ErrLeaseHeld) {
-			return fmt.Errorf("context %q runs a turn on another host: %w", loop.ClientContextID(r.ContextID), loop.ErrBusy)
+		if err := rt.ownContext(ctx, r); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("own context %q: %w", loop.ClientContextID(r.ContextID), err)
-		}
-		r.ctxLease = &l
 	}
 	l, err := rt.st.Leases.AcquireLease(ctx, r.TaskID, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
 	if err != nil {

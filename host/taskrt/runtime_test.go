@@ -120,7 +120,8 @@ func newHarness(t *testing.T, dir string, model loop.Model, set func(*Config)) *
 	}
 	h := &harness{db: db, ev: &logEvents{log: db.Events()}}
 	h.cfg = Config{Loop: l, Events: h.ev, Owner: "host-a",
-		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db, Leases: db}}
+		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db, Leases: db,
+			TaskLeases: db}}
 	if set != nil {
 		set(&h.cfg)
 	}
@@ -183,6 +184,92 @@ func TestStartIsDurableBeforeItReturns(t *testing.T) {
 		l, _ := h.db.ListLeases(ctx)
 		return len(l) == 0
 	})
+}
+
+// A starting task's lease and record are one write when the store has
+// it (no lease-taken point between them, one commit); apart, the lease
+// comes first. Either way no client hears of the task before both.
+func TestStartWrites(t *testing.T) {
+	t.Parallel()
+	for _, together := range []bool{true, false} {
+		t.Run(fmt.Sprintf("together=%v", together), func(t *testing.T) {
+			var mu sync.Mutex
+			var points []string
+			var commits []int64
+			var db *store.Badger
+			m := &scriptModel{gate: make(chan struct{})}
+			h := newHarness(t, t.TempDir(), m, func(c *Config) {
+				db = c.Stores.Tasks.(*store.Badger)
+				if !together {
+					c.Stores.TaskLeases = nil
+				}
+				c.Crashpoint = func(p string) {
+					mu.Lock()
+					defer mu.Unlock()
+					points = append(points, p)
+					commits = append(commits, db.Commits())
+				}
+			})
+			ctx := context.Background()
+			st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c1", Message: user("hi")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			got, n := slices.Clone(points), slices.Clone(commits)
+			mu.Unlock()
+			want := []string{PointTaskStarting, PointTaskSaved}
+			if !together {
+				want = []string{PointTaskStarting, PointLeaseTaken, PointTaskSaved}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("points reached by Start = %v, want %v", got, want)
+			}
+			if d := n[len(n)-1] - n[0]; d != int64(len(want)-1) {
+				t.Fatalf("Start made %d commits between %s and %s, want %d", d, want[0], want[len(want)-1], len(want)-1)
+			}
+			leases, err := h.db.ListLeases(ctx)
+			if err != nil || len(leases) != 1 || leases[0].Key != st.Run.TaskID || leases[0].Data != "c1" {
+				t.Fatalf("leases = %+v, %v", leases, err)
+			}
+			if rec, err := h.db.LoadTask(ctx, st.Run.TaskID); err != nil || rec.Status != loop.TaskWorking {
+				t.Fatalf("task = %+v, %v", rec, err)
+			}
+			close(m.gate)
+			if err := h.rt.Wait(ctx, st.Run); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A task whose lease another process holds is refused with nothing
+// written, whether lease and record are one write or two.
+func TestStartRefusedUnderAnothersLease(t *testing.T) {
+	t.Parallel()
+	for _, together := range []bool{true, false} {
+		t.Run(fmt.Sprintf("together=%v", together), func(t *testing.T) {
+			h := newHarness(t, t.TempDir(), &scriptModel{}, func(c *Config) {
+				if !together {
+					c.Stores.TaskLeases = nil
+				}
+			})
+			ctx := context.Background()
+			if _, err := h.db.AcquireLease(ctx, "t-held", "host-b", "", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			_, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user("hi"), NewID: func() string { return "t-held" }})
+			if !errors.Is(err, loop.ErrBusy) {
+				t.Fatalf("Start under another's lease: err = %v, want ErrBusy", err)
+			}
+			if _, err := h.db.LoadTask(ctx, "t-held"); !errors.Is(err, loop.ErrNotFound) {
+				t.Fatalf("task stored although refused: %v", err)
+			}
+			if r := h.rt.Running("t-held"); r != nil {
+				t.Fatal("refused task still registered")
+			}
+		})
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
