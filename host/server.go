@@ -162,7 +162,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
 		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log,
 		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery(),
-		KeepDebugThoughts: cfg.Thoughts.Debug, Credentials: creds}
+		KeepDebugThoughts: cfg.Thoughts.Debug, Credentials: creds, Usage: usage}
 	if st.Shared {
 		// Other hosts may die with tasks in flight: look for lapsed
 		// leases as often as one can lapse.

@@ -120,6 +120,10 @@ type Config struct {
 	Events Events // required
 	// Artifacts, when set, have the artifacts of a finished task expire.
 	Artifacts Artifacts
+	// Usage, when set, is the loop's Budget: a turn is answered once its
+	// principal's totals are saved (they are written beside its final
+	// events).
+	Usage *Usage
 	// Credentials, when set, are the credentials clients supplied for
 	// their tasks: a task's are forgotten when it ends.
 	Credentials *loop.Credentials
@@ -752,6 +756,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 				}
 			}
 			rt.settle(taskID, contextID, out.Status)
+			rt.cfg.Usage.Saved(context.Background(), r.Owner)
 		}
 		rt.mu.Lock()
 		r.outcome, r.err = out, err

@@ -75,9 +75,21 @@ type Usage struct {
 	tokens    metric.Int64Counter
 	toolCalls metric.Int64Counter
 
-	mu   sync.Mutex
-	by   map[string]*PrincipalUsage
-	last map[string]loop.TurnUsage // by task id: what the turn reported last
+	mu     sync.Mutex
+	by     map[string]*PrincipalUsage
+	last   map[string]loop.TurnUsage // by task id: what the turn reported last
+	seq    uint64                    // totals snapshots taken (u.mu)
+	savers map[string]*usageSaver    // by principal (u.mu)
+}
+
+// usageSaver writes a principal's totals to kv, the newest snapshot each
+// time, one write at a time; every field is guarded by Usage.mu.
+type usageSaver struct {
+	latest  PrincipalUsage
+	seq     uint64        // of latest
+	saved   uint64        // the newest seq written (or given up on)
+	running bool          // a goroutine is writing
+	wake    chan struct{} // closed (and replaced) after each write
 }
 
 // NewUsage returns the usage counters of every principal, kept in kv
@@ -90,7 +102,8 @@ func NewUsage(kv UsageKV, limits map[string]UsageLimit, meter metric.Meter, log 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	u := &Usage{kv: kv, limits: limits, log: log, by: map[string]*PrincipalUsage{}, last: map[string]loop.TurnUsage{}}
+	u := &Usage{kv: kv, limits: limits, log: log, by: map[string]*PrincipalUsage{}, last: map[string]loop.TurnUsage{},
+		savers: map[string]*usageSaver{}}
 	var err1, err2 error
 	u.tokens, err1 = meter.Int64Counter("looopy.principal.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used by each principal's turns."))
@@ -185,11 +198,14 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 	pu.CompletionTokens += int64(used.CompletionTokens - prev.CompletionTokens)
 	pu.TotalTokens += dTok
 	pu.ToolCalls += dTools
-	var snapshot PrincipalUsage
 	if used.Final {
 		delete(u.last, t.TaskID)
 		pu.Turns++
-		snapshot = *pu
+		if u.kv != nil {
+			// Saved beside the turn's final events, not before them:
+			// the runtime waits (Saved) before it answers the turn.
+			u.saveLocked(p, *pu)
+		}
 	} else {
 		u.last[t.TaskID] = used
 	}
@@ -203,19 +219,80 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 		u.toolCalls.Add(ctx, dTools, attrs)
 	}
 	if used.Final {
-		if u.kv != nil {
-			b, _ := json.Marshal(snapshot)
-			if err := u.kv.KVSet(context.WithoutCancel(ctx), usageNamespace, p, b); err != nil {
-				u.log.LogAttrs(ctx, slog.LevelWarn, "usage record not saved", slog.String("principal", p),
-					slog.String("error", err.Error()))
-			}
-		}
 		return nil
 	}
 	if !limited {
 		return nil
 	}
 	return overLimit(p, lim, cur)
+}
+
+// saveLocked has the totals snapshot of p written to kv in the background
+// (the newest snapshot wins: an older one is never written after it).
+// u.mu is held.
+func (u *Usage) saveLocked(p string, snapshot PrincipalUsage) {
+	s := u.savers[p]
+	if s == nil {
+		s = &usageSaver{wake: make(chan struct{})}
+		u.savers[p] = s
+	}
+	u.seq++
+	s.latest, s.seq = snapshot, u.seq
+	if s.running {
+		return
+	}
+	s.running = true
+	go func() {
+		for {
+			u.mu.Lock()
+			if s.saved >= s.seq {
+				s.running = false
+				u.mu.Unlock()
+				return
+			}
+			snap, seq := s.latest, s.seq
+			u.mu.Unlock()
+			b, _ := json.Marshal(snap)
+			if err := u.kv.KVSet(context.Background(), usageNamespace, p, b); err != nil {
+				u.log.LogAttrs(context.Background(), slog.LevelWarn, "usage record not saved", slog.String("principal", p),
+					slog.String("error", err.Error()))
+			}
+			u.mu.Lock()
+			s.saved = seq
+			close(s.wake)
+			s.wake = make(chan struct{})
+			u.mu.Unlock()
+		}
+	}()
+}
+
+// Saved waits until the totals of principal p counted so far are written
+// (or ctx ends).
+func (u *Usage) Saved(ctx context.Context, p string) {
+	if u == nil {
+		return
+	}
+	if p == "" {
+		p = defaultPrincipal
+	}
+	u.mu.Lock()
+	s := u.savers[p]
+	if s == nil {
+		u.mu.Unlock()
+		return
+	}
+	want := s.seq
+	for s.saved < want {
+		w := s.wake
+		u.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return
+		}
+		u.mu.Lock()
+	}
+	u.mu.Unlock()
 }
 
 // limitOf returns the limit of principal p, if any.
