@@ -65,7 +65,10 @@ type Subtask struct {
 // was made for: it records the task (working), announces it to the parent
 // (subtask-created, then the parent's status waiting-subtask while any of
 // its sub-tasks runs) and opens its own stream of events (task-created with
-// initiator agent and parentTaskId, then working). An error means the
+// initiator agent and parentTaskId, then working). A sub-task whose record
+// exists already (the call runs again: a resumed turn, or an answer to the
+// request it passed up) is not announced again: only its working status
+// is sent. An error means the
 // sub-task could not be recorded; the sub-agent must not run then.
 func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtask, error) {
 	callID := env.CallID
@@ -92,11 +95,17 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 	s.rec = TaskRecord{ID: s.ID, ContextID: env.ContextID, AgentID: spec.AgentID, ParentTaskID: env.TaskID,
 		Status: TaskWorking, History: []Message{{Role: RoleUser, Content: spec.Prompt}}, TurnInput: 1,
 		CreatedAt: now, UpdatedAt: now, Metadata: spec.Metadata}
+	// again: the sub-task was announced by an earlier run of the call (a
+	// resumed turn, or a sub-agent run again with the answer to the
+	// request it passed up); its subtask-created and task-created are not
+	// sent twice.
+	again := false
 	if tr := s.tr; tr != nil {
 		s.rec.Owner = tr.t.Owner
 		if ts := tr.l.subtasks; ts != nil {
 			wctx := context.WithoutCancel(ctx)
 			if old, err := ts.LoadTask(wctx, s.ID); err == nil {
+				again = true
 				// A resumed turn runs the call again: the same sub-task
 				// starts over.
 				s.rec.CreatedAt, s.rec.Version = old.CreatedAt, old.Version
@@ -111,8 +120,10 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 			s.rec.Version++
 		}
 	}
-	s.parent(&SubtaskCreated{Header: Header{Kind: KindSubtaskCreated, ContextID: env.ContextID, TaskID: env.TaskID},
-		SubtaskID: s.ID, AgentID: spec.AgentID, Prompt: spec.Prompt})
+	if !again {
+		s.parent(&SubtaskCreated{Header: Header{Kind: KindSubtaskCreated, ContextID: env.ContextID, TaskID: env.TaskID},
+			SubtaskID: s.ID, AgentID: spec.AgentID, Prompt: spec.Prompt})
+	}
 	if tr := s.tr; tr != nil {
 		tr.subMu.Lock()
 		tr.activeSubs++
@@ -125,7 +136,9 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 				Metadata: map[string]any{"subtaskId": s.ID}})
 		}
 	}
-	s.Emit(&TaskCreated{Header: Header{Kind: KindTaskCreated}, Initiator: "agent", AgentID: spec.AgentID, Metadata: spec.Metadata})
+	if !again {
+		s.Emit(&TaskCreated{Header: Header{Kind: KindTaskCreated}, Initiator: "agent", AgentID: spec.AgentID, Metadata: spec.Metadata})
+	}
 	s.Emit(&TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: TaskWorking})
 	return s, nil
 }
