@@ -78,7 +78,7 @@ func (m *Main) remoteAgents(cfg Config) ([]*remote.Agent, error) {
 		}
 		var rt http.RoundTripper = eg.Transport(rc.AllowPrivateNetwork)
 		a, err := remote.New(remote.Config{Name: rc.Name, URL: rc.URL, Headers: hdr,
-			Reconnect: time.Duration(rc.Reconnect), Crashpoint: cp}, rt, m.tel.propagator,
+			Reconnect: time.Duration(rc.Reconnect), InputTimeout: cfg.Interaction.timeout(), Crashpoint: cp}, rt, m.tel.propagator,
 			m.log.With("component", "remote-agent", "agent", rc.Name))
 		if err != nil {
 			return nil, err

@@ -32,6 +32,13 @@ const coordinatorScript = `{"rules": [
 // parent's config (to restart it), the parent, and the child's ledger.
 func routedPair(t *testing.T, agentMayApprove bool) (host.Config, *testHost, routedChild) {
 	t.Helper()
+	return routedPairWith(t, agentMayApprove, nil)
+}
+
+// routedPairWith is routedPair with the parent's config changed by edit
+// (when not nil) before it starts.
+func routedPairWith(t *testing.T, agentMayApprove bool, edit func(*host.Config)) (host.Config, *testHost, routedChild) {
+	t.Helper()
 	ah := newApprovalHost(t, host.InteractionConfig{Approval: host.ApprovalConfig{Tools: []string{"ledger_*"},
 		AgentMayApprove: agentMayApprove}})
 	ah.cfg.Auth = host.AuthConfig{Enabled: true, Keys: []host.APIKey{{Key: "parent-key", Principal: "parent-host"}}}
@@ -50,6 +57,9 @@ func routedPair(t *testing.T, agentMayApprove bool) (host.Config, *testHost, rou
 	pcfg.Auth = host.AuthConfig{Enabled: true, Keys: []host.APIKey{{Key: "alice-key", Principal: "alice"}}}
 	pcfg.RemoteAgents = []host.RemoteAgentConfig{{Name: "child", URL: child.URL(),
 		Headers: map[string]string{"Authorization": "Bearer parent-key"}, AllowPrivateNetwork: true}}
+	if edit != nil {
+		edit(&pcfg)
+	}
 	return pcfg, startHost(t, pcfg), routedChild{ah, child.URL()}
 }
 

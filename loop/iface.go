@@ -78,6 +78,15 @@ type CallResumer interface {
 	ResumesCalls(tool string) bool
 }
 
+// RemoteTaskCanceler is implemented by toolsets whose sub-agents' tasks
+// live on another host (remote A2A agents). CancelRemoteTask cancels the
+// task remoteTaskID of the sub-agent agentID when the agent is one of the
+// toolset's (handled true), so that a parent ended while it waited on the
+// remote task's passed-up request does not leave it open.
+type RemoteTaskCanceler interface {
+	CancelRemoteTask(ctx context.Context, agentID, remoteTaskID string) (handled bool, err error)
+}
+
 // ToolsetPinner is implemented by toolsets whose contents change while the
 // host runs (hot-loaded plugins). The loop calls PinToolset when a turn
 // starts, uses the returned toolset for the whole turn, and calls release when

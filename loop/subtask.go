@@ -361,6 +361,93 @@ func (tr *turn) takeSubUsage() Usage {
 	return u
 }
 
+// EndPassedUp ends what still waits behind the requests that the task
+// rec passed up from its sub-agents (InputRequest.Route) and that nobody
+// answered, as rec itself ends without answering them (status canceled
+// when it was canceled, failed when a request expired with the outcome
+// "fail"; why says how): each sub-task's record ends with status, and a
+// remote sub-agent's task is canceled (RemoteTaskCanceler). It returns the
+// sub-tasks' final events (task-status and task-complete, parentTaskId
+// rec's) for the caller to publish, and what could not be done.
+func (l *Loop) EndPassedUp(ctx context.Context, rec TaskRecord, status TaskStatus, why string) ([]Event, error) {
+	var evs []Event
+	var errs []error
+	seen := map[string]bool{}
+	for _, r := range rec.OpenRequests() {
+		rt := r.Route
+		if rt == nil || rt.SubtaskID == "" || seen[rt.SubtaskID] {
+			continue
+		}
+		seen[rt.SubtaskID] = true
+		if rt.RemoteTaskID != "" {
+			handled := false
+			for _, ts := range l.toolsets {
+				c, ok := ts.(RemoteTaskCanceler)
+				if !ok {
+					continue
+				}
+				h, err := c.CancelRemoteTask(ctx, rt.AgentID, rt.RemoteTaskID)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("cancel the remote task %q of sub-task %q: %w", rt.RemoteTaskID, rt.SubtaskID, err))
+				}
+				if handled = h; handled {
+					break
+				}
+			}
+			if !handled {
+				errs = append(errs, fmt.Errorf("sub-task %q: no remote agent %q to cancel its task %q", rt.SubtaskID, rt.AgentID, rt.RemoteTaskID))
+			}
+		}
+		if l.subtasks == nil {
+			continue
+		}
+		e, err := endSubtaskRecord(ctx, l, rt.SubtaskID, rec.ID, status, why)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		evs = append(evs, e...)
+	}
+	return evs, errors.Join(errs...)
+}
+
+// endSubtaskRecord ends the stored sub-task id of parentID, unless it has
+// ended already, with status (failed or canceled) and why, and returns its
+// final events.
+func endSubtaskRecord(ctx context.Context, l *Loop, id, parentID string, status TaskStatus, why string) ([]Event, error) {
+	ts := l.subtasks
+	wctx := context.WithoutCancel(ctx)
+	rec, err := ts.LoadTask(wctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load sub-task %q: %w", id, err)
+	}
+	if rec.Status.Terminal() || rec.ParentTaskID != parentID {
+		return nil, nil
+	}
+	reason := ReasonError
+	if status == TaskCanceled {
+		reason = ReasonCanceled
+	}
+	now := time.Now().UTC()
+	rec.Status, rec.Reason, rec.Message, rec.TurnInput, rec.UpdatedAt = status, reason, why, 0, now
+	if ttl := l.subtaskTTL; ttl > 0 {
+		rec.ExpiresAt = now.Add(ttl)
+	}
+	if err := ts.SaveTask(wctx, rec); err != nil {
+		return nil, fmt.Errorf("record sub-task %q: %w", id, err)
+	}
+	h := func(k EventKind) Header {
+		return Header{Kind: k, ContextID: rec.ContextID, TaskID: rec.ID, ParentTaskID: rec.ParentTaskID, Timestamp: now}
+	}
+	return []Event{
+		&TaskStatusEvent{Header: h(KindTaskStatus), Status: status, Message: why, Metadata: map[string]any{"reason": reason}},
+		&TaskComplete{Header: h(KindTaskComplete), Status: status, Reason: reason, Usage: rec.Usage,
+			Metadata: map[string]any{"reason": reason}},
+	}, nil
+}
+
 // endCutSubtask ends the sub-task a call cut off by a crash had started,
 // when the resumed turn reports the call interrupted: its record failed
 // with why, and its final events.

@@ -47,6 +47,11 @@ type Config struct {
 	// agent that restarts within it resumes its task and the call gets
 	// its answer; one silent for longer is an error result.
 	Reconnect time.Duration
+	// InputTimeout, when set, is how long a request of the remote task
+	// passed up to the parent's client waits there (the parent's own
+	// inputTimeout): the request expires then, or when the remote agent
+	// said, whichever comes first, and the parent's onTimeout applies.
+	InputTimeout time.Duration
 	// Crashpoint, when set, is called at PointAcknowledged (the crash
 	// tests kill the process there); nil in production.
 	Crashpoint func(point string)
@@ -298,6 +303,12 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 	for err == nil && ctx.Err() == nil && (status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth) {
 		req := r.request(status, content)
 		if req.InputType == loop.InputAuth || req.RequireUser {
+			if a.cfg.InputTimeout > 0 {
+				exp := time.Now().UTC().Add(a.cfg.InputTimeout).Truncate(time.Second)
+				if req.ExpiresAt.IsZero() || exp.Before(req.ExpiresAt) {
+					req.ExpiresAt = exp
+				}
+			}
 			return loop.ToolResult{}, st.PassUp(ctx, req, string(r.remoteID), "agent:"+a.cfg.Name)
 		}
 		var ans loop.InputAnswer
@@ -629,6 +640,28 @@ func (r *run) noteRemote(ctx context.Context, id a2a.TaskID, why string) {
 	}
 	r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
 		Message: why, Metadata: map[string]any{RemoteTaskKey: string(id), "remoteAgent": r.a.cfg.URL}})
+}
+
+// CancelRemoteTask cancels the task remoteTaskID of this agent (agentID
+// its name; another name is not this agent's: handled false). The parent
+// ended (canceled, or its passed-up request expired) while the remote task
+// waited for an answer it will not get (loop.RemoteTaskCanceler). A task
+// that has ended already is left as it is.
+func (a *Agent) CancelRemoteTask(ctx context.Context, agentID, remoteTaskID string) (bool, error) {
+	if agentID != a.cfg.Name {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	client, _, err := a.ready(ctx)
+	if err != nil {
+		return true, fmt.Errorf("agent %q not reachable: %w", a.cfg.Name, err)
+	}
+	if _, err := client.CancelTask(ctx, &a2a.CancelTaskRequest{ID: a2a.TaskID(remoteTaskID)}); err != nil &&
+		!errors.Is(err, a2a.ErrTaskNotCancelable) {
+		return true, fmt.Errorf("agent %q: cancel task %q: %w", a.cfg.Name, remoteTaskID, err)
+	}
+	return true, nil
 }
 
 // cancelRemote cancels the remote task (the parent was canceled).

@@ -37,7 +37,10 @@ func (rt *Runtime) ExpireRequests(ctx context.Context, now time.Time) (int, erro
 				expired = append(expired, r)
 			}
 		}
-		if len(expired) == 0 || rt.Running(rec.ID) != nil {
+		if len(expired) == 0 || rec.ParentTaskID != "" || rt.Running(rec.ID) != nil {
+			// A sub-task's request expires with the one its parent
+			// passed up, which ends or answers it; a sub-task never
+			// runs on its own.
 			continue
 		}
 		if err := rt.expire(ctx, rec, expired, now); err != nil {

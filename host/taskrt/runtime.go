@@ -1221,6 +1221,19 @@ func (rt *Runtime) finishStored(ctx context.Context, rec loop.TaskRecord, st loo
 	if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
 		return fmt.Errorf("finish task %q: %w", rec.ID, err)
 	}
+	// Its sub-agents' requests it passed up will not be answered: the
+	// sub-tasks behind them end as it does (a remote one's task is
+	// canceled), before its own end is announced.
+	evs, err := rt.cfg.Loop.EndPassedUp(ctx, rec, st, why)
+	if err != nil {
+		rt.log.LogAttrs(ctx, slog.LevelWarn, "sub-tasks not ended", slog.String("task_id", rec.ID),
+			slog.String("error", err.Error()))
+	}
+	for _, e := range evs {
+		if err := rt.ev.Publish(ctx, e); err != nil {
+			return fmt.Errorf("announce the end of sub-task %q: %w", e.Head().TaskID, err)
+		}
+	}
 	if err := rt.announce(ctx, rec, nil); err != nil {
 		return err
 	}
