@@ -107,6 +107,44 @@ func TestRoutedLocalSubtaskAnnouncedOnce(t *testing.T) {
 		t.Fatalf("parent after the approval: %s %q", done.Status.State, artifactText(done))
 	}
 	checkSubtaskOnce(t, streamUntilParentDone(t, ctx, h.URL(), "alice-key", "once-local", string(task.ID)), sub, "waiting-input")
+
+	// The sub-task's own A2A stream, replayed: it ends at its pause
+	// (input-required, an interrupted state ends an A2A stream), and the
+	// replay from there shows it working again, then completed.
+	states := func(after string) ([]string, string) {
+		sctx, sc := context.WithTimeout(ctx, 30*time.Second)
+		defer sc()
+		resp := openSSE(t, sctx, h.URL()+"/a2a/v1", "alice-key",
+			`{"jsonrpc":"2.0","id":7,"method":"SubscribeToTask","params":{"id":"`+sub+`"}}`, "Last-Event-ID", after)
+		var out []string
+		last := ""
+		for _, f := range readFrames(t, resp.Body, nil) {
+			var r struct {
+				Result struct {
+					StatusUpdate *struct {
+						Status struct {
+							State string `json:"state"`
+						} `json:"status"`
+					} `json:"statusUpdate"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(f.Data), &r); err != nil {
+				t.Fatalf("frame %q: %v", f.Data, err)
+			}
+			if su := r.Result.StatusUpdate; su != nil && (len(out) == 0 || out[len(out)-1] != su.Status.State) {
+				out = append(out, su.Status.State)
+			}
+			last = f.ID
+		}
+		return out, last
+	}
+	first, pauseID := states("1")
+	if len(first) == 0 || first[len(first)-1] != "TASK_STATE_INPUT_REQUIRED" {
+		t.Fatalf("the sub-task's A2A stream up to its pause: %v", first)
+	}
+	if rest, _ := states(pauseID); len(rest) < 2 || rest[0] != "TASK_STATE_WORKING" || rest[len(rest)-1] != "TASK_STATE_COMPLETED" {
+		t.Fatalf("the sub-task's A2A stream after its pause: %v", rest)
+	}
 }
 
 // The same with a remote child (two hosts on loopback): the parent's call
