@@ -48,7 +48,8 @@ func TestModuleLimitsAdmitEveryExampleWithRoom(t *testing.T) {
 		roomy := ModuleLimits{
 			ModuleBytes: quarter(lim.ModuleBytes), Functions: quarter(lim.Functions),
 			FunctionBytes: quarter(lim.FunctionBytes), FunctionInstructions: quarter(lim.FunctionInstructions),
-			FunctionBranches: quarter(lim.FunctionBranches), Locals: quarter(lim.Locals), Nesting: quarter(lim.Nesting), BrTableTargets: quarter(lim.BrTableTargets),
+			FunctionBranches: quarter(lim.FunctionBranches), Locals: quarter(lim.Locals),
+			FunctionCompileCost: quarter(lim.FunctionCompileCost), Nesting: quarter(lim.Nesting), BrTableTargets: quarter(lim.BrTableTargets),
 			TableElements: quarter(lim.TableElements), Imports: quarter(lim.Imports), Exports: quarter(lim.Exports),
 			Globals: quarter(lim.Globals), Types: quarter(lim.Types), DataSegments: quarter(lim.DataSegments),
 			ElemSegments: quarter(lim.ElemSegments), CustomBytes: quarter(lim.CustomBytes),
@@ -78,6 +79,7 @@ func TestModuleLimitsRefuseNamingTheLimit(t *testing.T) {
 		{"functionInstructions", s.maxInstructions, func(l *ModuleLimits, v int64) { l.FunctionInstructions = v }},
 		{"functionBranches", s.maxBranches, func(l *ModuleLimits, v int64) { l.FunctionBranches = v }},
 		{"locals", s.maxLocals, func(l *ModuleLimits, v int64) { l.Locals = v }},
+		{"functionCompileCost", s.maxCompileCost, func(l *ModuleLimits, v int64) { l.FunctionCompileCost = v }},
 		{"nesting", s.maxNesting, func(l *ModuleLimits, v int64) { l.Nesting = v }},
 		{"brTableTargets", s.maxBrTable, func(l *ModuleLimits, v int64) { l.BrTableTargets = v }},
 		{"tableElements", s.maxTable, func(l *ModuleLimits, v int64) { l.TableElements = v }},
@@ -104,7 +106,7 @@ func TestModuleLimitsRefuseNamingTheLimit(t *testing.T) {
 			t.Errorf("%s at one under the module's measure: %v", c.name, err)
 		}
 	}
-	if tested < 14 {
+	if tested < 15 {
 		t.Fatalf("only %d limits tested", tested)
 	}
 	if err := admit(bin, ModuleLimits{}); err != nil {

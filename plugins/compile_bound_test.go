@@ -81,6 +81,17 @@ func TestAdmissionRefusesEachShape(t *testing.T) {
 	locals := []byte{1}
 	locals = appendU32(locals, 1_000_000)
 	locals = append(locals, 0x7e, 0x0b)
+	// many locals kept across many branches in one function: each within
+	// its limit, locals² × branches not (it compiled for minutes)
+	lb := appendU32([]byte{1}, 2000)
+	lb = append(lb, 0x7f)
+	for i := range 4000 {
+		x, y, z := uint32(i%2000), uint32((i*7+1)%2000), uint32((i*13+2)%2000)
+		lb = append(lb, 0x02, 0x40, 0x20, 0, 0x0d, 0, 0x20)
+		lb = append(appendU32(append(appendU32(lb, x), 0x20), y), 0x6a, 0x21)
+		lb = append(appendU32(lb, z), 0x0b)
+	}
+	lb = append(lb, 0x0b)
 	table := wasmModule(1, [][]byte{{0, 0x0b}})
 	// a table section (id 4) after the function section: 10M funcref
 	table = append(table[:8+6+4], append(wasmSection(4, appendU32([]byte{1, 0x70, 0}, 10_000_000)), table[8+6+4:]...)...)
@@ -91,6 +102,7 @@ func TestAdmissionRefusesEachShape(t *testing.T) {
 		{"nest", "(nesting)", wasmModule(1, [][]byte{nest})},
 		{"brtable", "(brTableTargets)", wasmModule(1, [][]byte{brt})},
 		{"locals", "(locals)", wasmModule(1, [][]byte{locals})},
+		{"locals-branches", "(functionCompileCost)", wasmModule(1, [][]byte{lb})},
 		{"table", "(tableElements)", table},
 	}
 	r := newRegistry(t, Config{CacheDir: t.TempDir()})
