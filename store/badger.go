@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,9 @@ type Options struct {
 	// (default 1024).
 	MaxBatch int
 	Limits   Limits
+	// CloseTimeout bounds how long Close waits for Badger to finish
+	// (default 1 minute; negative: no bound). See Close.
+	CloseTimeout time.Duration
 	// Tune, when set, adjusts Badger's options before Open. SyncWrites is
 	// forced on afterwards: acknowledged writes are durable.
 	Tune func(badger.Options) badger.Options
@@ -51,6 +56,8 @@ type Badger struct {
 	limits   Limits
 	log      *slog.Logger
 	maxBatch int
+	dir      string        // the data folder ("" in memory)
+	closeBy  time.Duration // Options.CloseTimeout
 	maxSize  int64
 	maxCount int64
 	events   *BadgerEvents
@@ -111,6 +118,7 @@ func Open(opts Options) (*Badger, error) {
 		limits:   opts.Limits.withDefaults(),
 		log:      log,
 		maxBatch: opts.MaxBatch,
+		closeBy:  opts.CloseTimeout,
 		// Leave Badger's own limits a wide margin: our size estimate is
 		// rough, and a transaction that overflows must never happen.
 		maxSize:  db.MaxBatchSize() / 2,
@@ -120,6 +128,12 @@ func Open(opts Options) (*Badger, error) {
 	}
 	if b.maxBatch <= 0 {
 		b.maxBatch = 1024
+	}
+	if !opts.InMemory {
+		b.dir = opts.Dir
+	}
+	if b.closeBy == 0 {
+		b.closeBy = time.Minute
 	}
 	b.events = &BadgerEvents{b: b}
 	b.wg.Add(1)
@@ -141,6 +155,14 @@ func Open(opts Options) (*Badger, error) {
 
 // Close finishes the writes already submitted, stops the store's goroutines
 // and closes the database. Later calls of any method return ErrClosed.
+//
+// Close gives up, with an error, when the data folder is gone or after
+// Options.CloseTimeout. Badger retries a memtable flush that fails without
+// end, so a removed folder or a failing disk would otherwise hang the
+// process's shutdown. Giving up loses nothing acknowledged: every write was
+// synced to Badger's write-ahead log before its method returned, and the
+// next Open replays that log. Badger's goroutines are left behind; the
+// process is about to end.
 func (b *Badger) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -150,12 +172,45 @@ func (b *Badger) Close() error {
 	b.closed = true
 	close(b.quit)
 	b.mu.Unlock()
-	b.wg.Wait()
-	if err := b.db.Close(); err != nil {
-		return fmt.Errorf("close store: %w", err)
+	done := make(chan error, 1)
+	go func() {
+		b.wg.Wait()
+		done <- b.db.Close()
+	}()
+	var deadline <-chan time.Time
+	if b.closeBy > 0 {
+		t := time.NewTimer(b.closeBy)
+		defer t.Stop()
+		deadline = t.C
 	}
-	return nil
+	// The folder is looked at now and then: a removed one never lets
+	// Badger finish, so there is no point in waiting out the deadline.
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("close store: %w", err)
+			}
+			return nil
+		case <-deadline:
+			b.log.Error("store: close did not finish; the data written since the last flush is in the write-ahead log and is replayed on the next start", "dir", b.dir, "after", b.closeBy)
+			return fmt.Errorf("close store %q: %w: not finished after %v", b.dir, ErrCloseStuck, b.closeBy)
+		case <-tick.C:
+			if b.dir == "" {
+				continue
+			}
+			if _, err := os.Stat(b.dir); errors.Is(err, fs.ErrNotExist) {
+				b.log.Error("store: the data folder is gone; closing without it", "dir", b.dir)
+				return fmt.Errorf("close store %q: %w: the data folder is gone", b.dir, ErrCloseStuck)
+			}
+		}
+	}
 }
+
+// ErrCloseStuck: Close gave up waiting for the database to close.
+var ErrCloseStuck = errors.New("store did not close")
 
 // Events returns the store's event log.
 func (b *Badger) Events() *BadgerEvents { return b.events }
