@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,6 +183,7 @@ func BenchmarkSendMessage(b *testing.B) {
 				var wg sync.WaitGroup
 				var failed atomic.Value
 				b.ResetTimer()
+				cpu0 := processCPU(b)
 				start := time.Now()
 				for range conc {
 					wg.Go(func() {
@@ -211,9 +213,26 @@ func BenchmarkSendMessage(b *testing.B) {
 					b.Fatal(err)
 				}
 				reportLatency(b, lat, elapsed)
+				reportCPU(b, cpu0, len(lat))
 			})
 		}
 	}
+}
+
+// processCPU is the CPU time (user and system) the process has used: the
+// server's and the client's, both in this process. Unlike the wall time, it
+// does not grow when other work shares the machine.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time per request since cpu0.
+func reportCPU(b *testing.B, cpu0 time.Duration, n int) {
+	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(n), "cpu-us/op")
 }
 
 func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {

@@ -50,7 +50,11 @@ type AgentConfig struct {
 	TaskTTL time.Duration
 	// Artifacts lists the conversation's artifacts (optional).
 	Artifacts ArtifactLister
-	Logger    *slog.Logger
+	// CacheTally, when set, is kept equal to the sum of CachedBytes over
+	// the agents that share it, until each one's Untally: a cache of
+	// agents bounded by bytes reads its total without visiting them.
+	CacheTally *atomic.Int64
+	Logger     *slog.Logger
 }
 
 // TurnInput is one turn asked of an Agent.
@@ -98,6 +102,12 @@ type Agent struct {
 	unsaved int          // messages at the end of history not yet saved
 	partial bool         // history holds only the most recent messages
 	cached  atomic.Int64 // MessagesSize(history), for CachedBytes without the lock
+
+	// tallyMu orders the changes of cached with Untally, so that
+	// cfg.CacheTally gets every change once and none after Untally. It is
+	// a leaf lock: nothing else is taken while it is held.
+	tallyMu   sync.Mutex
+	untallied bool
 }
 
 // NewAgent returns an agent in state created; Start makes it ready.
@@ -223,7 +233,28 @@ func (a *Agent) trimCache() {
 }
 
 // noteCache records the size of the cached history. Caller holds a.mu.
-func (a *Agent) noteCache() { a.cached.Store(int64(MessagesSize(a.history))) }
+func (a *Agent) noteCache() {
+	n := int64(MessagesSize(a.history))
+	a.tallyMu.Lock()
+	old := a.cached.Swap(n)
+	if a.cfg.CacheTally != nil && !a.untallied {
+		a.cfg.CacheTally.Add(n - old)
+	}
+	a.tallyMu.Unlock()
+}
+
+// Untally takes the agent's cached bytes out of AgentConfig.CacheTally, for
+// good: the cache that shares the tally has dropped it. Later changes of its
+// history are not counted; a second call does nothing.
+func (a *Agent) Untally() {
+	a.tallyMu.Lock()
+	defer a.tallyMu.Unlock()
+	if a.cfg.CacheTally == nil || a.untallied {
+		return
+	}
+	a.untallied = true
+	a.cfg.CacheTally.Add(-a.cached.Load())
+}
 
 // CachedBytes is the size (MessagesSize) of the history the agent holds in
 // memory, for a cache of agents bounded by bytes.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -204,6 +205,7 @@ type Runtime struct {
 
 	mu          sync.Mutex
 	agents      map[string]*loop.Agent
+	agentBytes  atomic.Int64    // CachedBytes over agents (loop.AgentConfig.CacheTally)
 	running     map[string]*Run // by task id
 	busy        map[string]*Run // by context id
 	perOwner    map[string]int  // running turns by principal
@@ -718,7 +720,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 			// Nothing of the turn was saved (its commit is fenced by the
 			// lease) and its end belongs to the new owner.
 			rt.mu.Lock()
-			delete(rt.agents, contextID)
+			rt.dropAgentLocked(contextID)
 			rt.starting.Delete(contextID)
 			rt.mu.Unlock()
 			rt.releaseContextLease(r)
@@ -763,7 +765,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 		if a := rt.agents[contextID]; a != nil && a.Status() == loop.AgentFailed {
 			// Its state could not be saved (or its lease was lost): the
 			// next turn starts it again from the stores.
-			delete(rt.agents, contextID)
+			rt.dropAgentLocked(contextID)
 			rt.starting.Delete(contextID)
 		}
 		rt.mu.Unlock()
@@ -872,7 +874,8 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 			}
 			cfg := loop.AgentConfig{ContextID: contextID, Owner: owner, Loop: rt.cfg.Loop,
 				Messages: rt.st.Messages, Agents: rt.st.Agents, Tasks: rt.st.Tasks, Commit: rt.st.Commit,
-				HistoryLimit: rt.cfg.HistoryLimit, HistoryBytes: rt.cfg.HistoryBytes, TaskTTL: rt.cfg.TaskTTL, Logger: rt.log}
+				HistoryLimit: rt.cfg.HistoryLimit, HistoryBytes: rt.cfg.HistoryBytes, TaskTTL: rt.cfg.TaskTTL, Logger: rt.log,
+				CacheTally: &rt.agentBytes}
 			if rt.cfg.Artifacts != nil {
 				cfg.Artifacts = rt.cfg.Artifacts
 			}
@@ -882,10 +885,12 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 				return nil, fmt.Errorf("agent of %q: %w", contextID, err)
 			}
 			if err := a.Start(ctx); err != nil {
+				a.Untally()
 				return nil, fmt.Errorf("agent of %q: %w", contextID, err)
 			}
 			rt.mu.Lock()
 			rt.evictLocked()
+			rt.dropAgentLocked(contextID)
 			rt.agents[contextID] = a
 			rt.mu.Unlock()
 		}
@@ -898,25 +903,36 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 
 // evictLocked keeps the agent cache under MaxAgents and MaxAgentBytes: it
 // drops agents without a running turn (their state is in the stores
-// already; the next message starts them again). rt.mu is held.
+// already; the next message starts them again). rt.mu is held. The bytes
+// the agents hold are a running total (rt.agentBytes), so that a cache
+// under its bounds costs nothing to check, however many agents it holds.
 func (rt *Runtime) evictLocked() {
-	var total int64
-	if rt.cfg.MaxAgentBytes > 0 {
-		for _, a := range rt.agents {
-			total += a.CachedBytes()
-		}
+	under := func() bool {
+		return len(rt.agents) < rt.cfg.MaxAgents &&
+			(rt.cfg.MaxAgentBytes <= 0 || rt.agentBytes.Load() <= rt.cfg.MaxAgentBytes)
 	}
-	for id, a := range rt.agents {
-		if len(rt.agents) < rt.cfg.MaxAgents && (rt.cfg.MaxAgentBytes <= 0 || total <= rt.cfg.MaxAgentBytes) {
-			return
-		}
+	if under() {
+		return
+	}
+	for id := range rt.agents {
 		if _, busy := rt.busy[id]; busy {
 			continue
 		}
-		total -= a.CachedBytes()
-		delete(rt.agents, id)
+		rt.dropAgentLocked(id)
 		delete(rt.expiry, id)
 		rt.starting.Delete(id)
+		if under() {
+			return
+		}
+	}
+}
+
+// dropAgentLocked takes the context's agent out of the cache and its bytes
+// out of the total. rt.mu is held.
+func (rt *Runtime) dropAgentLocked(contextID string) {
+	if a := rt.agents[contextID]; a != nil {
+		a.Untally()
+		delete(rt.agents, contextID)
 	}
 }
 

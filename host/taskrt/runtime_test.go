@@ -771,3 +771,45 @@ func TestRecoverLeavesSubtasksOfResumedParents(t *testing.T) {
 		t.Fatalf("sub-task left working after its parent's resumed turn: %+v (%v), want failed", rec, err)
 	}
 }
+
+// The agent cache's byte total follows every agent it holds: it grows with
+// each turn's messages, loses an evicted agent's bytes, and so keeps the
+// cache under MaxAgentBytes while it holds what fits.
+func TestAgentCacheByteTotal(t *testing.T) {
+	t.Parallel()
+	const bound = 12 << 10
+	h := newHarness(t, t.TempDir(), &scriptModel{}, func(c *Config) { c.MaxAgentBytes = bound })
+	ctx := context.Background()
+	// sum is what the cached agents hold, and the running total.
+	sum := func() (held, total int64, n int) {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		for _, a := range h.rt.agents {
+			held += a.CachedBytes()
+		}
+		return held, h.rt.agentBytes.Load(), len(h.rt.agents)
+	}
+	check := func(step string) {
+		t.Helper()
+		if held, total, n := sum(); total != held {
+			t.Fatalf("%s: byte total %d, the %d agents hold %d", step, total, n, held)
+		}
+		// The eviction after a turn runs once its end is out.
+		waitFor(t, step+": cache under its bound", func() bool { held, _, _ := sum(); return held <= bound })
+	}
+	big := strings.Repeat("x", 1500)
+	for i := range 12 {
+		id := fmt.Sprintf("c%d", i%4) // four conversations that keep growing
+		st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: id, Message: user(fmt.Sprint(i, big))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.rt.Wait(ctx, st.Run); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("after turn %d", i))
+	}
+	if _, _, n := sum(); n == 0 || n == 4 {
+		t.Fatalf("%d agents cached: the bound should keep some and drop others", n)
+	}
+}
