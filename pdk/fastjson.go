@@ -216,6 +216,23 @@ func appendError(dst []byte, e *Error) []byte {
 	return append(dst, '}')
 }
 
+// appendDelta writes d as encoding/json would (empty fields left out).
+func appendDelta(dst []byte, d *Delta) []byte {
+	dst = append(dst, '{')
+	if d.Content != "" {
+		dst = append(dst, `"content":`...)
+		dst = appendString(dst, d.Content)
+	}
+	if d.Thought != "" {
+		if d.Content != "" {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `"thought":`...)
+		dst = appendString(dst, d.Thought)
+	}
+	return append(dst, '}')
+}
+
 const hexDigits = "0123456789abcdef"
 
 // appendString writes s as a JSON string: quotes, backslashes and control

@@ -66,6 +66,12 @@ func TestAppendMatchesEncodingJSON(t *testing.T) {
 				t.Errorf("appendToolResult = %s, want %s", got, want)
 			}
 		}
+		for _, d := range []Delta{{Content: s}, {Thought: s}, {Content: s, Thought: "t " + s}, {Content: "c", Thought: s}} {
+			want, _ := json.Marshal(d)
+			if got := appendDelta(nil, &d); string(got) != string(want) {
+				t.Errorf("appendDelta = %s, want %s", got, want)
+			}
+		}
 		for _, e := range []Error{{Message: s}, {Code: "c", Message: s, Transient: true}, {Code: "c", Message: s, Transient: true, RetryAfter: Duration(1500 * time.Millisecond)}} {
 			want, _ := json.Marshal(&e)
 			if got := appendError(nil, &e); string(got) != string(want) {

@@ -105,7 +105,22 @@ func emit(kind EmitKind, v any) error {
 	return nil
 }
 
-func sendDelta(d Delta) error { return emit(EmitDelta, d) }
+// deltaBuf is the encoding buffer of sendDelta, reused: a model streams
+// many deltas and the guest's calls run one at a time.
+var deltaBuf []byte
+
+// sendDelta encodes d without encoding/json (a delta is sent per piece of
+// a streamed answer, so its cost is paid per chunk) and emits it.
+func sendDelta(d Delta) error {
+	deltaBuf = appendDelta(deltaBuf[:0], &d)
+	switch r := hostEmit(int32(EmitDelta), bytesPtr(deltaBuf), int32(len(deltaBuf))); {
+	case r == -1:
+		return ErrCanceled
+	case r < 0:
+		return hostError("emit", int64(r))
+	}
+	return nil
+}
 
 // Progress reports the progress of the running tool call (fraction 0..1, or
 // 0 when unknown) to the task; it becomes a tool-progress event.

@@ -22,8 +22,38 @@ func parseFile(t *testing.T, name string) (*pdk.ModelResponse, []pdk.Delta, erro
 	}
 	defer f.Close()
 	var deltas []pdk.Delta
-	resp, err := ParseStream(f, func(d pdk.Delta) error { deltas = append(deltas, d); return nil })
+	resp, err := ParseStream(&eventReader{r: f}, func(d pdk.Delta) error { deltas = append(deltas, d); return nil })
 	return resp, deltas, err
+}
+
+// eventReader hands out a stream one event per read, as a server that
+// sends each chunk as it is generated.
+type eventReader struct {
+	r    io.Reader
+	rest []byte
+	read bool
+}
+
+func (e *eventReader) Read(p []byte) (int, error) {
+	if !e.read {
+		b, err := io.ReadAll(e.r)
+		if err != nil {
+			return 0, err
+		}
+		e.rest, e.read = b, true
+	}
+	if len(e.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := len(e.rest)
+	for _, end := range []string{"\n\n", "\n\r\n"} {
+		if i := strings.Index(string(e.rest), end); i >= 0 && i+len(end) < n {
+			n = i + len(end)
+		}
+	}
+	n = copy(p, e.rest[:n])
+	e.rest = e.rest[n:]
+	return n, nil
 }
 
 func TestParseStreamText(t *testing.T) {

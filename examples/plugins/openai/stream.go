@@ -175,8 +175,81 @@ func (a *answer) response() *pdk.ModelResponse {
 // call arguments arrive in pieces keyed by the call's index and are joined.
 // A stream that breaks or ends before the answer is finished is a transient
 // error; an error object in the stream is classified like an HTTP error.
+//
+// Text that arrives together is sent together: the pieces of the chunks
+// already read are joined into one delta, sent before the parser waits for
+// more of the stream (and at its end). A client reading the deltas gets the
+// same text in the same order; a slow guest or host just sends fewer,
+// larger deltas instead of falling further behind.
 func ParseStream(r io.Reader, delta func(pdk.Delta) error) (*pdk.ModelResponse, error) {
 	a := newAnswer()
+	var co coalescer
+	if delta != nil {
+		co.send = delta
+		delta = co.add
+		r = &flushBeforeRead{r: r, co: &co}
+	}
+	resp, err := parseStream(r, a, delta)
+	if co.err != nil {
+		return nil, co.err // the host refused a delta (the call was cancelled)
+	}
+	if ferr := co.flush(); ferr != nil {
+		return nil, ferr
+	}
+	return resp, err
+}
+
+// coalescer joins deltas until flush.
+type coalescer struct {
+	send    func(pdk.Delta) error
+	pending pdk.Delta
+	err     error
+}
+
+// add joins d to the pending delta. A delta sends its content before its
+// thought, so a thought pending before new content goes out first.
+func (c *coalescer) add(d pdk.Delta) error {
+	if c.err != nil {
+		return c.err
+	}
+	if c.pending.Thought != "" && d.Content != "" {
+		if err := c.flush(); err != nil {
+			return err
+		}
+	}
+	c.pending.Content += d.Content
+	c.pending.Thought += d.Thought
+	return nil
+}
+
+func (c *coalescer) flush() error {
+	if c.err != nil {
+		return c.err
+	}
+	if c.pending == (pdk.Delta{}) {
+		return nil
+	}
+	d := c.pending
+	c.pending = pdk.Delta{}
+	c.err = c.send(d)
+	return c.err
+}
+
+// flushBeforeRead sends the pending delta before each read of the stream,
+// which may wait for the server.
+type flushBeforeRead struct {
+	r  io.Reader
+	co *coalescer
+}
+
+func (f *flushBeforeRead) Read(p []byte) (int, error) {
+	if err := f.co.flush(); err != nil {
+		return 0, err
+	}
+	return f.r.Read(p)
+}
+
+func parseStream(r io.Reader, a *answer, delta func(pdk.Delta) error) (*pdk.ModelResponse, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4<<10), maxLine)
 	var data []string
@@ -192,8 +265,11 @@ func ParseStream(r io.Reader, delta func(pdk.Delta) error) (*pdk.ModelResponse, 
 			return nil
 		}
 		var c chunk
-		if err := json.Unmarshal([]byte(payload), &c); err != nil {
-			return &pdk.Error{Code: "bad_response", Message: fmt.Sprintf("stream chunk is not JSON: %v: %.200s", err, payload), Transient: true}
+		if !parseChunk([]byte(payload), &c) {
+			c = chunk{}
+			if err := json.Unmarshal([]byte(payload), &c); err != nil {
+				return &pdk.Error{Code: "bad_response", Message: fmt.Sprintf("stream chunk is not JSON: %v: %.200s", err, payload), Transient: true}
+			}
 		}
 		return a.addChunk(&c, delta)
 	}

@@ -168,8 +168,9 @@ func TestWasmOpenAICallTimeoutCappedAndNotRetriedAfterOutput(t *testing.T) {
 	if msg := out.Err.Error(); !strings.Contains(msg, "timeout of 2s") || !strings.Contains(msg, "not retried") {
 		t.Fatalf("err = %q, want the capped timeout (2s) and that it was not retried", msg)
 	}
-	if got := s.deltas(); got != "The answer| is|" {
-		t.Fatalf("deltas %q, want the streamed text once", got)
+	// The two chunks may arrive in one read and go out as one delta.
+	if got := strings.ReplaceAll(s.deltas(), "|", ""); got != "The answer is" {
+		t.Fatalf("deltas %q, want the streamed text once", s.deltas())
 	}
 }
 

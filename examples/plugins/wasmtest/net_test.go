@@ -108,7 +108,7 @@ func TestWasmOpenAIAdapter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Message.Content != "Hello, wörld!" || strings.Join(deltas, "|") != "Hello|, wörld|!" || resp.Usage.TotalTokens != 16 {
+	if resp.Message.Content != "Hello, wörld!" || strings.Join(deltas, "") != "Hello, wörld!" || resp.Usage.TotalTokens != 16 {
 		t.Errorf("text answer %+v, deltas %q", resp, deltas)
 	}
 	if fake.auth[0] != "Bearer sk-test" || fake.bodies[0]["model"] != "test-model" || fake.bodies[0]["stream"] != true {
