@@ -27,7 +27,12 @@ import (
 // server's stream as a client would; "looopy" is the default host (Badger
 // on disk) running the real openai.wasm, read through the official a2a-go
 // client's SendStreamingMessage; "looopy-mem" is the same in memory.
-// Reports the medians of the time to the first text and to the end.
+// Reports the medians of the time to the first text and to the end, of
+// how long the server took to stream (server-ms: on a small machine the
+// host's work per chunk delays the server's own timers, so the whole
+// answer takes longer even when each chunk is handled within its gap) and
+// of how long the client waited after the server's last flush
+// (after-server-ms: the latency the host adds at the end).
 // LOOOPY_BENCH_CHUNKS and LOOOPY_BENCH_CHUNK_DELAY (a Go duration, 0 for
 // none) change the answer's shape: 400 chunks with no delay measure the
 // host's cost per chunk when the model is faster than the host.
@@ -64,13 +69,17 @@ func BenchmarkRealModelOverhead(b *testing.B) {
 				}
 			}
 			firsts, ends := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			paces, afters := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for range b.N {
+				t0 := time.Now()
 				first, end, err := turn(ctx)
 				if err != nil {
 					b.Fatal(err)
 				}
 				firsts, ends = append(firsts, first), append(ends, end)
+				from, done := srv.LastStream()
+				paces, afters = append(paces, done.Sub(from)), append(afters, t0.Add(end).Sub(done))
 			}
 			b.StopTimer()
 			median := func(d []time.Duration) float64 {
@@ -79,6 +88,8 @@ func BenchmarkRealModelOverhead(b *testing.B) {
 			}
 			b.ReportMetric(median(firsts), "first-text-ms")
 			b.ReportMetric(median(ends), "end-ms")
+			b.ReportMetric(median(paces), "server-ms")
+			b.ReportMetric(median(afters), "after-server-ms")
 		})
 	}
 }

@@ -64,9 +64,19 @@ type Server struct {
 	// Release, when closed, ends every stalled stream.
 	Release chan struct{}
 
-	mu       sync.Mutex
-	replies  []Reply
-	requests []Request
+	mu         sync.Mutex
+	replies    []Reply
+	requests   []Request
+	lastStream [2]time.Time // the last streamed answer's first and last flush
+}
+
+// LastStream reports when the last streamed answer's first chunk and its
+// [DONE] were flushed (zero before any): a benchmark tells from it how long
+// the server took and how long its client took after the server was done.
+func (s *Server) LastStream() (first, done time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastStream[0], s.lastStream[1]
 }
 
 // Start starts a server on loopback; it is closed when the test ends
@@ -158,6 +168,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
 	}
 	send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
+	first := time.Now()
 	words := 0
 	for _, t := range reply.Text {
 		if reply.ChunkDelay > 0 {
@@ -206,6 +217,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if fl != nil {
 		fl.Flush()
 	}
+	done := time.Now()
+	s.mu.Lock()
+	s.lastStream = [2]time.Time{first, done}
+	s.mu.Unlock()
 }
 
 func writeError(w http.ResponseWriter, status int, msg, typ, code string) {
