@@ -173,3 +173,43 @@ func TestCompilesAreBoundedInAll(t *testing.T) {
 		t.Fatalf("wecho = %+v", res)
 	}
 }
+
+// An Extism-ABI plugin is compiled twice: once by the host (for the ABI and
+// import checks) and once by the Extism SDK, a cache read when the cache
+// holds it and a full compile when it does not. The SDK's compile is held to the same
+// timeout and slot: here it is made to hang (the compile hook blocks on its
+// second call), and the load fails at plugins.compileTimeout instead of
+// waiting for it.
+func TestExtismSDKCompileIsBounded(t *testing.T) {
+	// The shared cache holds both compiles of xecho after this load, so
+	// the host's own compile below is a cache read, well within the
+	// timeout even on a loaded machine.
+	dir := t.TempDir()
+	src := install(t, dir, "xecho", guestWasm(t, "xecho"), func(m map[string]any) {
+		caps(m)["hostFunctions"] = []string{"log"}
+	})
+	warm := newRegistry(t, Config{})
+	if _, err := warm.Load(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+
+	var calls atomic.Int64
+	unblock := make(chan struct{})
+	compileHook = func() {
+		if calls.Add(1) == 2 {
+			<-unblock
+		}
+	}
+	t.Cleanup(func() { compileHook = nil })
+	defer close(unblock)
+	r := newRegistry(t, Config{Policy: Policy{CompileTimeout: 5 * time.Second}})
+	done := make(chan error, 1)
+	go func() { _, err := r.Load(context.Background(), src); done <- err }()
+	err := hangGuard(t, done, "loading an Extism plugin whose SDK compile hangs")
+	if !errors.Is(err, ErrCompileTimeout) {
+		t.Fatalf("load = %v, want ErrCompileTimeout", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d compiles started, want 2 (the host's and the SDK's)", n)
+	}
+}

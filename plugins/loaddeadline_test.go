@@ -60,7 +60,7 @@ func TestLoadTimeoutRefusesSpinningGuests(t *testing.T) {
 // registry stops it: nothing waits for it.
 func TestSpinningLoadBlocksNothing(t *testing.T) {
 	dir := t.TempDir()
-	r, err := New(Config{CacheDir: buildDir + "/cache", Logger: testLogger(t), Policy: Policy{LoadTimeout: time.Hour}})
+	r, err := New(Config{CacheDir: testCacheDir, Logger: testLogger(t), Policy: Policy{LoadTimeout: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

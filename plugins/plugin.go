@@ -195,19 +195,35 @@ type loadEnv struct {
 // in all. The caches stay open until every compile has ended
 // (Registry.Close).
 func compile(ctx context.Context, env *loadEnv, key string, rt wazero.Runtime, code []byte) (_ wazero.CompiledModule, _ error, abandoned bool) {
+	return bounded(ctx, env, key, func(cctx context.Context) (wazero.CompiledModule, error) {
+		return rt.CompileModule(cctx, code)
+	}, func(cm wazero.CompiledModule) {
+		if cm != nil {
+			_ = cm.Close(context.Background())
+		}
+		_ = rt.Close(context.Background())
+	})
+}
+
+// bounded runs run, a compile, under compile's rules: a slot of
+// env.compiles for key, the policy's compile timeout, and abandonment when
+// the time runs out or ctx ends. An abandoned compile's result, when it
+// comes, goes to discard (with the zero T when it failed).
+func bounded[T any](ctx context.Context, env *loadEnv, key string, run func(context.Context) (T, error), discard func(T)) (_ T, _ error, abandoned bool) {
+	var zero T
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx)), false
+		return zero, fmt.Errorf("compile: load cancelled: %w", context.Cause(ctx)), false
 	}
 	release, err := env.compiles.acquire(ctx, key, env.policy.maxCompiles())
 	if err != nil {
-		return nil, fmt.Errorf("compile: load cancelled while waiting to compile: %w", err), false
+		return zero, fmt.Errorf("compile: load cancelled while waiting to compile: %w", err), false
 	}
 	timeout := env.policy.compileTimeout()
 	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errCompileDeadline)
 	defer cancel() // an abandoned compile stops at its next function
 	cctx = experimental.WithCompilationWorkers(cctx, compileWorkers)
 	type result struct {
-		cm  wazero.CompiledModule
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
@@ -215,14 +231,14 @@ func compile(ctx context.Context, env *loadEnv, key string, rt wazero.Runtime, c
 		if compileHook != nil {
 			compileHook()
 		}
-		cm, err := rt.CompileModule(cctx, code)
+		v, err := run(cctx)
 		if compileEndHook != nil {
 			compileEndHook()
 		}
 		// Counted down before the load hears of it: a registry closed
 		// after the load returned closes its caches at once.
 		release()
-		done <- result{cm, err}
+		done <- result{v, err}
 	}()
 	stopped := func() error {
 		if errors.Is(context.Cause(cctx), errCompileDeadline) {
@@ -233,19 +249,20 @@ func compile(ctx context.Context, env *loadEnv, key string, rt wazero.Runtime, c
 	select {
 	case r := <-done:
 		if r.err != nil && (errors.Is(context.Cause(cctx), errCompileDeadline) || ctx.Err() != nil) {
-			return nil, stopped(), false
+			return zero, stopped(), false
 		}
-		return r.cm, r.err, false
+		return r.v, r.err, false
 	case <-cctx.Done():
 		env.compiles.add()
 		go func() {
 			defer env.compiles.done()
-			if r := <-done; r.cm != nil {
-				_ = r.cm.Close(context.Background())
+			r := <-done
+			if r.err != nil {
+				r.v = zero
 			}
-			_ = rt.Close(context.Background())
+			discard(r.v)
 		}()
-		return nil, stopped(), true
+		return zero, stopped(), true
 	}
 }
 
@@ -478,9 +495,18 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 			return nil, err
 		}
 		_ = rt.Close(ctx)
-		drv, err := newExtismDriver(ctx, p, bin, env.cache)
+		// The SDK compiles the module again (a read of the compilation
+		// cache when its key matches the compile above; a full compile when
+		// the cache is cold or gone), under the same bounds.
+		drv, err, _ := bounded(ctx, env, m.File, func(cctx context.Context) (*extismDriver, error) {
+			return newExtismDriver(cctx, p, bin, env.cache)
+		}, func(d *extismDriver) {
+			if d != nil {
+				_ = d.close(context.Background())
+			}
+		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("compile: %w", err)
 		}
 		p.drv = drv
 	}
