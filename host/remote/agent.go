@@ -177,8 +177,15 @@ func (a *Agent) readyOr(ctx context.Context, now bool) (*a2aclient.Client, *loop
 			return a.client, a.def, nil
 		}
 	}
+	// The first failure is a warning; the tries after it (a call waiting
+	// for the agent to come back tries every 2 s) are logged at debug
+	// until the agent answers again.
+	level := slog.LevelWarn
+	if a.lastErr != nil {
+		level = slog.LevelDebug
+	}
 	a.lastErr = fmt.Errorf("remote agent %q (%s): %w", a.cfg.Name, a.cfg.URL, err)
-	a.log.LogAttrs(ctx, slog.LevelWarn, "remote agent not reachable", slog.String("agent", a.cfg.Name),
+	a.log.LogAttrs(ctx, level, "remote agent not reachable", slog.String("agent", a.cfg.Name),
 		slog.String("error", err.Error()))
 	return nil, nil, a.lastErr
 }
