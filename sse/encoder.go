@@ -34,9 +34,14 @@ func (e LooopyEncoder) Encode(it Item) (Frame, bool, error) {
 	return Frame{Event: string(it.Kind), Data: data}, true, nil
 }
 
-// decodeForClient decodes a logged event for a client: its context id the
-// one the client knows (loop.ClientContextID).
-func decodeForClient(data []byte) (loop.Event, error) {
+// decodeForClient returns the event of it as a client sees it (its context
+// id the one the client knows, loop.ClientContextID): the event kept from
+// its publishing, or else its log record decoded.
+func decodeForClient(it Item) (loop.Event, error) {
+	if it.client != nil {
+		return it.client, nil
+	}
+	data := it.Data
 	ev, err := loop.DecodeEvent(data)
 	if err != nil {
 		return nil, err
@@ -78,8 +83,8 @@ func (e A2AEncoder) Wrap(ev a2a.Event) ([]byte, error) {
 	return f.Data, err
 }
 
-func map1(data []byte) (*mapped, error) {
-	ev, err := decodeForClient(data)
+func map1(it Item) (*mapped, error) {
+	ev, err := decodeForClient(it)
 	if err != nil {
 		return nil, err
 	}
@@ -120,8 +125,8 @@ func (e A2A03Encoder) Wrap(ev a2a03.Event) ([]byte, error) {
 	return f.Data, err
 }
 
-func map03(data []byte) (*mapped, error) {
-	ev, err := decodeForClient(data)
+func map03(it Item) (*mapped, error) {
+	ev, err := decodeForClient(it)
 	if err != nil {
 		return nil, err
 	}
@@ -150,13 +155,13 @@ type mapped struct {
 	last   bool
 }
 
-func memoized(it Item, slot func(*memo) *atomic.Pointer[mapped], compute func([]byte) (*mapped, error)) (*mapped, error) {
+func memoized(it Item, slot func(*memo) *atomic.Pointer[mapped], compute func(Item) (*mapped, error)) (*mapped, error) {
 	if it.memo != nil {
 		if m := slot(it.memo).Load(); m != nil {
 			return m, nil
 		}
 	}
-	m, err := compute(it.Data)
+	m, err := compute(it)
 	if err != nil {
 		return nil, err
 	}

@@ -297,7 +297,14 @@ func itemOf(e loop.Event) (Item, error) {
 	if err != nil {
 		return Item{}, fmt.Errorf("encode %s event: %w", hd.Kind, err)
 	}
-	return Item{Kind: hd.Kind, TaskID: hd.TaskID, Data: data}, nil
+	it := Item{Kind: hd.Kind, TaskID: hd.TaskID, Data: data}
+	if cd, ok := e.(*loop.ContentDelta); ok {
+		// A copy: the publisher's event is left as it was.
+		c := *cd
+		c.ContextID = loop.ClientContextID(c.ContextID)
+		it.client = &c
+	}
+	return it, nil
 }
 
 // Last returns the id of the last event of stream (0 when it is empty).

@@ -19,6 +19,11 @@ type Item struct {
 	Data   []byte         // the event's JSON (loop.EncodeEvent); shared, never modify
 
 	memo *memo // encodings shared by the subscribers reading it from the tail
+	// client is the event as a client sees it (decodeForClient), kept
+	// from its publishing for the kinds a model streams (content deltas)
+	// so that the A2A mappings do not decode each one again; nil for
+	// records read back from the log.
+	client loop.Event
 }
 
 // Filter selects the events a subscription yields. Zero fields match
