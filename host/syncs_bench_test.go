@@ -38,7 +38,9 @@ func (noopTools) Call(_ context.Context, c loop.ToolCall, _ *loop.ToolEnv) (loop
 // task with one tool call, from the request to the release of its lease,
 // for a blocking SendMessage, a streamed one and one with
 // returnImmediately. Tasks run one at a time, so no group commit merges
-// two tasks' writes; syncs/task is the figure.
+// two tasks' writes; syncs/task is the figure, syncs-to-answer/task the
+// commits made before the SendMessage answer reached the client (the
+// blocking answer's path; with returnImmediately, the acknowledgement's).
 func BenchmarkSyncsPerTask(b *testing.B) {
 	for _, leases := range []bool{true, false} {
 		for _, mode := range []string{"SendMessage", "streaming", "returnImmediately"} {
@@ -91,7 +93,7 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 						time.Sleep(time.Millisecond)
 					}
 				}
-				var commits int64
+				var commits, toAnswer int64
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					before := st.Commits()
@@ -104,6 +106,7 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
+						toAnswer += st.Commits() - before
 						id = string(r.(*a2a.Task).ID)
 					case "streaming":
 						for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}) {
@@ -129,6 +132,9 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 					commits += st.Commits() - before
 				}
 				b.ReportMetric(float64(commits)/float64(b.N), "syncs/task")
+				if mode != "streaming" {
+					b.ReportMetric(float64(toAnswer)/float64(b.N), "syncs-to-answer/task")
+				}
 			})
 		}
 	}

@@ -54,7 +54,13 @@ type AgentConfig struct {
 	// the agents that share it, until each one's Untally: a cache of
 	// agents bounded by bytes reads its total without visiting them.
 	CacheTally *atomic.Int64
-	Logger     *slog.Logger
+	// DeferNewMetadata stops Start from saving the metadata of a context
+	// the store does not know yet: the caller saves it (PendingMetadata,
+	// MetadataSaved) in the write that stores the context's first task,
+	// so that a new conversation costs no synced write of its own and no
+	// context is stored without the task that made it.
+	DeferNewMetadata bool
+	Logger           *slog.Logger
 }
 
 // TurnInput is one turn asked of an Agent.
@@ -101,6 +107,7 @@ type Agent struct {
 	history []Message    // the stored history (or its tail, see partial), cached since Start
 	unsaved int          // messages at the end of history not yet saved
 	partial bool         // history holds only the most recent messages
+	pending bool         // meta is not stored yet (DeferNewMetadata)
 	cached  atomic.Int64 // MessagesSize(history), for CachedBytes without the lock
 
 	// tallyMu orders the changes of cached with Untally, so that
@@ -148,6 +155,23 @@ func (a *Agent) Metadata() AgentMetadata {
 	return a.meta
 }
 
+// PendingMetadata returns the agent's metadata while it is not stored yet
+// (a new context started with AgentConfig.DeferNewMetadata); ok is false
+// once it is.
+func (a *Agent) PendingMetadata() (m AgentMetadata, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.meta, a.pending
+}
+
+// MetadataSaved records that the caller stored what PendingMetadata
+// returned.
+func (a *Agent) MetadataSaved() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pending = false
+}
+
 // Start loads the agent's metadata and history from the stores (resuming a
 // conversation after a restart) and makes it ready. Starting a ready agent
 // does nothing.
@@ -162,8 +186,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	now := time.Now().UTC()
 	meta, err := a.cfg.Agents.LoadAgent(ctx, a.cfg.ContextID)
+	isNew := errors.Is(err, ErrNotFound)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case isNew:
 		meta = AgentMetadata{ContextID: a.cfg.ContextID, AgentID: a.cfg.AgentID, Owner: a.cfg.Owner, CreatedAt: now, LastActivity: now}
 	case err != nil:
 		return fmt.Errorf("start agent %q: load metadata: %w", a.cfg.ContextID, err)
@@ -177,9 +202,12 @@ func (a *Agent) Start(ctx context.Context) error {
 	if meta.Owner == "" {
 		meta.Owner = a.cfg.Owner
 	}
-	if err := a.cfg.Agents.SaveAgent(ctx, meta); err != nil {
-		return fmt.Errorf("start agent %q: save metadata: %w", a.cfg.ContextID, err)
+	if !isNew || !a.cfg.DeferNewMetadata {
+		if err := a.cfg.Agents.SaveAgent(ctx, meta); err != nil {
+			return fmt.Errorf("start agent %q: save metadata: %w", a.cfg.ContextID, err)
+		}
 	}
+	a.pending = isNew && a.cfg.DeferNewMetadata
 	if a.windowed() && a.cfg.HistoryBytes > 0 {
 		hist = append([]Message(nil), a.window(hist)...)
 	}
@@ -505,7 +533,7 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 			a.noteCache()
 			return fmt.Errorf("save turn: %w", err)
 		}
-		a.unsaved = 0
+		a.unsaved, a.pending = 0, false
 		if c.Task != nil {
 			rec.Version++
 		}
@@ -558,6 +586,7 @@ func (a *Agent) saveLocked(ctx context.Context) error {
 	if err := a.cfg.Agents.SaveAgent(ctx, a.meta); err != nil {
 		return fmt.Errorf("save metadata of %q: %w", a.cfg.ContextID, err)
 	}
+	a.pending = false
 	return nil
 }
 

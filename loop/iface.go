@@ -299,10 +299,12 @@ type LeaseStore interface {
 // LeaseStore.AcquireLease would (an error matching ErrLeaseHeld when
 // another holds it) and the task saved as TaskStore.SaveTask would (an
 // error matching ErrConflict when its version is not the stored one). When
-// either is refused nothing is written. A task that starts makes one synced
-// write instead of two.
+// either is refused nothing is written. agent, when not nil, is saved in
+// the same write as AgentStore.SaveAgent would (the metadata of a new
+// context, stored with its first task). A task that starts makes one
+// synced write instead of two or three.
 type LeasedTaskSaver interface {
-	SaveTaskLeased(ctx context.Context, t TaskRecord, owner, data string, ttl time.Duration) (Lease, error)
+	SaveTaskLeased(ctx context.Context, t TaskRecord, agent *AgentMetadata, owner, data string, ttl time.Duration) (Lease, error)
 }
 
 // CancelSignals carry cancel requests between processes sharing the

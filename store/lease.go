@@ -110,15 +110,22 @@ func leaseHeld(txn *badger.Txn, l *loop.Lease) error {
 
 var _ loop.LeasedTaskSaver = (*Badger)(nil)
 
-// SaveTaskLeased implements loop.LeasedTaskSaver: the lease of t.ID and
-// the task in one transaction (one sync, shared with the batch).
-func (b *Badger) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, owner, data string, ttl time.Duration) (loop.Lease, error) {
+// SaveTaskLeased implements loop.LeasedTaskSaver: the lease of t.ID, the
+// task and agent (when not nil) in one transaction (one sync, shared with
+// the batch).
+func (b *Badger) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, agent *loop.AgentMetadata, owner, data string, ttl time.Duration) (loop.Lease, error) {
 	if err := checkLease(b.limits, t.ID, owner, ttl); err != nil {
 		return loop.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	saveTask, err := b.saveTaskApply(&t)
 	if err != nil {
 		return loop.Lease{}, err
+	}
+	var saveAgent func(*badger.Txn) ([]mutation, error)
+	if agent != nil {
+		if saveAgent, err = b.saveAgentApply(agent); err != nil {
+			return loop.Lease{}, err
+		}
 	}
 	var l loop.Lease
 	acquire := leaseApply(t.ID, owner, data, ttl, nil, &l)
@@ -131,7 +138,15 @@ func (b *Badger) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, owner, d
 		if err != nil {
 			return nil, fmt.Errorf("save task %q: %w", t.ID, err)
 		}
-		return append(ms, ts...), nil
+		ms = append(ms, ts...)
+		if saveAgent != nil {
+			as, err := saveAgent(txn)
+			if err != nil {
+				return nil, fmt.Errorf("save agent %q: %w", agent.ContextID, err)
+			}
+			ms = append(ms, as...)
+		}
+		return ms, nil
 	}})
 	if err != nil {
 		return loop.Lease{}, err

@@ -207,7 +207,7 @@ func (rt *Runtime) settleEnded(ctx context.Context, l loop.Lease) error {
 // resume registers a task left working as running here and resumes its
 // turn in the background once gate is closed and sem has room.
 func (rt *Runtime) resume(ctx context.Context, rec loop.TaskRecord, gate <-chan struct{}, sem chan struct{}) error {
-	agent, err := rt.agent(ctx, rec.ContextID, rec.Owner)
+	agent, err := rt.agent(ctx, rec.ContextID, rec.Owner, false)
 	if err != nil {
 		return err
 	}

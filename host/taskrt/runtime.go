@@ -396,7 +396,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 	if len(contextID) > maxContextID {
 		return nil, fmt.Errorf("%w: contextId longer than %d bytes", loop.ErrInvalid, maxContextID)
 	}
-	agent, err := rt.agent(ctx, contextID, principal)
+	agent, err := rt.agent(ctx, contextID, principal, rt.leasedSave())
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +429,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 	}
 	r.Created = rec.CreatedAt
 	rt.crashpoint(PointTaskStarting)
-	if err := rt.save(ctx, r, rec); err != nil {
+	if err := rt.save(ctx, r, rec, agent); err != nil {
 		rt.unregister(r)
 		return nil, err
 	}
@@ -491,10 +491,15 @@ const ContextLeasePrefix = "context/"
 // while it runs, when several processes share the stores.
 func ContextLeaseKey(contextID string) string { return ContextLeasePrefix + contextID }
 
+// leasedSave says a starting task is stored with its lease in one write
+// (Stores.TaskLeases): the metadata of a new context goes in it too.
+func (rt *Runtime) leasedSave() bool { return rt.st.Leases != nil && rt.st.TaskLeases != nil }
+
 // save makes a starting task durable before anyone hears of it: its lease
 // (with leases) and the task with its input, in one write when the store
-// has it (Stores.TaskLeases). On error nothing is held.
-func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord) error {
+// has it (Stores.TaskLeases), with the metadata of a new context. On error
+// nothing is held and nothing is written.
+func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord, agent *loop.Agent) error {
 	saved := func(err error) error {
 		if errors.Is(err, loop.ErrConflict) {
 			return fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
@@ -518,7 +523,14 @@ func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord) error 
 		}
 		rt.crashpoint(PointLeaseTaken)
 	}
-	l, err := rt.st.TaskLeases.SaveTaskLeased(ctx, rec, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
+	var meta *loop.AgentMetadata
+	if m, ok := agent.PendingMetadata(); ok {
+		meta = &m
+	}
+	l, err := rt.st.TaskLeases.SaveTaskLeased(ctx, rec, meta, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
+	if err == nil && meta != nil {
+		agent.MetadataSaved()
+	}
 	if err != nil {
 		rt.releaseContextLease(r)
 		if errors.Is(err, loop.ErrLeaseHeld) {
@@ -854,7 +866,7 @@ func (rt *Runtime) contextReleased(r *Run) bool {
 
 // agent returns the started Agent of a context, creating it for owner
 // when the context is new. Another principal's context is not found.
-func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Agent, error) {
+func (rt *Runtime) agent(ctx context.Context, contextID, owner string, deferNew bool) (*loop.Agent, error) {
 	rt.mu.Lock()
 	a, ok := rt.agents[contextID]
 	rt.mu.Unlock()
@@ -875,7 +887,7 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 			cfg := loop.AgentConfig{ContextID: contextID, Owner: owner, Loop: rt.cfg.Loop,
 				Messages: rt.st.Messages, Agents: rt.st.Agents, Tasks: rt.st.Tasks, Commit: rt.st.Commit,
 				HistoryLimit: rt.cfg.HistoryLimit, HistoryBytes: rt.cfg.HistoryBytes, TaskTTL: rt.cfg.TaskTTL, Logger: rt.log,
-				CacheTally: &rt.agentBytes}
+				CacheTally: &rt.agentBytes, DeferNewMetadata: deferNew}
 			if rt.cfg.Artifacts != nil {
 				cfg.Artifacts = rt.cfg.Artifacts
 			}
@@ -897,6 +909,14 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string) (*loop.Ag
 	}
 	if a.Metadata().Owner != owner {
 		return nil, &loop.NotFoundError{What: "context", ID: loop.ClientContextID(contextID)}
+	}
+	if m, ok := a.PendingMetadata(); ok && !deferNew {
+		// A new context whose first task was not stored (refused): a
+		// caller that does not store it with its task stores it now.
+		if err := rt.st.Agents.SaveAgent(ctx, m); err != nil {
+			return nil, fmt.Errorf("agent of %q: %w", contextID, err)
+		}
+		a.MetadataSaved()
 	}
 	return a, nil
 }
@@ -1118,7 +1138,7 @@ func (rt *Runtime) Retry(ctx context.Context, rec loop.TaskRecord) (string, erro
 	if len(input) == 0 {
 		return "", fmt.Errorf("%w: task %q has no user input to run again", loop.ErrInvalid, rec.ID)
 	}
-	agent, err := rt.agent(ctx, rec.ContextID, rec.Owner)
+	agent, err := rt.agent(ctx, rec.ContextID, rec.Owner, false)
 	if err != nil {
 		return "", err
 	}

@@ -211,9 +211,22 @@ func TestStartWrites(t *testing.T) {
 				}
 			})
 			ctx := context.Background()
+			before := db.Commits()
 			st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c1", Message: user("hi")})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// A new context: its agent record goes with the lease and
+			// the task when they are one write.
+			wantCommits := int64(1)
+			if !together {
+				wantCommits = 3
+			}
+			if d := db.Commits() - before; d != wantCommits {
+				t.Fatalf("Start of a new context made %d commits, want %d", d, wantCommits)
+			}
+			if m, err := h.db.LoadAgent(ctx, st.Run.ContextID); err != nil || m.Owner != alice().Principal {
+				t.Fatalf("agent record after Start = %+v, %v", m, err)
 			}
 			mu.Lock()
 			got, n := slices.Clone(points), slices.Clone(commits)
@@ -267,6 +280,26 @@ func TestStartRefusedUnderAnothersLease(t *testing.T) {
 			}
 			if r := h.rt.Running("t-held"); r != nil {
 				t.Fatal("refused task still registered")
+			}
+			// The refused task's new context is not stored either; the
+			// next task on it stores it, owned by its principal.
+			_, err = h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-new", Message: user("hi"),
+				NewID: func() string { return "t-held" }})
+			if !errors.Is(err, loop.ErrBusy) {
+				t.Fatalf("Start under another's lease: err = %v, want ErrBusy", err)
+			}
+			if _, err := h.db.LoadAgent(ctx, "c-new"); together && !errors.Is(err, loop.ErrNotFound) {
+				t.Fatalf("context of a refused task stored: %v", err)
+			}
+			st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-new", Message: user("hi")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := h.db.LoadAgent(ctx, st.Run.ContextID); err != nil || m.Owner != alice().Principal {
+				t.Fatalf("agent record after the next Start = %+v, %v", m, err)
+			}
+			if err := h.rt.Wait(ctx, st.Run); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
