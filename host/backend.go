@@ -120,16 +120,24 @@ func (m *Main) openBackend(ctx context.Context, cfg Config, dataDir string) (b b
 		return nil, nil, nil, false, err
 	}
 	artCfg := artifacts.Config{InlineMax: inlineMax, Logger: m.log.With("component", "artifacts")}
+	if cfg.InMemory && cfg.Store.Backend != "redis" {
+		// Nothing is to survive a restart: the stores are maps, with the
+		// same contract as Badger's (store/storetest) and none of the
+		// cost of an LSM tree kept in memory (RATIONALE.md).
+		st := store.NewMemory(store.MemoryOptions{})
+		m.closers = append(m.closers, st.Close)
+		return st, st.Events(), artifacts.NewMemory(blobs, artCfg), false, nil
+	}
 	if cfg.Store.Backend != "redis" {
 		// Artifacts share this database: values from store.ValueThreshold
 		// (64 KiB, an artifact's full chunk) go to the value log
 		// (RATIONALE.md, docs/PERFORMANCE.md).
-		st, err := store.Open(store.Options{Dir: dataDir, InMemory: cfg.InMemory, Logger: m.log.With("component", "badger")})
+		st, err := store.Open(store.Options{Dir: dataDir, Logger: m.log.With("component", "badger")})
 		if err != nil {
 			return nil, nil, nil, false, dataDirError(dataDir, err)
 		}
 		m.closers = append(m.closers, st.Close)
-		arts, err := m.openArtifacts(st, dataDir, cfg.InMemory, blobs, artCfg)
+		arts, err := m.openArtifacts(st, dataDir, blobs, artCfg)
 		if err != nil {
 			return nil, nil, nil, false, err
 		}
@@ -227,10 +235,7 @@ func (o orderedKV) Update(fn func(artifacts.KVTxn) error) error {
 // blobs (nil: files in <data>/artifacts/artifact-blobs). Artifacts an
 // earlier version kept in a Badger database of their own in
 // <data>/artifacts are moved in first.
-func (m *Main) openArtifacts(st *store.Badger, dataDir string, inMemory bool, blobs artifacts.BlobStore, cfg artifacts.Config) (*artifacts.DB, error) {
-	if inMemory {
-		return artifacts.NewMemory(blobs, cfg), nil
-	}
+func (m *Main) openArtifacts(st *store.Badger, dataDir string, blobs artifacts.BlobStore, cfg artifacts.Config) (*artifacts.DB, error) {
 	dir := filepath.Join(dataDir, "artifacts")
 	if cfg.BlobDir == "" {
 		cfg.BlobDir = filepath.Join(dir, "artifact-blobs")

@@ -26,8 +26,9 @@ type Config struct {
 	// PluginDir is the folder of plugins to load and watch (default
 	// examples/plugins when it exists; empty: no plugins).
 	PluginDir string `json:"pluginDir,omitempty"`
-	// InMemory keeps everything in memory: nothing survives a restart. For
-	// trials and benchmarks; DataDir then holds only the compile cache.
+	// InMemory keeps everything in memory, in the map store (store.Memory;
+	// with store.backend redis, Redis is used): nothing survives a restart.
+	// For trials and benchmarks; DataDir then holds only the compile cache.
 	InMemory bool `json:"inMemory,omitempty"`
 	// PublicURL is the base URL written into the agent card (default
 	// http://<Addr>).
