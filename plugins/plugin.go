@@ -57,6 +57,7 @@ type Plugin struct {
 	man      *Manifest
 	grant    Grant
 	redactor *strings.Replacer // the grant's secret values, nil when none
+	timedOut error             // the cause of a call's context at the grant's call timeout
 	hash     string
 	desc     pdk.Describe
 	stopper  string // what stops a running guest: "fuel" (interrupt.go) or "wazero"
@@ -402,8 +403,9 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	g := env.policy.Grant(m, env.lookupEnv)
 	p := &Plugin{
 		man: m, grant: g, hash: hash, redactor: newRedactor(g.Secrets),
-		log: env.log.With("plugin", m.Name, "version", m.Version),
-		kv:  env.kv, egress: env.egress, artifacts: env.artifacts,
+		timedOut: fmt.Errorf("%w: the plugin's call timeout of %s ran out", context.DeadlineExceeded, g.CallTimeout),
+		log:      env.log.With("plugin", m.Name, "version", m.Version),
+		kv:       env.kv, egress: env.egress, artifacts: env.artifacts,
 		loadedAt: time.Now(), tel: env.tel,
 		budgets: env.policy.Budgets.withDefaults(), kvQuota: env.kvQuotas.of(m.Name), kvUsage: env.kvUsage, quotaKV: env.quotaKV,
 		attrs: attribute.NewSet(attribute.String("plugin", m.Name), attribute.String("version", m.Version)),
@@ -690,8 +692,7 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	defer func() { p.endCall(ctx, span, op, began, discarded, err) }()
 	// The cause names the limit, so that whatever the deadline cuts off
 	// (a host function, an HTTP read) says which one it was.
-	cctx, cancel := context.WithTimeoutCause(ctx, p.grant.CallTimeout,
-		fmt.Errorf("%w: the plugin's call timeout of %s ran out", context.DeadlineExceeded, p.grant.CallTimeout))
+	cctx, cancel := context.WithTimeoutCause(ctx, p.grant.CallTimeout, p.timedOut)
 	defer cancel()
 	if p.retired.Err() != nil {
 		return p.failed(ctx, op, fmt.Errorf("plugin %q: %s refused: %w", p.Name(), op, context.Cause(p.retired)))
