@@ -77,6 +77,10 @@ func TestConfigErrorsSayWhere(t *testing.T) {
 		{"truncated", "{\n \"addr\": \"x\"", `:2:13: unexpected EOF`},
 		{"trailing", "{}\n{}", `:2:1: trailing data`},
 		{"invalid", `{"logFormat":"xml"}`, `invalid.json: config: logFormat`},
+		// after containers of each kind: an array of objects, an object
+		{"after-array-of-objects", "{\"auth\": {\"keys\": [{\"key\": \"k\", \"principal\": \"p\"}],\n  \"adminTokn\": \"x\"}}", `:2:3: auth.adminTokn: unknown field "adminTokn"`},
+		{"after-object", "{\"limits\": {\"turnTimeout\": \"1s\"},\n \"zz\": 1}", `:2:2: zz: unknown field "zz"`},
+		{"after-nested-arrays", "{\"remoteAgents\": [{\"name\": \"a\", \"url\": \"http://x\", \"headers\": {\"h\": \"v\"}}],\n \"zz\": [[1], [2]]}", `:2:2: zz: unknown field "zz"`},
 	} {
 		file := filepath.Join(dir, tc.name+".json")
 		if err := os.WriteFile(file, []byte(tc.body), 0o600); err != nil {

@@ -88,20 +88,25 @@ func jsonSpots(b []byte) []jsonSpot {
 		if len(stack) > 0 {
 			top = stack[len(stack)-1]
 		}
-		if top != nil && top.obj && top.wantKey {
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:len(stack)-1]
-				continue
+		d, isDelim := tok.(json.Delim)
+		switch {
+		case top != nil && top.obj && top.wantKey && !(isDelim && d == '}'):
+			key, ok := tok.(string)
+			if !ok {
+				return out // the decoder allows only a string here
 			}
-			top.key, top.wantKey = tok.(string), false
+			top.key, top.wantKey = key, false
 			out = append(out, jsonSpot{path: pathOf(), key: true, start: start, end: end})
 			continue
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+		case isDelim && (d == '}' || d == ']'):
+			// A container ended, a value of the one around it.
+			if len(stack) == 0 {
+				return out
+			}
 			stack = stack[:len(stack)-1]
-		} else {
+		default:
 			out = append(out, jsonSpot{path: pathOf(), start: start, end: end})
-			if ok {
+			if isDelim {
 				stack = append(stack, &frame{obj: d == '{', wantKey: d == '{'})
 				continue
 			}
