@@ -207,24 +207,26 @@ type taskStream struct {
 	thoughts string
 }
 
-// subscribe prepares SubscribeToTask. lastEventID > 0 resumes a stream the
-// client had: the events after it are replayed, then the live ones.
-// Otherwise a running turn is streamed from its start (its first event is
-// the task), and a task waiting on the client is sent as it is.
-func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a.SubscribeToTaskRequest, lastEventID uint64) (*taskStream, error) {
+// subscribe prepares SubscribeToTask. With a Last-Event-ID (replay), the
+// client resumes a stream it had: the events after lastEventID are
+// replayed, then the live ones; 0, an id before the first, replays the
+// whole stream, a finished task's too. Without one, a running turn is
+// streamed from its start (its first event is the task), and a task
+// waiting on the client is sent as it is.
+func (s *Server) subscribe(ctx context.Context, auth *loop.AuthContext, req *a2a.SubscribeToTaskRequest, lastEventID uint64, replay bool) (*taskStream, error) {
 	rec, err := s.tasks.Load(ctx, auth.Principal, string(req.ID))
 	if err != nil {
 		return nil, err
 	}
-	ts, err := s.subscribeFrom(ctx, rec, lastEventID)
+	ts, err := s.subscribeFrom(ctx, rec, lastEventID, replay)
 	if ts != nil {
 		ts.thoughts, _ = thoughtChoice(rec.Metadata)
 	}
 	return ts, err
 }
 
-func (s *Server) subscribeFrom(ctx context.Context, rec loop.TaskRecord, lastEventID uint64) (*taskStream, error) {
-	if lastEventID > 0 {
+func (s *Server) subscribeFrom(ctx context.Context, rec loop.TaskRecord, lastEventID uint64, replay bool) (*taskStream, error) {
+	if replay {
 		last, err := s.hub.Last(ctx, sse.TaskStream(rec.ID))
 		if err != nil {
 			return nil, err

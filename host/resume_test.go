@@ -60,11 +60,15 @@ func TestResumeFinishedTaskNeverHangs(t *testing.T) {
 	}
 	h = startHost(t, baseConfig(dir))
 	n := len(all)
-	// The ids a client holds: the first frame's, the one before the end,
+	// The ids a client holds: none yet (0), the first frame's, the one before the end,
 	// the final status's (ids are the log's; the stream skips the events
 	// it does not carry, so they need not be consecutive).
-	for _, i := range []int{0, n - 2, n - 1} {
-		after := all[i].ID
+	// -1: Last-Event-ID 0, before the first id: the whole stream again.
+	for _, i := range []int{-1, 0, n - 2, n - 1} {
+		after := "0"
+		if i >= 0 {
+			after = all[i].ID
+		}
 		for _, proto := range []struct{ path, body string }{
 			{"/", `{"jsonrpc":"2.0","id":"s2","method":"SubscribeToTask","params":{"id":"` + taskID + `"}}`},
 			{"/a2a/v0.3", `{"jsonrpc":"2.0","id":"s2","method":"tasks/resubscribe","params":{"id":"` + taskID + `"}}`},
@@ -72,6 +76,16 @@ func TestResumeFinishedTaskNeverHangs(t *testing.T) {
 			_, got, raw := readAllWithin(t, h.URL()+proto.path, proto.body, "Last-Event-ID", after)
 			if len(got) != n-1-i {
 				t.Fatalf("%s after id %s (frame %d of %d): %d frames, want %d\n%s", proto.path, after, i+1, n, len(got), n-1-i, raw)
+			}
+			if i == -1 {
+				for j := range got {
+					// the same frames; only the JSON-RPC id is this request's
+					// (the first stream was 1.0: a 0.3 replay has the same ids)
+					same := proto.path != "/" || strings.Replace(got[j].Data, `"id":"s2"`, `"id":"s1"`, 1) == all[j].Data
+					if got[j].ID != all[j].ID || !same {
+						t.Fatalf("%s from 0: frame %d is %s %s, the first stream had %s %s", proto.path, j, got[j].ID, got[j].Data, all[j].ID, all[j].Data)
+					}
+				}
 			}
 			if strings.Contains(raw, `"error"`) {
 				t.Fatalf("%s after %s: an error frame: %s", proto.path, after, raw)

@@ -567,11 +567,12 @@ func (s *Server) rpc10(ctx context.Context, c *fiber.Ctx, call *rpcCall, answer 
 		if err := decodeParams(call.req, &p); err != nil {
 			return nil, err
 		}
-		last, err := parseLastEventID(c.Get("Last-Event-ID"))
+		header := c.Get("Last-Event-ID")
+		last, err := parseLastEventID(header)
 		if err != nil {
 			return nil, err
 		}
-		return s.subscribe(ctx, auth, &p, last)
+		return s.subscribe(ctx, auth, &p, last, header != "")
 	case "GetTaskPushNotificationConfig", "CreateTaskPushNotificationConfig",
 		"ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig":
 		return answer(nil, a2a.ErrPushNotificationNotSupported)

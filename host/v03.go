@@ -56,11 +56,12 @@ func (s *Server) rpc03(ctx context.Context, c *fiber.Ctx, call *rpcCall, answer 
 		if err := decodeParams(call.req, &p); err != nil {
 			return nil, err
 		}
-		last, err := parseLastEventID(c.Get("Last-Event-ID"))
+		header := c.Get("Last-Event-ID")
+		last, err := parseLastEventID(header)
 		if err != nil {
 			return nil, err
 		}
-		return s.subscribe(ctx, auth, a2av0.ToV1SubscribeToTaskRequest(&p), last)
+		return s.subscribe(ctx, auth, a2av0.ToV1SubscribeToTaskRequest(&p), last, header != "")
 	case "tasks/pushNotificationConfig/get", "tasks/pushNotificationConfig/set",
 		"tasks/pushNotificationConfig/list", "tasks/pushNotificationConfig/delete":
 		return answer(nil, a2a.ErrPushNotificationNotSupported)
