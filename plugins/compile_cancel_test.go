@@ -12,12 +12,13 @@ import (
 // A load cancelled before its module compiles (a host stopped while it
 // starts) fails naming the cancellation and compiles nothing: the compile
 // cache stays empty. The same load with a live context fills it, so an
-// empty cache means the compile was skipped.
+// empty cache means the compile was skipped. The module is the small WAT
+// echo: its size plays no part, and a Go guest compiles into an empty cache
+// for minutes under the race detector.
 func TestLoadCancelledBeforeCompile(t *testing.T) {
-	wasm := guestWasm(t, "echo")
 	cacheDir := t.TempDir()
 	r := newRegistry(t, Config{CacheDir: cacheDir})
-	src := install(t, t.TempDir(), "echo", wasm, nil)
+	src := install(t, t.TempDir(), "wecho", fixtureWasm(t, "wecho"), nil)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -56,9 +57,10 @@ func cachedFiles(t *testing.T, dir string) int {
 // start) returns at once instead of waiting for the compiler, which does
 // not look at the context; closing the registry then does not wait for the
 // compile either, and the compile, when it ends, closes what it made and
-// the caches.
+// the caches. The module is the small WAT echo (the hook holds its compile
+// as long as the test needs).
 func TestLoadCancelledDuringCompileReturns(t *testing.T) {
-	wasm := guestWasm(t, "echo")
+	wasm := fixtureWasm(t, "wecho")
 	release := make(chan struct{})
 	entered := make(chan struct{}, 4)
 	compileHook = func() {
@@ -70,7 +72,7 @@ func TestLoadCancelledDuringCompileReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := install(t, t.TempDir(), "echo", wasm, nil)
+	src := install(t, t.TempDir(), "wecho", wasm, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	loaded := make(chan error, 1)
 	go func() {
