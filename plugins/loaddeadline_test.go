@@ -57,7 +57,10 @@ func TestLoadTimeoutRefusesSpinningGuests(t *testing.T) {
 
 // While a plugin's load spins (with a load timeout far away), other plugins
 // load and serve, the spinning load is listed as loading, and closing the
-// registry stops it: nothing waits for it.
+// registry stops it: nothing waits for it. The shared compilation cache
+// holds echo already (calls_test.go loads it earlier in the run): a cold
+// compile of the Go guest under the race detector took minutes on a loaded
+// machine, past the hang guard.
 func TestSpinningLoadBlocksNothing(t *testing.T) {
 	dir := t.TempDir()
 	r, err := New(Config{CacheDir: testCacheDir, Logger: testLogger(t), Policy: Policy{LoadTimeout: time.Hour}})
