@@ -51,10 +51,15 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// examplesCache is the compilation cache of the package's other tests
+// (helpers_test.go), shared across runs as the host's own disk cache is:
+// each example compiles once, not in every test and every run.
+var examplesCache = filepath.Join(os.TempDir(), "looopy-plugins-test-wasm-cache")
+
 func loadExamples(t *testing.T) (*plugins.Registry, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
-	r, err := plugins.New(plugins.Config{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	r, err := plugins.New(plugins.Config{CacheDir: examplesCache, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +165,7 @@ func TestExamplePluginNeedsItsGrant(t *testing.T) {
 		lend []string
 		ok   bool
 	}{{[]string{"kv_get", "kv_set", "result_read"}, false}, {[]string{"log"}, true}} {
-		r, err := plugins.New(plugins.Config{Policy: plugins.Policy{HostFunctions: tc.lend}})
+		r, err := plugins.New(plugins.Config{CacheDir: examplesCache, Policy: plugins.Policy{HostFunctions: tc.lend}})
 		if err != nil {
 			t.Fatal(err)
 		}
