@@ -78,7 +78,10 @@ func watchedHost(t *testing.T) (string, *sdk.ClientSession) {
 		m.Stdout = &bytes.Buffer{}
 	}
 	m.Model = quietModel{}
-	m.Config = host.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), PluginDir: pluginDir}
+	// The compilation cache the host tests share: the built plugins are
+	// reproducible (-trimpath), so a later run compiles neither version.
+	m.Config = host.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), PluginDir: pluginDir,
+		Plugins: host.PluginsConfig{CacheDir: filepath.Join(os.TempDir(), "looopy-host-test-wasm-cache")}}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
