@@ -168,11 +168,7 @@ func TestBlackBoxHostileTenant(t *testing.T) {
 		t.Skip("builds and runs the host binary")
 	}
 	top := t.TempDir()
-	bin := filepath.Join(top, "looopy")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the host: %v\n%s", err, b)
-	}
+	bin := sandboxHostBinary(t) // the one build of the host for the package's black-box tests
 	model, err := os.ReadFile("../../examples/plugins/scripted-model/scripted-model.wasm")
 	if err != nil {
 		t.Fatalf("the scripted model (run make plugins-go): %v", err)

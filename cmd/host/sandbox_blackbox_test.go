@@ -28,7 +28,7 @@ var (
 	hostBinErr  error
 )
 
-// sandboxHostBinary builds the host once for the tests of this file.
+// sandboxHostBinary builds the host once for the package's black-box tests.
 func sandboxHostBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
