@@ -64,7 +64,8 @@ type PluginsConfig struct {
 	// number of CPUs, at least 2).
 	MaxCompiles int `json:"maxCompiles,omitempty"`
 	// Budgets bound what each plugin writes through the host: log,
-	// events, key-value, artifacts, HTTP, tool definitions (plugins.Budgets:
+	// events, key-value, artifacts, HTTP, tool definitions, open files
+	// (plugins.Budgets:
 	// a zero field is its default, a negative one no limit), e.g.
 	// {"kvQuotaBytes": 134217728, "maxTools": 64}.
 	Budgets plugins.Budgets `json:"budgets"`

@@ -55,6 +55,13 @@ type Budgets struct {
 	// MaxSchemaBytes bounds one tool's definition: its description and
 	// argument schema (64 KiB).
 	MaxSchemaBytes int64
+	// OpenFilesPerInstance bounds the files and folders one instance holds
+	// open through its granted folders, each a descriptor of the host's
+	// (64); OpenFilesTotal, those of every instance of every plugin (1024).
+	// An open past either fails in the guest (EMFILE, ENFILE); an
+	// instance's files close with it.
+	OpenFilesPerInstance int
+	OpenFilesTotal       int
 }
 
 // Defaults of Budgets.
@@ -74,6 +81,8 @@ const (
 	DefaultMaxTools              = 128
 	DefaultMaxToolsTotal         = 1024
 	DefaultMaxSchemaBytes        = 64 << 10
+	DefaultOpenFilesPerInstance  = 64
+	DefaultOpenFilesTotal        = 1024
 )
 
 // budget returns v, its default when zero, or no limit (the largest value
@@ -106,6 +115,8 @@ func (b Budgets) withDefaults() Budgets {
 	b.MaxTools = budget(b.MaxTools, DefaultMaxTools)
 	b.MaxToolsTotal = budget(b.MaxToolsTotal, DefaultMaxToolsTotal)
 	b.MaxSchemaBytes = budget(b.MaxSchemaBytes, DefaultMaxSchemaBytes)
+	b.OpenFilesPerInstance = budget(b.OpenFilesPerInstance, DefaultOpenFilesPerInstance)
+	b.OpenFilesTotal = budget(b.OpenFilesTotal, DefaultOpenFilesTotal)
 	return b
 }
 

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 type confinedFS struct {
 	root     *os.Root
 	readOnly bool
+	files    *openFiles // the instance's count of open files, shared by its mounts
 }
 
 var _ experimentalsys.FS = (*confinedFS)(nil)
@@ -110,8 +112,12 @@ func (c *confinedFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.F
 	if c.readOnly {
 		perm = 0
 	}
+	if errno := c.files.take(); errno != 0 {
+		return nil, errno
+	}
 	f, err := c.root.OpenFile(name, osFlags(flag), perm.Perm())
 	if err != nil {
+		c.files.give()
 		return nil, errnoOf(err)
 	}
 	return &confinedFile{fs: c, name: name, flag: flag &^ (experimentalsys.O_CREAT | experimentalsys.O_TRUNC | experimentalsys.O_EXCL), file: f}, 0
@@ -489,6 +495,7 @@ func (f *confinedFile) Close() experimentalsys.Errno {
 		return 0
 	}
 	f.closed = true
+	f.fs.files.give()
 	return errnoOf(f.file.Close())
 }
 
@@ -535,19 +542,84 @@ func closeRoots(roots []*grantRoot) {
 	}
 }
 
-// mountGrants makes the file system configuration of a plugin's granted
-// folders (a variable so that a benchmark can set the confined mounts
-// against wazero's own).
+// mountGrants makes the file system configuration of one instance's
+// granted folders (a variable so that a benchmark can set the confined
+// mounts against wazero's own).
 var mountGrants = fsConfig
 
-// fsConfig mounts each root, confined, at its guest path; nil when none.
-func fsConfig(roots []*grantRoot) wazero.FSConfig {
+// fsConfig mounts each root, confined, at its guest path, every file opened
+// through them counted in files; nil when none.
+func fsConfig(roots []*grantRoot, files *openFiles) wazero.FSConfig {
 	if len(roots) == 0 {
 		return nil
 	}
 	cfg := wazero.NewFSConfig()
 	for _, r := range roots {
-		cfg = cfg.(sysfs.FSConfig).WithSysFSMount(&confinedFS{root: r.root, readOnly: r.readOnly}, r.guest)
+		cfg = cfg.(sysfs.FSConfig).WithSysFSMount(&confinedFS{root: r.root, readOnly: r.readOnly, files: files}, r.guest)
 	}
 	return cfg
+}
+
+// openFiles counts the files and folders one instance holds open through its
+// granted folders (each is a descriptor of the host's), against the
+// instance's limit and the host's. A guest past either is refused
+// (EMFILE, ENFILE); its files are closed when it closes them or when the
+// instance is closed (discarded, unloaded).
+type openFiles struct {
+	n     atomic.Int64
+	limit int64
+	host  *hostFiles
+	// refused is the errno of the last refusal (wasip1 EMFILE or ENFILE),
+	// taken by path_open's wrapper to answer it instead of wazero's EIO.
+	refused atomic.Uint32
+}
+
+// hostFiles counts the files every instance of every plugin holds open
+// through granted folders.
+type hostFiles struct {
+	n     atomic.Int64
+	limit int64
+}
+
+// The WASI errno values of a refused open (wazero's own errno set has
+// neither: it would answer EIO).
+const (
+	wasiEIO    = 29
+	wasiEMFILE = 33
+	wasiENFILE = 41
+)
+
+func newOpenFiles(limit int64, host *hostFiles) *openFiles {
+	return &openFiles{limit: limit, host: host}
+}
+
+// take counts one more open file, or refuses it (EIO to wazero, the WASI
+// errno noted in refused).
+func (o *openFiles) take() experimentalsys.Errno {
+	if o == nil {
+		return 0
+	}
+	if o.n.Add(1) > o.limit {
+		o.n.Add(-1)
+		o.refused.Store(wasiEMFILE)
+		return experimentalsys.EIO
+	}
+	if h := o.host; h != nil && h.n.Add(1) > h.limit {
+		h.n.Add(-1)
+		o.n.Add(-1)
+		o.refused.Store(wasiENFILE)
+		return experimentalsys.EIO
+	}
+	return 0
+}
+
+// give counts one open file out.
+func (o *openFiles) give() {
+	if o == nil {
+		return
+	}
+	o.n.Add(-1)
+	if o.host != nil {
+		o.host.n.Add(-1)
+	}
 }

@@ -34,7 +34,7 @@ func BenchmarkFileReadCall(b *testing.B) {
 	for _, mode := range []string{"confined", "wazero-dirmount"} {
 		b.Run(mode, func(b *testing.B) {
 			if mode == "wazero-dirmount" {
-				mountGrants = func(roots []*grantRoot) wazero.FSConfig {
+				mountGrants = func(roots []*grantRoot, _ *openFiles) wazero.FSConfig {
 					cfg := wazero.NewFSConfig()
 					for _, r := range roots {
 						cfg = cfg.WithReadOnlyDirMount(r.root.Name(), r.guest)

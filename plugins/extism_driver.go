@@ -276,8 +276,9 @@ func (d *extismDriver) newInstance(ctx context.Context) (instance, error) {
 		WithSysWalltime().WithSysNanotime().WithNanosleep(in.sleep).
 		WithRandSource(rand.Reader).
 		WithStdout(in.stdout).WithStderr(in.stderr)
-	if fs := mountGrants(d.p.roots); fs != nil {
+	if fs, files := d.p.mountFiles(); fs != nil {
 		mc = mc.WithFSConfig(fs)
+		in.st.files = files
 	}
 	plug, err := d.compiled.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: mc})
 	if err != nil {

@@ -71,6 +71,9 @@ type callState struct {
 	// history is the conversation the instance keeps
 	// (pdk.FeatureHistoryRef); it outlives a call, as the guest's does.
 	history keptHistory
+	// files counts what the instance holds open through its granted
+	// folders (nil when none); it outlives a call, as the files do.
+	files *openFiles
 }
 
 type callStateKey struct{}

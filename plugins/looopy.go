@@ -113,6 +113,10 @@ func (d *looopyDriver) newInstance(ctx context.Context) (instance, error) {
 		stderr: newGuestOutput(d.p.log, slog.LevelWarn, "stderr"),
 	}
 	cfg := d.modCfg.WithStdout(in.stdout).WithStderr(in.stderr).WithName("").WithNanosleep(in.sleep)
+	if fs, files := d.p.mountFiles(); fs != nil {
+		cfg = cfg.WithFSConfig(fs)
+		in.st.files = files
+	}
 	// _initialize (Go c-shared, WASI reactors) runs with the call state in
 	// ctx so that a guest logging from init is heard.
 	ictx := context.WithValue(ctx, callStateKey{}, in.st)
@@ -338,8 +342,51 @@ func (s *sleeper) sleep(ns int64) {
 	}
 }
 
+// wasiInstantiate instantiates WASI in rt, its path_open answering EMFILE
+// or ENFILE when the instance's open files are at their budget (wazero's
+// file system interface knows neither errno: the refusal reaches wazero as
+// EIO, and the wrapper puts the right one back).
 func wasiInstantiate(ctx context.Context, rt wazero.Runtime) (api.Closer, error) {
-	return wasi_snapshot_preview1.Instantiate(ctx, rt)
+	// The stock path_open, taken from a compiled copy of the module.
+	probe := rt.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
+	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(probe)
+	cm, err := probe.Compile(ctx)
+	if err != nil {
+		return nil, err
+	}
+	def := cm.ExportedFunctions()["path_open"]
+	var orig api.GoModuleFunction
+	if def != nil {
+		orig, _ = def.GoFunction().(api.GoModuleFunction)
+	}
+	params, results, names := def.ParamTypes(), def.ResultTypes(), def.ParamNames()
+	_ = cm.Close(ctx)
+	if orig == nil {
+		return nil, errors.New("wasi: path_open is not a Go function")
+	}
+	b := rt.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
+	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+		files := filesOf(ctx)
+		if files != nil {
+			files.refused.Store(0)
+		}
+		orig.Call(ctx, mod, stack)
+		if files != nil && stack[0] == wasiEIO {
+			if errno := files.refused.Swap(0); errno != 0 {
+				stack[0] = uint64(errno)
+			}
+		}
+	}), params, results).WithParameterNames(names...).Export("path_open")
+	return b.Instantiate(ctx)
+}
+
+// filesOf is the open-file count of the instance whose call runs in ctx.
+func filesOf(ctx context.Context) *openFiles {
+	if st := stateOf(ctx); st != nil {
+		return st.files
+	}
+	return nil
 }
 
 // memoryPages is the size of the instance's linear memory in 64 KiB pages.

@@ -72,6 +72,7 @@ type Plugin struct {
 	drv   driver
 	pool  *pool
 	roots []*grantRoot // the granted folders, opened at load
+	files *hostFiles   // the files every plugin's instances hold open (Budgets.OpenFilesTotal)
 
 	refs atomic.Int64
 	// retired ends when the version is unloaded (or, past a grace,
@@ -181,6 +182,7 @@ type loadEnv struct {
 	kvQuotas  *kvQuotas
 	kvUsage   KVUsager
 	quotaKV   QuotaKV
+	files     *hostFiles
 }
 
 // compile runs wazero's compiler on rt, bounded by the policy's compile
@@ -408,6 +410,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		kv:       env.kv, egress: env.egress, artifacts: env.artifacts,
 		loadedAt: time.Now(), tel: env.tel,
 		budgets: env.policy.Budgets.withDefaults(), kvQuota: env.kvQuotas.of(m.Name), kvUsage: env.kvUsage, quotaKV: env.quotaKV,
+		files: env.files,
 		attrs: attribute.NewSet(attribute.String("plugin", m.Name), attribute.String("version", m.Version)),
 	}
 	p.retired, p.retire = context.WithCancelCause(context.Background())
@@ -490,7 +493,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		if err := instantiateHostModule(ctx, rt, g.HostFunctions); err != nil {
 			return nil, fmt.Errorf("host functions: %w", err)
 		}
-		p.drv = &looopyDriver{p: p, rt: rt, compiled: cm, modCfg: moduleConfig(m, g, p.roots, intr), intr: intr}
+		p.drv = &looopyDriver{p: p, rt: rt, compiled: cm, modCfg: moduleConfig(m, g, intr), intr: intr}
 	case "extism":
 		p.stopper = "wazero" // the Extism SDK's runtime, on the module as it came
 		if err := checkExtismExports(cm, m.Kind); err != nil {
@@ -546,6 +549,16 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		return nil, err
 	}
 	return p, nil
+}
+
+// mountFiles makes an instance's mounts of the granted folders and the
+// count of the files it opens through them; nil, nil when none is granted.
+func (p *Plugin) mountFiles() (wazero.FSConfig, *openFiles) {
+	if len(p.roots) == 0 {
+		return nil, nil
+	}
+	files := newOpenFiles(int64(p.budgets.OpenFilesPerInstance), p.files)
+	return mountGrants(p.roots, files), files
 }
 
 // loadStepError says why a load step that ran guest code failed: the load
@@ -652,9 +665,9 @@ func compileSchema(tool string, schema json.RawMessage) (_ *jsonschema.Schema, e
 }
 
 // moduleConfig is the WASI sandbox of a Looopy-ABI instance: no arguments,
-// no environment but the config and secrets, no folder unless granted, real
-// clocks, crypto randomness.
-func moduleConfig(m *Manifest, g Grant, roots []*grantRoot, intr *interruptible) wazero.ModuleConfig {
+// no environment but the config and secrets, real clocks, crypto
+// randomness; each instance mounts its granted folders (mountFiles).
+func moduleConfig(m *Manifest, g Grant, intr *interruptible) wazero.ModuleConfig {
 	start := []string{"_initialize"}
 	if intr != nil {
 		start = nil // the driver calls them, with the interrupt armed
@@ -669,9 +682,6 @@ func moduleConfig(m *Manifest, g Grant, roots []*grantRoot, intr *interruptible)
 	}
 	for name, v := range g.Secrets {
 		cfg = cfg.WithEnv(pdk.EnvSecretPrefix+name, v)
-	}
-	if fs := mountGrants(roots); fs != nil {
-		cfg = cfg.WithFSConfig(fs)
 	}
 	return cfg
 }

@@ -53,6 +53,7 @@ func sandboxHostBinary(t *testing.T) string {
 
 type sandboxHost struct {
 	base   string
+	pid    int
 	out    *syncBuf
 	exited chan error
 }
@@ -90,6 +91,7 @@ func startSandboxHost(t *testing.T, top, pluginDir string, pluginsCfg map[string
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	h.pid = cmd.Process.Pid
 	go func() { h.exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)

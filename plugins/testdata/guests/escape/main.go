@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,11 +16,14 @@ import (
 )
 
 type fsArgs struct {
-	Op   string `json:"op" desc:"read, write, append, create, truncate, list, stat, lstat, mkdir, rmdir, remove, rename, symlink, link, readlink, chmod, utimes"`
+	Op   string `json:"op" desc:"hold, release, read, write, append, create, truncate, list, stat, lstat, mkdir, rmdir, remove, rename, symlink, link, readlink, chmod, utimes"`
 	Path string `json:"path"`
 	To   string `json:"to,omitempty" desc:"second path (rename, link) or link target (symlink)"`
 	Text string `json:"text,omitempty"`
 }
+
+// held are the files "hold" opened.
+var held []*os.File
 
 func do(a fsArgs) (string, error) {
 	switch a.Op {
@@ -76,6 +80,25 @@ func do(a fsArgs) (string, error) {
 		return "ok", os.Symlink(a.To, a.Path)
 	case "link":
 		return "ok", os.Link(a.To, a.Path)
+	case "hold":
+		// Opens the path Text times and keeps every file open (in held,
+		// so that no finalizer closes them) across calls.
+		n, _ := strconv.Atoi(a.Text)
+		for i := 0; i < n; i++ {
+			f, err := os.Open(a.Path)
+			if err != nil {
+				return fmt.Sprintf("held %d, then: %v", len(held), err), nil
+			}
+			held = append(held, f)
+		}
+		return fmt.Sprintf("held %d", len(held)), nil
+	case "release":
+		for _, f := range held {
+			_ = f.Close()
+		}
+		n := len(held)
+		held = nil
+		return fmt.Sprintf("released %d", n), nil
 	case "readlink":
 		return os.Readlink(a.Path)
 	case "chmod":
