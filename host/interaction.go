@@ -17,6 +17,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/loop/jsonlimit"
 )
 
 // InteractionConfig is what the operator decides about humans in the loop
@@ -439,6 +440,11 @@ func compileJSONSchema(schema json.RawMessage) (sch *jsonschema.Schema, err erro
 			err = fmt.Errorf("schema failed: %v", r)
 		}
 	}()
+	// The compiler's cost grows faster than linearly with nesting: a
+	// client's schema is bounded as a plugin's is.
+	if err := jsonlimit.Check(schema, jsonlimit.SchemaMaxDepth); err != nil {
+		return nil, fmt.Errorf("schema refused: %w", err)
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
 	if err != nil {
 		return nil, err

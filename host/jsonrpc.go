@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/looopy-go/looopy/loop/jsonlimit"
 )
 
 // rpcRequest is a decoded JSON-RPC 2.0 request.
@@ -43,6 +45,11 @@ func decodeRPCRequest(body []byte) (rpcRequest, error) {
 			return req, fmt.Errorf("%w: %v at offset %d", a2a.ErrParseError, se, se.Offset)
 		}
 		return req, fmt.Errorf("%w: body is not valid JSON", a2a.ErrParseError)
+	}
+	// What a client sends is stored inside the host's own records, a few
+	// levels deeper: nesting is bounded far below what a decoder refuses.
+	if err := jsonlimit.Check(body, jsonlimit.MaxDepth); err != nil {
+		return req, fmt.Errorf("%w: %v", a2a.ErrInvalidRequest, err)
 	}
 	switch body[0] {
 	case '{':

@@ -1,11 +1,15 @@
 package host
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	a2a03 "github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/looopy-go/looopy/loop/jsonlimit"
 )
 
 func TestDecodeRPCRequest(t *testing.T) {
@@ -89,4 +93,33 @@ func FuzzDecodeRPC(f *testing.F) {
 		}
 		_ = decodeParams(req, &a2a03.TaskQueryParams{})
 	})
+}
+
+// A request nested past jsonlimit.MaxDepth is refused before anything of it
+// is stored (a record holding it a few levels deeper must still decode).
+func TestDecodeRPCRequestRefusesDeepNesting(t *testing.T) {
+	deep := func(n int) []byte {
+		return []byte(`{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[{"data":` +
+			strings.Repeat("[", n) + strings.Repeat("]", n) + `}]}}}`)
+	}
+	if _, err := decodeRPCRequest(deep(500)); err != nil {
+		t.Fatalf("500 deep refused: %v", err)
+	}
+	_, err := decodeRPCRequest(deep(jsonlimit.MaxDepth))
+	if !errors.Is(err, a2a.ErrInvalidRequest) || !strings.Contains(err.Error(), "nests deeper than 512") {
+		t.Fatalf("%d deep: %v", jsonlimit.MaxDepth, err)
+	}
+}
+
+// A client's schema (an interaction's input schema) is bounded as a
+// plugin's is: compile cost grows faster than linearly with nesting.
+func TestCompileJSONSchemaRefusesDeepNesting(t *testing.T) {
+	n := jsonlimit.SchemaMaxDepth + 1
+	_, err := compileJSONSchema(json.RawMessage(strings.Repeat(`{"not":`, n) + `{}` + strings.Repeat(`}`, n)))
+	if err == nil || !strings.Contains(err.Error(), "nests deeper than 64") {
+		t.Fatalf("%d deep: %v", n, err)
+	}
+	if _, err := compileJSONSchema(json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}}}`)); err != nil {
+		t.Fatal(err)
+	}
 }

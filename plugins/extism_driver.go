@@ -14,6 +14,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/loop/jsonlimit"
 	"github.com/looopy-go/looopy/pdk"
 )
 
@@ -89,7 +90,7 @@ var extismHostFuncs = map[string]func() extism.HostFunction{
 		return extism.NewHostFunctionWithStack(pdk.HostEmit, func(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
 			s := stateOf(ctx)
 			data, err := cp.ReadBytes(stack[1])
-			if s == nil || err != nil || ctx.Err() != nil {
+			if s == nil || err != nil || ctx.Err() != nil || jsonlimit.Check(data, jsonlimit.MaxDepth) != nil {
 				stack[0] = extism.EncodeI64(-1)
 				return
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/loop/jsonlimit"
 	"github.com/looopy-go/looopy/pdk"
 )
 
@@ -218,6 +219,10 @@ func hostEmitFn(ctx context.Context, mod api.Module, stack []uint64) {
 	data, ok := readGuest(mod, uint32(stack[1]), uint32(stack[2]), maxHostPayload)
 	if !ok {
 		ret(s.fail("emit: payload out of bounds or over %d bytes", maxHostPayload))
+		return
+	}
+	if err := jsonlimit.Check(data, jsonlimit.MaxDepth); err != nil {
+		ret(s.fail("emit: %v", err))
 		return
 	}
 	kind := pdk.EmitKind(int32(stack[0]))

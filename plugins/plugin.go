@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/loop/jsonlimit"
 	"github.com/looopy-go/looopy/pdk"
 )
 
@@ -539,6 +540,10 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		first.close()
 		return nil, loadStepError(ctx, lctx, "describe", env.policy.loadTimeout(), err)
 	}
+	if err := jsonlimit.Check(out, jsonlimit.MaxDepth); err != nil {
+		first.close()
+		return nil, fmt.Errorf("describe: answer refused: %w", err)
+	}
 	if err := json.Unmarshal(out, &p.desc); err != nil {
 		first.close()
 		return nil, fmt.Errorf("describe: answer does not decode: %w", err)
@@ -644,6 +649,12 @@ func compileSchema(tool string, schema json.RawMessage) (_ *jsonschema.Schema, e
 	// The schema is the guest's: whatever the compiler makes of it, a
 	// panic is a refused schema, not a dead host.
 	defer recoverInto(&err, "tool %q: parameters schema", tool)
+	// The compiler's cost grows faster than linearly with nesting ({"not":
+	// ...} a few thousand deep compiles for minutes, and the compiler takes
+	// no deadline): the nesting is bounded before it runs.
+	if err := jsonlimit.Check(schema, jsonlimit.SchemaMaxDepth); err != nil {
+		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
 	if err != nil {
 		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)
@@ -736,7 +747,13 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 			err = p.classify(ctx, cctx, op, err, inst.stderrTail())
 		}
 	} else if decode != nil {
-		if derr := decode(out); derr != nil {
+		// What the host keeps of an answer is stored inside records of its
+		// own, a few levels deeper: an answer nested past jsonlimit.MaxDepth
+		// is refused (a tool call's becomes an error result for the model),
+		// so no stored record nests past what a decoder reads back.
+		if derr := jsonlimit.Check(out, jsonlimit.MaxDepth); derr != nil {
+			err = &pdk.Error{Code: pdk.CodeToolFailed, Message: fmt.Sprintf("plugin %q: %s: answer refused: %v", p.Name(), op, derr)}
+		} else if derr := decode(out); derr != nil {
 			err = fmt.Errorf("plugin %q: %s: answer does not decode: %w", p.Name(), op, derr)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/loop/jsonlimit"
 )
 
 // Defaults of a ClientConfig.
@@ -358,6 +359,9 @@ func (t *Toolset) list(ctx context.Context, cs *sdk.ClientSession) ([]loop.ToolD
 		if err != nil || string(schema) == "null" {
 			schema = json.RawMessage(`{"type":"object"}`)
 		}
+		if jsonlimit.Check(schema, jsonlimit.SchemaMaxDepth) != nil {
+			continue // a schema nested past the bound is not offered (nor compiled)
+		}
 		name := t.cfg.Prefix + tool.Name
 		if _, dup := names[name]; dup {
 			continue
@@ -618,7 +622,8 @@ func (t *Toolset) result(id string, r *sdk.CallToolResult) loop.ToolResult {
 	}
 	out := loop.ToolResult{ToolCallID: id, Content: text, IsError: r.IsError}
 	if r.StructuredContent != nil {
-		if b, err := json.Marshal(r.StructuredContent); err == nil && len(b) <= t.cfg.MaxResultBytes {
+		if b, err := json.Marshal(r.StructuredContent); err == nil && len(b) <= t.cfg.MaxResultBytes &&
+			jsonlimit.Check(b, jsonlimit.MaxDepth) == nil {
 			out.Data = b
 		}
 	}

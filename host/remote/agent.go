@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/loop/jsonlimit"
 )
 
 // Config is one remote agent.
@@ -802,7 +803,9 @@ func (r *run) request(status loop.TaskStatus, text string) loop.InputRequest {
 			var body struct {
 				Requests []loop.InputRequest `json:"requests"`
 			}
-			if json.Unmarshal(b, &body) == nil {
+			// The request is stored on the parent task: one nested past
+			// the bound is not taken (the task is paused on the text).
+			if jsonlimit.Check(b, jsonlimit.MaxDepth) == nil && json.Unmarshal(b, &body) == nil {
 				for _, q := range body.Requests {
 					if q.InputID != "" && q.Answer == nil {
 						return q

@@ -68,6 +68,24 @@ func init() {
 		pdk.Tool("refers", "A tool whose schema refers elsewhere.", flood,
 			pdk.WithSchema(json.RawMessage(`{"type":"object","properties":{"x":{"$ref":"`+ref+`"}}}`)))
 	}
+	// Config "deep" adds a tool whose result's data nests n arrays deep;
+	// config "schemaDepth" a tool whose schema nests "not" that deep.
+	if pdk.Config("deep") != "" {
+		pdk.Tool("deep", "Answers data nested n deep.", deep)
+	}
+	if d, _ := strconv.Atoi(pdk.Config("schemaDepth")); d > 0 {
+		pdk.Tool("deepschema", "A tool whose schema nests deep.", flood,
+			pdk.WithSchema(json.RawMessage(strings.Repeat(`{"not":`, d)+`{}`+strings.Repeat(`}`, d))))
+	}
+}
+
+type deepArgs struct {
+	N int `json:"n"`
+}
+
+func deep(_ context.Context, a deepArgs) (pdk.ToolResult, error) {
+	data := strings.Repeat("[", a.N) + strings.Repeat("]", a.N)
+	return pdk.ToolResult{Content: "deep", Data: json.RawMessage(data)}, nil
 }
 
 func main() {}
