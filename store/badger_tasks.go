@@ -326,6 +326,12 @@ func (b *Badger) ListTasks(ctx context.Context, f loop.TaskFilter) ([]loop.TaskR
 				continue
 			}
 			t, ok, err := getTask(txn, id, now)
+			if errors.Is(err, loop.ErrCorrupt) {
+				// A record that does not decode is listed as broken,
+				// from its index entry: the other tasks stay listed.
+				b.log.Error("task record does not decode; listed as broken", "task", id, "err", err)
+				t, ok, err = brokenTask(id, created, s, err), true, nil
+			}
 			if err != nil {
 				return err
 			}
@@ -374,4 +380,13 @@ func (b *Badger) DeleteTask(ctx context.Context, id string) error {
 		return fmt.Errorf("delete task %q: %w", id, err)
 	}
 	return nil
+}
+
+// brokenTask stands for a task whose record does not decode, in a list:
+// what its index entry knows, and why it is broken.
+func brokenTask(id string, created uint64, s taskSummary, err error) loop.TaskRecord {
+	return loop.TaskRecord{ID: id, ContextID: s.ContextID, AgentID: s.AgentID, Owner: s.Owner,
+		Status: s.Status, Message: "the task's record does not decode: " + err.Error(),
+		CreatedAt: time.Unix(0, int64(created)), UpdatedAt: time.Unix(0, int64(s.UpdatedAt)),
+		Metadata: map[string]any{"broken": true}}
 }

@@ -77,8 +77,19 @@ func TestCorruptRecords(t *testing.T) {
 	poke("task/t", []byte("garbage"))
 	_, err = b.LoadTask(ctx, "t")
 	wantCorrupt("task", "task/t", err)
-	_, err = b.ListTasks(ctx, loop.TaskFilter{})
-	wantCorrupt("task listed", "task/t", err)
+	// A record that does not decode does not take the list down: it is
+	// listed as broken, from its index entry, beside the others.
+	if err := b.SaveTask(ctx, loop.TaskRecord{ID: "t2", ContextID: "c", CreatedAt: time.Now().Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := b.ListTasks(ctx, loop.TaskFilter{})
+	if err != nil || len(list) != 2 || list[0].ID != "t2" || list[1].ID != "t" || list[1].ContextID != "c" ||
+		list[1].Metadata["broken"] != true || list[1].Message == "" {
+		t.Fatalf("tasks listed beside a damaged record: %v %+v", err, list)
+	}
+	if err := b.DeleteTask(ctx, "t2"); err != nil {
+		t.Fatal(err)
+	}
 	// A damaged record is replaced by deleting it and saving the task
 	// again (its version cannot be read, so a versioned write over it is
 	// refused).

@@ -125,6 +125,10 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 	}
 	for _, rec := range todo {
 		g.Go(func() error {
+			if rec.Metadata["broken"] == true {
+				rt.log.LogAttrs(gctx, slog.LevelError, "task record does not decode; the task is failed", slog.String("task_id", rec.ID))
+				return rt.failBroken(gctx, rec)
+			}
 			if !durable || rec.Status != loop.TaskWorking {
 				rt.log.LogAttrs(gctx, slog.LevelWarn, "task interrupted by a restart", slog.String("task_id", rec.ID))
 				return rt.failTaken(gctx, rec, "interrupted: the host restarted during the turn")
@@ -166,6 +170,28 @@ func (rt *Runtime) failTaken(ctx context.Context, rec loop.TaskRecord, why strin
 	return err
 }
 
+// failBroken settles a task whose record does not decode (rec is what its
+// list entry knows): the damaged record is replaced by a failed one that
+// says why, and its end is announced. What the record held is lost.
+func (rt *Runtime) failBroken(ctx context.Context, rec loop.TaskRecord) error {
+	r := &Run{TaskID: rec.ID, ContextID: rec.ContextID}
+	if err := rt.own(ctx, r, false); err != nil {
+		if errors.Is(err, loop.ErrBusy) {
+			return nil
+		}
+		return err
+	}
+	defer rt.disown(r)
+	if err := rt.st.Tasks.DeleteTask(ctx, rec.ID); err != nil {
+		return fmt.Errorf("replace the damaged record of task %q: %w", rec.ID, err)
+	}
+	rec.Version = 0
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = time.Now().UTC()
+	}
+	return rt.finishStored(ctx, rec, loop.TaskFailed, "the task's stored record could not be read back: "+rec.Message)
+}
+
 // settleEnded announces the end of a task whose lease outlived its turn,
 // then releases the lease.
 func (rt *Runtime) settleEnded(ctx context.Context, l loop.Lease) error {
@@ -181,6 +207,21 @@ func (rt *Runtime) settleEnded(ctx context.Context, l loop.Lease) error {
 	case errors.Is(err, loop.ErrNotFound):
 		rt.disown(r)
 		return nil
+	case errors.Is(err, loop.ErrCorrupt):
+		// A record that does not decode is settled as failed from what
+		// its list entry knows, not met again at every pass.
+		rt.disown(r)
+		recs, lerr := rt.st.Tasks.ListTasks(ctx, loop.TaskFilter{ContextID: l.Data})
+		if lerr != nil {
+			return err
+		}
+		for _, b := range recs {
+			if b.ID == l.Key && b.Metadata["broken"] == true {
+				rt.log.LogAttrs(ctx, slog.LevelError, "task record does not decode; the task is failed", slog.String("task_id", b.ID))
+				return rt.failBroken(ctx, b)
+			}
+		}
+		return err
 	case err != nil:
 		return err // the lease stays: the next pass tries again
 	case rec.Status == loop.TaskWorking || rec.Status == loop.TaskSubmitted:

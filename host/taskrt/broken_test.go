@@ -1,0 +1,81 @@
+package taskrt
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// A task record that no longer decodes (a crash of the disk, or a record
+// stored before the host bounded nesting depth) must not be met again at
+// every start: recovery replaces it by a failed record that says why and
+// announces the end; the tasks around it are listed as before.
+func TestRecoverSettlesAnUndecodableTask(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	h := newHarness(t, dir, &scriptModel{}, nil)
+	now := time.Now().UTC()
+	for _, id := range []string{"t1", "t2"} {
+		if _, err := h.db.AcquireLease(ctx, id, "host-dead", "c1", time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.db.SaveTask(ctx, loop.TaskRecord{ID: "t1", ContextID: "c1", Owner: "alice", Status: loop.TaskWorking,
+		CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	// t2 ended, its end not announced.
+	if err := h.db.SaveTask(ctx, loop.TaskRecord{ID: "t2", ContextID: "c1", Owner: "alice", Status: loop.TaskCompleted,
+		CreatedAt: now.Add(time.Second), UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	h.close()
+	raw, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := []byte(`{"id":"x","history":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`)
+	if err := raw.Update(func(txn *badger.Txn) error {
+		if err := txn.Set([]byte("task/t1"), deep); err != nil {
+			return err
+		}
+		return txn.Set([]byte("task/t2"), []byte("garbage"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the dead host's leases lapse
+
+	h = newHarness(t, dir, &scriptModel{}, nil)
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"t1", "t2"} {
+		rec, err := h.db.LoadTask(ctx, id)
+		if err != nil || rec.Status != loop.TaskFailed || rec.Owner != "alice" || !strings.Contains(rec.Message, "could not be read back") {
+			t.Fatalf("%s after recovery: %v %+v", id, err, rec)
+		}
+		evs, err := h.ev.events(ctx, id)
+		if err != nil || len(evs) == 0 {
+			t.Fatalf("%s: no end announced: %v", id, err)
+		}
+		if tc, ok := evs[len(evs)-1].(*loop.TaskComplete); !ok || tc.Status != loop.TaskFailed {
+			t.Fatalf("%s: last event %+v, want its failed end", id, evs[len(evs)-1])
+		}
+	}
+	if leases, _ := h.db.ListLeases(ctx); len(leases) != 0 {
+		t.Fatalf("leases after recovery = %+v, want none", leases)
+	}
+	list, err := h.db.ListTasks(ctx, loop.TaskFilter{Owner: "alice"})
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListTasks after recovery: %v %+v", err, list)
+	}
+}
