@@ -442,7 +442,7 @@ func compileJSONSchema(schema json.RawMessage) (sch *jsonschema.Schema, err erro
 	}()
 	// The compiler's cost grows faster than linearly with nesting: a
 	// client's schema is bounded as a plugin's is.
-	if err := jsonlimit.Check(schema, jsonlimit.SchemaMaxDepth); err != nil {
+	if err := jsonlimit.CheckSchema(schema); err != nil {
 		return nil, fmt.Errorf("schema refused: %w", err)
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))

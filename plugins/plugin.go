@@ -652,7 +652,7 @@ func compileSchema(tool string, schema json.RawMessage) (_ *jsonschema.Schema, e
 	// The compiler's cost grows faster than linearly with nesting ({"not":
 	// ...} a few thousand deep compiles for minutes, and the compiler takes
 	// no deadline): the nesting is bounded before it runs.
-	if err := jsonlimit.Check(schema, jsonlimit.SchemaMaxDepth); err != nil {
+	if err := jsonlimit.CheckSchema(schema); err != nil {
 		return nil, fmt.Errorf("tool %q: parameters schema: %w", tool, err)
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))

@@ -359,7 +359,7 @@ func (t *Toolset) list(ctx context.Context, cs *sdk.ClientSession) ([]loop.ToolD
 		if err != nil || string(schema) == "null" {
 			schema = json.RawMessage(`{"type":"object"}`)
 		}
-		if jsonlimit.Check(schema, jsonlimit.SchemaMaxDepth) != nil {
+		if jsonlimit.CheckSchema(schema) != nil {
 			continue // a schema nested past the bound is not offered (nor compiled)
 		}
 		name := t.cfg.Prefix + tool.Name

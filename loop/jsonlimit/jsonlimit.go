@@ -22,6 +22,50 @@ const MaxDepth = 512
 // the worst shape compiles in milliseconds.
 const SchemaMaxDepth = 64
 
+// SchemaMaxNodes is the most objects and arrays a JSON Schema may hold
+// before it is compiled: compile time grows with them too (2,000 allOf
+// entries of 4 objects each, 88 KB, compiled in 0.4 s); real tool schemas
+// hold a few dozen.
+const SchemaMaxNodes = 2000
+
+// CheckSchema returns an error if a JSON Schema nests deeper than
+// SchemaMaxDepth or holds more than SchemaMaxNodes objects and arrays.
+func CheckSchema(b []byte) error {
+	if err := Check(b, SchemaMaxDepth); err != nil {
+		return err
+	}
+	if n := nodes(b); n > SchemaMaxNodes {
+		return fmt.Errorf("JSON schema holds %d objects and arrays, more than %d", n, SchemaMaxNodes)
+	}
+	return nil
+}
+
+// nodes counts the objects and arrays of b.
+func nodes(b []byte) int {
+	n := 0
+	inString, escaped := false, false
+	for _, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			n++
+		}
+	}
+	return n
+}
+
 // TooDeepError says a JSON text nests deeper than allowed.
 type TooDeepError struct {
 	Max int

@@ -42,3 +42,18 @@ func TestCheckRefusesPastTheLimit(t *testing.T) {
 		t.Fatalf("brackets in a string refused: %v", err)
 	}
 }
+
+func TestCheckSchemaBoundsNodes(t *testing.T) {
+	ok := `{"type":"object","properties":{"a":{"type":"array","items":{"type":"string"}}}}`
+	if err := CheckSchema([]byte(ok)); err != nil {
+		t.Fatal(err)
+	}
+	wide := `{"allOf":[` + strings.Repeat(`{"not":{}},`, SchemaMaxNodes/2) + `{}]}`
+	if err := CheckSchema([]byte(wide)); err == nil || !strings.Contains(err.Error(), "more than 2000") {
+		t.Fatalf("a schema of %d nodes: %v", SchemaMaxNodes+2, err)
+	}
+	deep := strings.Repeat(`{"not":`, SchemaMaxDepth+1) + `{}` + strings.Repeat(`}`, SchemaMaxDepth+1)
+	if err := CheckSchema([]byte(deep)); err == nil {
+		t.Fatal("a schema nested past SchemaMaxDepth passed")
+	}
+}
