@@ -264,7 +264,8 @@ type EventLog interface {
 // Lease is the right of one owner (a host process) to work on something
 // (a running task) until Expires. It is held by renewing it before it
 // lapses; another owner may take it only after it has. Token grows with
-// every change of owner: a write fenced by an old token is refused.
+// every acquisition (a change of owner, or its holder acquiring it again):
+// a write fenced by an old token is refused.
 type Lease struct {
 	Key     string    `json:"key"`
 	Owner   string    `json:"owner"`
@@ -279,7 +280,8 @@ type Lease struct {
 type LeaseStore interface {
 	// AcquireLease takes the lease of key for owner for ttl: when no one
 	// holds it, when it has lapsed, or when owner holds it already (then
-	// it is renewed, with the same token). Otherwise it returns an error
+	// with a new token: the earlier acquisition can no longer commit,
+	// renew or release it). Otherwise it returns an error
 	// matching ErrLeaseHeld.
 	AcquireLease(ctx context.Context, key, owner, data string, ttl time.Duration) (Lease, error)
 	// RenewLease extends a held lease by ttl from now. It returns an error

@@ -42,7 +42,11 @@ func leaseDecide(cur *loop.Lease, key, owner, data string, ttl time.Duration, no
 	case cur == nil:
 		return loop.Lease{Key: key, Owner: owner, Token: 1, Expires: now.Add(ttl), Data: data}, nil
 	case cur.Owner == owner:
-		return loop.Lease{Key: key, Owner: owner, Token: cur.Token, Expires: now.Add(ttl), Data: data}, nil
+		// Its holder again (a restarted host, or the next turn of a task
+		// whose last turn is still letting go of it): a new token, so that
+		// what the earlier acquisition holds can neither commit nor
+		// release the lease any more.
+		return loop.Lease{Key: key, Owner: owner, Token: cur.Token + 1, Expires: now.Add(ttl), Data: data}, nil
 	case now.Before(cur.Expires):
 		return loop.Lease{}, fmt.Errorf("acquire lease %q: %w (owner %q until %s)", key, loop.ErrLeaseHeld,
 			cur.Owner, cur.Expires.UTC().Format(time.RFC3339Nano))

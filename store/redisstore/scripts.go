@@ -154,7 +154,7 @@ local tok
 if not cur[1] then
   tok = 1
 elseif cur[1] == owner then
-  tok = tonumber(cur[2])
+  tok = tonumber(cur[2]) + 1
 elseif now < tonumber(cur[3]) then
   return {0, cur[1], cur[3]}
 else

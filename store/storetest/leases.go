@@ -38,11 +38,19 @@ func testLeaseHeld(t *testing.T, ls loop.LeaseStore) {
 	if _, err := ls.AcquireLease(ctx, "task-1", "host-b", "", time.Minute); !errors.Is(err, loop.ErrLeaseHeld) {
 		t.Fatalf("AcquireLease of a held lease by another owner: err = %v, want ErrLeaseHeld", err)
 	}
-	// The holder acquiring again (a restarted host with the same id)
-	// keeps it, with the same token.
+	// The holder acquiring again (a restarted host with the same id, the
+	// next turn of a task whose last turn still lets go of it) keeps it,
+	// with a new token: the earlier acquisition can no longer release or
+	// renew it.
 	again, err := ls.AcquireLease(ctx, "task-1", "host-a", "ctx-1", time.Minute)
-	if err != nil || again.Token != a.Token {
-		t.Fatalf("AcquireLease by its holder = %+v, %v; want the same token %d", again, err, a.Token)
+	if err != nil || again.Token <= a.Token {
+		t.Fatalf("AcquireLease by its holder = %+v, %v; want a token above %d", again, err, a.Token)
+	}
+	if err := ls.ReleaseLease(ctx, a); err != nil {
+		t.Fatalf("ReleaseLease of the earlier acquisition: %v", err)
+	}
+	if _, err := ls.RenewLease(ctx, a, time.Minute); !errors.Is(err, loop.ErrLeaseLost) {
+		t.Fatalf("RenewLease of the earlier acquisition: err = %v, want ErrLeaseLost", err)
 	}
 	list, err := ls.ListLeases(ctx)
 	if err != nil || len(list) != 1 || list[0].Key != "task-1" || list[0].Owner != "host-a" || list[0].Data != "ctx-1" {
