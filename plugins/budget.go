@@ -57,7 +57,8 @@ type Budgets struct {
 	MaxSchemaBytes int64
 	// OpenFilesPerInstance bounds the files and folders one instance holds
 	// open through its granted folders, each a descriptor of the host's
-	// (64); OpenFilesTotal, those of every instance of every plugin (1024).
+	// (64); OpenFilesTotal, those of every instance of every plugin (1024,
+	// and at most half the process's descriptor limit).
 	// An open past either fails in the guest (EMFILE, ENFILE); an
 	// instance's files close with it.
 	OpenFilesPerInstance int

@@ -589,6 +589,15 @@ const (
 	wasiENFILE = 41
 )
 
+// capFilesLimit is configured, at most half of a descriptor limit (soft);
+// at least 1.
+func capFilesLimit(configured int64, fdLimit uint64) int64 {
+	if half := fdLimit / 2; half < uint64(configured) {
+		return max(1, int64(half))
+	}
+	return configured
+}
+
 func newOpenFiles(limit int64, host *hostFiles) *openFiles {
 	return &openFiles{limit: limit, host: host}
 }

@@ -108,3 +108,22 @@ func openFileBudget(t *testing.T, guest string, budgets Budgets, limit int, refu
 		t.Errorf("after unloading the host holds %d descriptors, %d before the guest opened its files", after, before)
 	}
 }
+
+// The host's budget never exceeds half the process's descriptor limit,
+// whatever is configured (no limit included).
+func TestOpenFilesTotalCappedByTheDescriptorLimit(t *testing.T) {
+	for _, c := range []struct {
+		configured int64
+		fdLimit    uint64
+		want       int64
+	}{
+		{1024, 1 << 20, 1024},
+		{1024, 1024, 512},
+		{budget(int64(-1), 0), 4096, 2048}, // "no limit"
+		{1024, 1, 1},
+	} {
+		if got := capFilesLimit(c.configured, c.fdLimit); got != c.want {
+			t.Errorf("capFilesLimit(%d, %d) = %d, want %d", c.configured, c.fdLimit, got, c.want)
+		}
+	}
+}

@@ -199,7 +199,7 @@ func New(cfg Config) (*Registry, error) {
 			cache: cache, icache: icache, compiles: &compileCount{}, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
 			kvQuotas: &kvQuotas{}, kvUsage: cfg.KVUsage, quotaKV: cfg.KVQuota,
-			files: &hostFiles{limit: int64(policy.Budgets.withDefaults().OpenFilesTotal)},
+			files: &hostFiles{limit: hostFilesLimit(int64(policy.Budgets.withDefaults().OpenFilesTotal))},
 		},
 		onEvent:   cfg.OnEvent,
 		log:       log,
