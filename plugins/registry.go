@@ -407,7 +407,7 @@ func (r *Registry) Unload(ctx context.Context, name string) error {
 	for src, n := range r.sources {
 		if n == name {
 			delete(r.sources, src)
-			delete(r.failures, src)
+			r.dropFailuresLocked(src)
 		}
 	}
 	r.rebuildLocked()
@@ -422,13 +422,14 @@ func (r *Registry) Unload(ctx context.Context, name string) error {
 // unloadSource unloads the plugin loaded from a manifest path (the watcher
 // saw it go away).
 func (r *Registry) unloadSource(ctx context.Context, source string) error {
-	r.mu.RLock()
+	r.mu.Lock()
+	// Every failure recorded for this manifest goes with its folder,
+	// whatever the failure (a bad manifest is keyed by path, a budget or
+	// a conflict refusal by the plugin's name).
+	r.dropFailuresLocked(source)
 	name, ok := r.sources[source]
-	r.mu.RUnlock()
+	r.mu.Unlock()
 	if !ok {
-		r.mu.Lock()
-		delete(r.failures, source)
-		r.mu.Unlock()
 		return nil
 	}
 	return r.Unload(ctx, name)
@@ -516,6 +517,16 @@ func (r *Registry) checkConflicts(p *Plugin) error {
 		}
 	}
 	return nil
+}
+
+// dropFailuresLocked forgets the failures recorded for a manifest, by
+// whatever key they were recorded. Called with r.mu held.
+func (r *Registry) dropFailuresLocked(source string) {
+	for key, f := range r.failures {
+		if key == source || f.source == source {
+			delete(r.failures, key)
+		}
+	}
 }
 
 func (r *Registry) recordFailure(name, source string, err error) {

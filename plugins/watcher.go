@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -102,7 +103,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("plugins: watcher: %w", err)
 	}
-	defer fw.Close()
+	// Only this goroutine calls into fsnotify (Add, Close); another one
+	// drains its Events and Errors at all times, so that fsnotify's reader
+	// never waits on a receiver that is itself waiting inside Add: a
+	// folder replaced by rename hundreds of times a second once wedged
+	// the watcher that way.
+	changed := make(chan struct{}, 1)
+	var errs atomic.Int64
+	pumped := make(chan struct{})
+	go pump(fw, changed, &errs, pumped)
+	defer w.closeNotify(fw, pumped)
 	if err := fw.Add(w.cfg.Dir); err != nil {
 		return fmt.Errorf("plugins: watcher: %w", err)
 	}
@@ -122,23 +132,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-fw.Events:
-			if !ok {
-				return nil
-			}
-			if ev.Has(fsnotify.Create) {
-				if fi, err := os.Stat(ev.Name); err == nil && fi.IsDir() && filepath.Dir(ev.Name) == w.cfg.Dir {
-					_ = fw.Add(ev.Name)
-				}
-			}
-			debounce.Reset(w.cfg.Debounce)
-		case err, ok := <-fw.Errors:
-			if !ok {
-				return nil
-			}
-			w.log.Warn("plugin folder watch error; rescanning", "err", err)
+		case <-pumped:
+			return nil // fsnotify stopped on its own
+		case <-changed:
 			debounce.Reset(w.cfg.Debounce)
 		case <-debounce.C:
+			if n := errs.Swap(0); n > 0 {
+				// an overflow or a watch that failed: events may have
+				// been lost, and the scan below reads the whole folder
+				w.log.Warn("plugin folder watch errors; rescanning", "errors", n)
+			}
 			w.watchSubdirs(fw)
 			w.scan(ctx, true)
 		case <-rescan:
@@ -151,6 +154,57 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if w.isUnsettled() {
 			debounce.Reset(w.cfg.Settle) // look again once the writer is done
 		}
+	}
+}
+
+// closeWait bounds how long the watcher waits for fsnotify to stop.
+const closeWait = 5 * time.Second
+
+// pump drains fsnotify's Events and Errors until both are closed, and only
+// says that something changed (an error too: the folder is then read in
+// full). It never blocks on its receiver.
+func pump(fw *fsnotify.Watcher, changed chan<- struct{}, errs *atomic.Int64, done chan<- struct{}) {
+	defer close(done)
+	events, errors := fw.Events, fw.Errors
+	for events != nil || errors != nil {
+		select {
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+		case _, ok := <-errors:
+			if !ok {
+				errors = nil
+				continue
+			}
+			errs.Add(1)
+		}
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// closeNotify stops fsnotify, waiting at most closeWait for its reader.
+func (w *Watcher) closeNotify(fw *fsnotify.Watcher, pumped <-chan struct{}) {
+	closed := make(chan struct{})
+	go func() {
+		_ = fw.Close()
+		close(closed)
+	}()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		w.log.Warn("plugin folder watch did not stop; left behind", "waited", closeWait)
+		return
+	}
+	select {
+	case <-pumped:
+	case <-t.C:
 	}
 }
 
