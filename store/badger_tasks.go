@@ -286,6 +286,15 @@ func (b *Badger) ListTasks(ctx context.Context, f loop.TaskFilter) ([]loop.TaskR
 		var skip []byte
 		if f.After != "" {
 			t, ok, err := getTask(txn, f.After, now)
+			if errors.Is(err, loop.ErrCorrupt) {
+				// A page may end with a task whose record does not
+				// decode: its place is read from its index entry.
+				ti, _, ierr := oldIdent(txn, f.After)
+				if ierr != nil || ti == nil {
+					return err
+				}
+				t, ok, err = loop.TaskRecord{CreatedAt: ti.CreatedAt}, true, nil
+			}
 			if err != nil {
 				return err
 			}

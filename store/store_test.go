@@ -3,6 +3,8 @@ package store_test
 import (
 	"testing"
 
+	badger "github.com/dgraph-io/badger/v4"
+
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/store"
 	"github.com/looopy-go/looopy/store/storetest"
@@ -41,6 +43,14 @@ func openBadger(t *testing.T, opts store.Options) storetest.Stores {
 		}
 	})
 	s := badgerStores(b)
+	s.Damage = func(t *testing.T, id string) {
+		t.Helper()
+		if err := b.DB().Update(func(txn *badger.Txn) error {
+			return txn.Set(store.TaskKey(id), []byte(`{"id":`))
+		}); err != nil {
+			t.Fatalf("damage task %q: %v", id, err)
+		}
+	}
 	if !opts.InMemory {
 		s.Reopen = func(t *testing.T) storetest.Stores {
 			closed = true

@@ -79,3 +79,55 @@ func TestRecoverSettlesAnUndecodableTask(t *testing.T) {
 		t.Fatalf("ListTasks after recovery: %v %+v", err, list)
 	}
 }
+
+// The same on Redis: a task whose record does not decode is listed from
+// its index entry and settled by recovery, also one saved before the
+// index entry kept its status.
+func TestRecoverSettlesAnUndecodableTaskRedis(t *testing.T) {
+	t.Parallel()
+	h := newCluster(t, 1, &scriptModel{}, nil)[0]
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for i, id := range []string{"t1", "t2"} {
+		if _, err := h.st.AcquireLease(ctx, id, "host-dead", "c1", time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.st.SaveTask(ctx, loop.TaskRecord{ID: id, ContextID: "c1", Owner: "alice", Status: loop.TaskWorking,
+			CreatedAt: now.Add(time.Duration(i) * time.Second), UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.st.Client().HSet(ctx, h.st.Prefix()+"t:"+id, "d", "garbage").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// t2's index entry is as an earlier version of the store wrote it:
+	// no status, no update time.
+	if err := h.st.Client().HDel(ctx, h.st.Prefix()+"tx:t2", "s", "u").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the dead host's leases lapse
+
+	if err := h.rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"t1", "t2"} {
+		rec, err := h.st.LoadTask(ctx, id)
+		if err != nil || rec.Status != loop.TaskFailed || rec.Owner != "alice" || !strings.Contains(rec.Message, "could not be read back") {
+			t.Fatalf("%s after recovery: %v %+v", id, err, rec)
+		}
+		evs, err := h.ev.events(ctx, id)
+		if err != nil || len(evs) == 0 {
+			t.Fatalf("%s: no end announced: %v", id, err)
+		}
+		if tc, ok := evs[len(evs)-1].(*loop.TaskComplete); !ok || tc.Status != loop.TaskFailed {
+			t.Fatalf("%s: last event %+v, want its failed end", id, evs[len(evs)-1])
+		}
+	}
+	if leases, _ := h.st.ListLeases(ctx); len(leases) != 0 {
+		t.Fatalf("leases after recovery = %+v, want none", leases)
+	}
+	list, err := h.st.ListTasks(ctx, loop.TaskFilter{Owner: "alice"})
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListTasks after recovery: %v %+v", err, list)
+	}
+}

@@ -11,7 +11,7 @@
 //	P m:<contextId>      list    the history, one JSON message per element
 //	P a:<contextId>      string  agent metadata (JSON)
 //	P t:<taskId>         hash    v: version, d: the record (JSON); PEXPIREAT = ExpiresAt
-//	P tx:<taskId>        hash    the task's index entry (m) and keys (c, o, g), no TTL
+//	P tx:<taskId>        hash    the task's index entry (m), keys (c, o, g), status (s) and update time (u, Unix ns), no TTL
 //	P ti:all, P ti:c:<contextId>, P ti:o:<owner>, P ti:g:<agentId>
 //	                     zset    task listings: member <created:19>:<taskId>, score 0
 //	P e:<stream>         stream  the event log; entry id 0-<seq>, field d

@@ -39,7 +39,17 @@ func openAt(t *testing.T, srv *redistest.Server, prefix string) *redisstore.Stor
 }
 
 func stores(s *redisstore.Store) storetest.Stores {
-	return storetest.Stores{Messages: s, Agents: s, Tasks: s, Events: s.Events(), KV: s}
+	return storetest.Stores{Messages: s, Agents: s, Tasks: s, Events: s.Events(), KV: s,
+		Damage: func(t *testing.T, id string) { damageTask(t, s, id) }}
+}
+
+// damageTask overwrites the stored record of task id with bytes that do
+// not decode (its version is left as it was).
+func damageTask(t *testing.T, s *redisstore.Store, id string) {
+	t.Helper()
+	if err := s.Client().HSet(context.Background(), s.Prefix()+"t:"+id, "d", `{"id":`).Err(); err != nil {
+		t.Fatalf("damage task %q: %v", id, err)
+	}
 }
 
 func TestRedis(t *testing.T) {

@@ -19,8 +19,10 @@ local function task_version(p, id)
 end
 
 -- save_task stores a task record whose version was checked, moves its
--- index entries, and returns the new version.
-local function save_task(p, id, cur, data, member, c, o, g, exp)
+-- index entries, and returns the new version. The index hash also keeps
+-- the status and the update time (s, u): a record that no longer decodes
+-- is listed from them.
+local function save_task(p, id, cur, data, member, c, o, g, exp, s, u)
   local tk, xk = p .. 't:' .. id, p .. 'tx:' .. id
   local old = redis.call('HMGET', xk, 'm', 'c', 'o', 'g')
   if old[1] then
@@ -36,7 +38,7 @@ local function save_task(p, id, cur, data, member, c, o, g, exp)
   end
   redis.call('HSET', tk, 'v', string.format('%d', cur + 1), 'd', data)
   if e > 0 then redis.call('PEXPIREAT', tk, e) else redis.call('PERSIST', tk) end
-  redis.call('HSET', xk, 'm', member, 'c', c, 'o', o, 'g', g)
+  redis.call('HSET', xk, 'm', member, 'c', c, 'o', o, 'g', g, 's', s, 'u', u)
   redis.call('ZADD', p .. 'ti:all', 0, member)
   redis.call('ZADD', p .. 'ti:c:' .. c, 0, member)
   if o ~= '' then redis.call('ZADD', p .. 'ti:o:' .. o, 0, member) end
@@ -54,12 +56,12 @@ end
 `
 
 // saveTask: ARGV p, id, version, data, member, context, owner, agent,
-// expiry (ms, 0 none). Returns {1, new version} or {0, stored version}.
+// expiry (ms, 0 none), status, updated (Unix ns). Returns {1, new version} or {0, stored version}.
 var saveTaskScript = redis.NewScript(luaLib + `
 local p, id = ARGV[1], ARGV[2]
 local cur = task_version(p, id)
 if cur ~= tonumber(ARGV[3]) then return {0, cur} end
-return {1, save_task(p, id, cur, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])}
+return {1, save_task(p, id, cur, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])}
 `)
 
 // deleteTask: ARGV p, id.
@@ -100,7 +102,7 @@ return 1
 //	1 p, 2 context id of the messages, 3 context id of the agent, 4 agent JSON,
 //	5 lease key ('' none), 6 lease owner, 7 lease token,
 //	8 task id ('' none), 9 version, 10 data, 11 member, 12 context, 13 owner, 14 agent, 15 expiry,
-//	16 checkpoint to delete ('' none), 17.. messages.
+//	16 status, 17 updated, 18 checkpoint to delete ('' none), 19.. messages.
 //
 // Returns {'OK', version} or {'LOST'} or {'CONFLICT', stored version}.
 var commitTurnScript = redis.NewScript(luaLib + `
@@ -115,7 +117,7 @@ if ARGV[8] ~= '' then
   if cur ~= tonumber(ARGV[9]) then return {'CONFLICT', cur} end
 end
 local mk = p .. 'm:' .. ARGV[2]
-local i = 17
+local i = 19
 while i <= #ARGV do
   local j = math.min(i + 999, #ARGV)
   redis.call('RPUSH', mk, unpack(ARGV, i, j))
@@ -124,11 +126,11 @@ end
 redis.call('SET', p .. 'a:' .. ARGV[3], ARGV[4])
 local v = 0
 if ARGV[8] ~= '' then
-  v = save_task(p, ARGV[8], cur, ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15])
+  v = save_task(p, ARGV[8], cur, ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17])
 end
-if ARGV[16] ~= '' then
-  redis.call('DEL', p .. 'cp:' .. ARGV[16])
-  durable_drop(p, ARGV[16])
+if ARGV[18] ~= '' then
+  redis.call('DEL', p .. 'cp:' .. ARGV[18])
+  durable_drop(p, ARGV[18])
 end
 return {'OK', v}
 `)

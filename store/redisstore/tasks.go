@@ -40,7 +40,8 @@ func memberID(m string) string {
 }
 
 // taskArgs checks t and returns the arguments of the save scripts after
-// the prefix and id: version, data, member, context, owner, agent, expiry.
+// the prefix and id: version, data, member, context, owner, agent, expiry,
+// status, updated.
 func (s *Store) taskArgs(t *loop.TaskRecord) ([]any, error) {
 	if err := s.checkID("task id", t.ID); err != nil {
 		return nil, err
@@ -65,7 +66,7 @@ func (s *Store) taskArgs(t *loop.TaskRecord) ([]any, error) {
 		}
 	}
 	return []any{strconv.FormatUint(t.Version, 10), data, member(t), t.ContextID, t.Owner, t.AgentID,
-		strconv.FormatInt(exp, 10)}, nil
+		strconv.FormatInt(exp, 10), string(t.Status), strconv.FormatUint(timeKey(t.UpdatedAt), 10)}, nil
 }
 
 // SaveTask implements loop.TaskStore: a compare-and-set on the version,
@@ -184,14 +185,11 @@ func (s *Store) ListTasks(ctx context.Context, f loop.TaskFilter) ([]loop.TaskRe
 	}
 	max := "+"
 	if f.After != "" {
-		t, err := s.LoadTask(ctx, f.After)
-		if errors.Is(err, loop.ErrNotFound) {
-			return nil, fmt.Errorf("list tasks: %w: page token: task %q not found", loop.ErrInvalid, f.After)
-		}
+		m, err := s.pagePlace(ctx, f.After)
 		if err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
+			return nil, err
 		}
-		max = "(" + member(&t)
+		max = "(" + m
 	}
 	page := int64(100)
 	if f.Limit > 0 && f.Limit < 100 {
@@ -219,6 +217,22 @@ func (s *Store) ListTasks(ctx context.Context, f loop.TaskFilter) ([]loop.TaskRe
 		for i, m := range members {
 			id := memberID(m)
 			t, ok, err := s.decodeTask(id, cmds[i].Val())
+			if errors.Is(err, loop.ErrCorrupt) {
+				// A record that does not decode is listed as broken, from
+				// its index entry: the other tasks stay listed.
+				s.log.Error("task record does not decode; listed as broken", "task", id, "err", err)
+				t, ok, err = s.brokenTask(ctx, id, m, err)
+				if err != nil {
+					return nil, err
+				}
+				if ok && brokenMatch(&t, &f) {
+					out = append(out, t)
+					if f.Limit > 0 && len(out) == f.Limit {
+						return out, nil
+					}
+				}
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -244,6 +258,62 @@ func (s *Store) ListTasks(ctx context.Context, f loop.TaskFilter) ([]loop.TaskRe
 		}
 		max = "(" + members[len(members)-1]
 	}
+}
+
+// pagePlace returns the listing member of the task a page token names.
+// The token may name a task whose record does not decode (a page can end
+// with one): its place is read from its index entry.
+func (s *Store) pagePlace(ctx context.Context, id string) (string, error) {
+	t, err := s.LoadTask(ctx, id)
+	switch {
+	case err == nil:
+		return member(&t), nil
+	case errors.Is(err, loop.ErrNotFound):
+		return "", fmt.Errorf("list tasks: %w: page token: task %q not found", loop.ErrInvalid, id)
+	case errors.Is(err, loop.ErrCorrupt):
+		m, merr := s.rdb.HGet(ctx, s.identKey(id), "m").Result()
+		if merr == nil && memberID(m) == id {
+			return m, nil
+		}
+		if merr != nil && !isNil(merr) {
+			return "", wrap("list tasks", merr)
+		}
+	}
+	return "", fmt.Errorf("list tasks: %w", err)
+}
+
+// brokenTask stands for the task id, listed under member m, whose record
+// does not decode (err): what its index entry knows (context, owner,
+// agent, status, update time), metadata.broken, and why in its message.
+// ok is false when the entry m is not the task's current one. A task
+// saved before its index entry kept the status has none (see brokenMatch).
+func (s *Store) brokenTask(ctx context.Context, id, m string, err error) (loop.TaskRecord, bool, error) {
+	x, herr := s.rdb.HMGet(ctx, s.identKey(id), "m", "c", "o", "g", "s", "u").Result()
+	if herr != nil {
+		return loop.TaskRecord{}, false, wrap("list tasks", herr)
+	}
+	str := func(i int) string { v, _ := x[i].(string); return v }
+	if cur := str(0); cur != "" && cur != m {
+		return loop.TaskRecord{}, false, nil
+	}
+	created, _ := strconv.ParseUint(m[:19], 10, 64)
+	updated, _ := strconv.ParseUint(str(5), 10, 64)
+	return loop.TaskRecord{ID: id, ContextID: str(1), Owner: str(2), AgentID: str(3), Status: loop.TaskStatus(str(4)),
+		Message:   "the task's record does not decode: " + err.Error(),
+		CreatedAt: time.Unix(0, int64(created)), UpdatedAt: time.Unix(0, int64(updated)),
+		Metadata: map[string]any{"broken": true}}, true, nil
+}
+
+// brokenMatch is match for a broken task. One whose status is unknown
+// (saved before the index entry kept it) matches any status: recovery,
+// which lists the tasks still working, must meet it to settle it.
+func brokenMatch(t *loop.TaskRecord, f *loop.TaskFilter) bool {
+	if t.Status == "" && len(f.Statuses) > 0 {
+		g := *f
+		g.Statuses = nil
+		return match(t, &g)
+	}
+	return match(t, f)
 }
 
 func match(t *loop.TaskRecord, f *loop.TaskFilter) bool {
@@ -361,7 +431,7 @@ func (s *Store) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 		args = append(args, c.Task.ID)
 		args = append(args, ta...)
 	} else {
-		args = append(args, "", "", "", "", "", "", "", "")
+		args = append(args, "", "", "", "", "", "", "", "", "", "")
 	}
 	args = append(args, c.DeleteCheckpoint)
 	args = append(args, msgs...)

@@ -38,6 +38,11 @@ type Stores struct {
 	// Reopen closes the stores and opens them again on the same data, as
 	// a restart of the process would. Nil for stores that keep nothing.
 	Reopen func(t *testing.T) Stores
+	// Damage overwrites the stored record of task id with bytes that do
+	// not decode, as a damaged disk would leave it. Nil for stores that
+	// keep records as Go values (nothing is decoded, so nothing can be
+	// damaged): the broken-record test says so and is skipped for them.
+	Damage func(t *testing.T, id string)
 }
 
 type namedTest struct {
@@ -138,6 +143,7 @@ func Run(t *testing.T, open func(t *testing.T) Stores) {
 	}, []namedTest{
 		{"Canceled", testCanceled},
 		{"Reopen", testReopen},
+		{"BrokenTask", testBrokenTask},
 	})
 }
 
