@@ -108,6 +108,9 @@ type Registry struct {
 	// closing is closed when the registry closes: loads still running stop.
 	closing   chan struct{}
 	closeOnce sync.Once
+	// retries counts the goroutines loading again the plugins that other
+	// plugins crowded out (see retryCrowded); Close waits for them.
+	retries sync.WaitGroup
 
 	loadMu    sync.Mutex // one swap (the end of a load) or unload at a time
 	sourcesMu sync.Mutex
@@ -126,7 +129,15 @@ type failure struct {
 	source string
 	err    string
 	at     time.Time
+	// crowded: refused because of the plugins serving (the shared tools
+	// budget, a tool another plugin offers), so loaded again when one of
+	// them goes or is replaced.
+	crowded bool
 }
+
+// errCrowded marks a refusal that depends on the other plugins serving,
+// not on the plugin itself: it may load once they change.
+var errCrowded = errors.New("crowded out by the plugins serving")
 
 // toolIndex maps each tool name to the plugin version serving it. It is
 // rebuilt on every load and unload, never changed in place.
@@ -222,7 +233,10 @@ func New(cfg Config) (*Registry, error) {
 // Close unloads every plugin (each closes when its running calls end) and
 // closes the compilation cache.
 func (r *Registry) Close() error {
+	r.mu.Lock()                                 // retryCrowded starts no goroutine once closing is closed
 	r.closeOnce.Do(func() { close(r.closing) }) // loads still running stop at once
+	r.mu.Unlock()
+	r.retries.Wait()
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
 	r.mu.Lock()
@@ -313,6 +327,8 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 		cause := fmt.Errorf("replaced by version %s, and the %s its calls had to finish ran out: %w", m.Version, ReplacedGrace, ErrUnloaded)
 		time.AfterFunc(ReplacedGrace, func() { old.retire(cause) })
 		old.release()
+		// The new version may offer fewer tools, or others.
+		r.retryCrowded(source)
 	}
 	r.log.InfoContext(ctx, "plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
 		"stopper", p.stopper, "previous", ev.Previous, "grant", p.grant.String(), "took", ev.Duration)
@@ -416,7 +432,63 @@ func (r *Registry) Unload(ctx context.Context, name string) error {
 	p.release()
 	r.log.Info("plugin unloaded", "plugin", name, "version", p.Version())
 	r.emit(Event{Kind: EventUnloaded, Name: name, Version: p.Version(), Source: p.man.File})
+	r.retryCrowded("")
 	return nil
+}
+
+// retryCrowded loads again, in the background and one after the other,
+// every plugin refused because of the plugins serving (the shared tools
+// budget, a tool offered twice): called when one of those was unloaded or
+// replaced, which may have made room. A plugin still crowded out is
+// refused again and waits for the next change. except is the manifest
+// that just loaded.
+func (r *Registry) retryCrowded(except string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var sources []string
+	for _, f := range r.failures {
+		if f.crowded && f.source != "" && f.source != except && !slices.Contains(sources, f.source) {
+			sources = append(sources, f.source)
+		}
+	}
+	select {
+	case <-r.closing:
+		return
+	default:
+	}
+	if len(sources) == 0 {
+		return
+	}
+	sort.Strings(sources)
+	r.retries.Add(1)
+	go func() {
+		defer r.retries.Done()
+		for _, src := range sources {
+			select {
+			case <-r.closing:
+				return
+			default:
+			}
+			if !r.stillCrowded(src) {
+				continue // loaded, removed or changed meanwhile
+			}
+			r.log.Info("loading a plugin again: another plugin made room", "source", src)
+			_, _ = r.Load(context.Background(), src) // the load logs and reports its outcome
+		}
+	}()
+}
+
+// stillCrowded reports whether a manifest's latest failure is still a
+// crowded-out refusal.
+func (r *Registry) stillCrowded(source string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, f := range r.failures {
+		if f.source == source && f.crowded {
+			return true
+		}
+	}
+	return false
 }
 
 // unloadSource unloads the plugin loaded from a manifest path (the watcher
@@ -508,11 +580,13 @@ func (r *Registry) checkConflicts(p *Plugin) error {
 		}
 		total += len(other.tools)
 		if max := p.budgets.MaxToolsTotal; total > max {
-			return fmt.Errorf("the plugins would offer more than %d tools together: %w", max, ErrBudget)
+			return fmt.Errorf("the plugins would offer more than %d tools together (%w; raise plugins.budgets.maxToolsTotal, "+
+				"or it loads by itself once another plugin is removed or offers fewer tools): %w", max, errCrowded, ErrBudget)
 		}
 		for t := range p.tools {
 			if _, dup := other.tools[t]; dup {
-				return fmt.Errorf("tool %q is already offered by plugin %q: %w", t, name, loop.ErrToolConflict)
+				return fmt.Errorf("tool %q is already offered by plugin %q (%w; it loads by itself once that plugin is removed "+
+					"or no longer offers it): %w", t, name, errCrowded, loop.ErrToolConflict)
 			}
 		}
 	}
@@ -535,7 +609,7 @@ func (r *Registry) recordFailure(name, source string, err error) {
 		key = source
 	}
 	r.mu.Lock()
-	r.failures[key] = failure{source: source, err: err.Error(), at: time.Now()}
+	r.failures[key] = failure{source: source, err: err.Error(), at: time.Now(), crowded: errors.Is(err, errCrowded)}
 	r.mu.Unlock()
 }
 
