@@ -196,6 +196,12 @@ type LimitsConfig struct {
 	// hold together (default 256 MiB; -1: no bound): past it the least
 	// needed ones are dropped from memory (their history is in the store).
 	MaxAgentBytes int64 `json:"maxAgentBytes,omitempty"`
+	// MaxConnections bounds the HTTP connections open at once (default 0:
+	// three quarters of the process's open-file limit, which is also the
+	// most it may be); a connection past it is closed at once, so that a
+	// client opening connections cannot take the descriptors the store
+	// and the plugins need.
+	MaxConnections int `json:"maxConnections,omitempty"`
 	// ResumeConcurrency bounds how many tasks left working by a crash are
 	// resumed at once when the host starts (default 64).
 	ResumeConcurrency int `json:"resumeConcurrency,omitempty"`

@@ -48,6 +48,9 @@ type Main struct {
 	ln        net.Listener
 	artifacts *artifactBridge
 	served    chan error
+	serveDone chan struct{} // closed when the server stopped
+	serveErr  error
+	maxConns  int
 	closers   []func() error
 	// configFile is the config file ParseFlags read: no plugin is granted
 	// the folder holding it.
@@ -231,7 +234,10 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", dc.Addr, err)
 		}
-		m.ln = ln
+		limit, nofile := connectionCap(cfg.Limits.MaxConnections)
+		m.log.Info("connection cap", "max_connections", limit, "open_file_limit", nofile)
+		m.ln = newConnListener(ln, limit, m.log)
+		m.maxConns = limit
 		m.closers = append(m.closers, func() error { return ignoreClosed(ln.Close()) })
 		if cfg.PublicURL == "" {
 			cfg.PublicURL = "http://" + ln.Addr().String()
@@ -285,7 +291,14 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 		return nil
 	}
 	m.served = make(chan error, 1)
-	go func() { m.served <- srv.Serve(m.ln) }()
+	m.serveDone = make(chan struct{})
+	go func() {
+		err := srv.Serve(m.ln)
+		m.serveErr = err
+		close(m.serveDone)
+		m.served <- err
+		close(m.served) // Done answers nil once the error was taken
+	}()
 	m.log.Info("looopy serving", "addr", m.ln.Addr().String(), "data", dc.DataDir,
 		"plugins", m.pluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
 	return nil
@@ -296,19 +309,26 @@ func (m *Main) Done() <-chan error { return m.served }
 
 // Close shuts down gracefully: no new requests or turns, running turns get
 // Limits.ShutdownGrace to finish and are then cancelled, open streams end,
-// plugins are closed and Badger is closed cleanly.
+// plugins are closed and Badger is closed cleanly. Every wait is bounded:
+// a part that does not stop in time is named in the error and left behind.
 func (m *Main) Close() error {
 	var errs []error
 	if m.server != nil {
 		grace := time.Duration(m.Config.withDefaults().Limits.ShutdownGrace)
 		ctx, cancel := context.WithTimeout(context.Background(), grace)
-		errs = append(errs, m.server.Shutdown(ctx))
+		errs = append(errs, boundedStep("the HTTP server and the running turns", grace+closeStepTimeout, func() error {
+			return m.server.Shutdown(ctx)
+		}))
 		cancel()
-		if m.served != nil {
-			if err := <-m.served; err != nil {
-				errs = append(errs, err)
+		if m.serveDone != nil {
+			select {
+			case <-m.serveDone:
+				if m.serveErr != nil {
+					errs = append(errs, m.serveErr)
+				}
+			case <-time.After(closeStepTimeout):
+				errs = append(errs, fmt.Errorf("shutdown: the HTTP server did not stop within %s", closeStepTimeout))
 			}
-			m.served <- nil // Done keeps answering
 		}
 		m.server = nil
 	}
@@ -316,10 +336,27 @@ func (m *Main) Close() error {
 	return errors.Join(errs...)
 }
 
+// closeStepTimeout bounds each step of Close past the turns' grace (longer
+// than the store's own bound on closing Badger, a minute).
+var closeStepTimeout = 90 * time.Second
+
+// boundedStep runs fn and waits for it at most d: past it, the error names
+// what did not stop (fn goes on in the background; the process is exiting).
+func boundedStep(what string, d time.Duration, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("shutdown: %s did not stop within %s", what, d)
+	}
+}
+
 func (m *Main) closeAll() error {
 	var errs []error
 	for i := len(m.closers) - 1; i >= 0; i-- {
-		errs = append(errs, m.closers[i]())
+		errs = append(errs, boundedStep(fmt.Sprintf("closer %d of %d", i+1, len(m.closers)), closeStepTimeout, m.closers[i]))
 	}
 	m.closers = nil
 	return errors.Join(errs...)

@@ -191,11 +191,14 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		}
 	}
 	s.app = fiber.New(fiber.Config{
-		AppName:               "looopy",
-		BodyLimit:             cfg.Limits.MaxBodyBytes,
-		ErrorHandler:          s.errorHandler,
-		ReadTimeout:           30 * time.Second,
-		IdleTimeout:           2 * time.Minute,
+		AppName:      "looopy",
+		BodyLimit:    cfg.Limits.MaxBodyBytes,
+		ErrorHandler: s.errorHandler,
+		ReadTimeout:  30 * time.Second,
+		IdleTimeout:  2 * time.Minute,
+		// The listener closes connections past the cap; the server's own
+		// bound is the same.
+		Concurrency:           concurrencyCap(cfg.Limits.MaxConnections),
 		DisableStartupMessage: true,
 		// Every string a handler reads from the request (route parameters,
 		// query values, headers) is a copy: fasthttp reuses the request's

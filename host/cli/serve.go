@@ -79,7 +79,7 @@ func serve(ctx context.Context, args []string, env Env) int {
 		m.Logger().Info("shutting down: finishing running turns", attrs...)
 	case err := <-m.Done():
 		if err != nil {
-			m.Logger().Error("server stopped", "error", err.Error())
+			m.Logger().Error("server stopped: the host exits (running turns get the shutdown grace)", "error", err.Error())
 			failed = true
 		}
 	}
