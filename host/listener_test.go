@@ -1,0 +1,125 @@
+package host
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// flakyListener is a real TCP listener whose first accepts fail as they do
+// when the process is out of descriptors.
+type flakyListener struct {
+	net.Listener
+	fails atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: fmt.Errorf("accept4: %w", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestConnListenerRetriesAndCaps: an accept that fails with EMFILE is
+// retried rather than returned (the server would stop on it), and a
+// connection past the cap is closed at once while the ones under it stay.
+func TestConnListenerRetriesAndCaps(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flakyListener{Listener: raw}
+	fl.fails.Store(3)
+	ln := newConnListener(fl, 2, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer ln.Close()
+
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	guard := time.After(time.Minute)
+	next := func() net.Conn {
+		select {
+		case c, ok := <-accepted:
+			if !ok {
+				t.Fatal("Accept returned an error: the server would have stopped")
+			}
+			return c
+		case <-guard:
+			t.Fatal("wedged")
+		}
+		return nil
+	}
+	dial()
+	a := next() // after three EMFILE failures
+	dial()
+	next()
+	if got := ln.Live(); got != 2 {
+		t.Fatalf("live connections %d, want 2", got)
+	}
+	// The third is over the cap: the host closes it at once.
+	over := dial()
+	_ = over.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := over.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection past the cap was kept open")
+	}
+	// One closed under the cap makes room for a new one.
+	a.Close()
+	a.Close() // a second close counts once
+	if got := ln.Live(); got != 1 {
+		t.Fatalf("live connections %d after a close, want 1", got)
+	}
+	dial()
+	next()
+	if got := ln.Live(); got != 2 {
+		t.Fatalf("live connections %d, want 2", got)
+	}
+}
+
+func TestTemporaryAcceptError(t *testing.T) {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED} {
+		if !temporaryAcceptError(&net.OpError{Op: "accept", Err: e}) {
+			t.Errorf("%v not retried", e)
+		}
+	}
+	if temporaryAcceptError(net.ErrClosed) || temporaryAcceptError(syscall.EBADF) {
+		t.Error("a closed listener is retried")
+	}
+}
+
+func TestConnectionCapKeepsAReserve(t *testing.T) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	auto, nofile := connectionCap(0)
+	if nofile != rl.Cur || uint64(auto) >= nofile {
+		t.Fatalf("cap %d with limit %d (soft %d): no reserve", auto, nofile, rl.Cur)
+	}
+	if got, _ := connectionCap(int(nofile) * 2); got != auto {
+		t.Fatalf("a configured cap over the limit stays %d, want %d", got, auto)
+	}
+	if got, _ := connectionCap(10); got != 10 && auto >= 10 {
+		t.Fatalf("configured 10, got %d", got)
+	}
+}
