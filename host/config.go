@@ -197,7 +197,7 @@ type LimitsConfig struct {
 	// needed ones are dropped from memory (their history is in the store).
 	MaxAgentBytes int64 `json:"maxAgentBytes,omitempty"`
 	// MaxConnections bounds the HTTP connections open at once (default 0:
-	// three quarters of the process's open-file limit, which is also the
+	// three eighths of the process's open-file limit, which is also the
 	// most it may be); a connection past it is closed at once, so that a
 	// client opening connections cannot take the descriptors the store
 	// and the plugins need.

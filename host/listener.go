@@ -112,17 +112,18 @@ func (c *countedConn) Close() error {
 }
 
 // connectionCap is the number of HTTP connections the host keeps open at
-// most: configured (limits.maxConnections) or, with 0, three quarters of
+// most: configured (limits.maxConnections) or, with 0, three eighths of
 // the process's open-file limit (Go raises the soft limit to the hard one
-// at start), so a quarter of the descriptors stays for the store, the
-// plugins and their egress. A configured value above that is lowered to it.
+// at start). The plugins' granted folders may hold half of it
+// (budgets.openFilesTotal), so an eighth always stays for the store and
+// egress. A configured value above that is lowered to it.
 func connectionCap(configured int) (limit int, nofile uint64) {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 || rl.Cur > 1<<30 {
 		rl.Cur = 1 << 16
 	}
 	nofile = rl.Cur
-	auto := int(rl.Cur - rl.Cur/4)
+	auto := int(rl.Cur / 8 * 3)
 	if auto < 16 {
 		auto = 16
 	}

@@ -113,8 +113,10 @@ func TestConnectionCapKeepsAReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	auto, nofile := connectionCap(0)
-	if nofile != rl.Cur || uint64(auto) >= nofile {
-		t.Fatalf("cap %d with limit %d (soft %d): no reserve", auto, nofile, rl.Cur)
+	// The plugins' folders may hold half the limit: connections and
+	// plugins together still leave descriptors for the store.
+	if nofile != rl.Cur || uint64(auto)+nofile/2 >= nofile {
+		t.Fatalf("cap %d with limit %d (soft %d): no reserve beside the plugins' half", auto, nofile, rl.Cur)
 	}
 	if got, _ := connectionCap(int(nofile) * 2); got != auto {
 		t.Fatalf("a configured cap over the limit stays %d, want %d", got, auto)
