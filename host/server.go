@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +68,13 @@ type Server struct {
 	log       *slog.Logger
 	ready     atomic.Bool
 	mcp       *mcp.Server
+
+	// lnMu guards ln and stopping: Shutdown closes the listener Serve was
+	// given itself, since Fiber's shutdown misses one whose Serve had not
+	// yet begun (the server then served on, after its shutdown).
+	lnMu     sync.Mutex
+	ln       net.Listener
+	stopping bool
 
 	tel          *telemetry
 	ownTel       bool // tel was made here: Shutdown stops it
@@ -299,6 +307,14 @@ func (s *Server) rpcErrorAnswer(c *fiber.Ctx, v03 bool, status int, err error) e
 
 // Serve answers requests on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	s.lnMu.Lock()
+	if s.stopping {
+		s.lnMu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	s.ln = ln
+	s.lnMu.Unlock()
 	return s.app.Listener(ln)
 }
 
@@ -307,8 +323,20 @@ func (s *Server) Serve(ln net.Listener) error {
 // connections to close.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
+	s.lnMu.Lock()
+	s.stopping = true
+	ln := s.ln
+	s.lnMu.Unlock()
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- s.app.ShutdownWithContext(context.WithoutCancel(ctx)) }()
+	go func() {
+		err := s.app.ShutdownWithContext(context.WithoutCancel(ctx))
+		if ln != nil {
+			// Fiber closed it unless its Serve had not registered it yet:
+			// closing it here ends that Serve too (a second close is a no-op).
+			_ = ln.Close()
+		}
+		httpDone <- err
+	}()
 	s.tasks.Shutdown(ctx)
 	// The turns have ended and their last events are in the log: let the
 	// task streams deliver them (briefly), then end every stream.
