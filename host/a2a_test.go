@@ -10,6 +10,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/looopy-go/looopy/host"
+	"github.com/looopy-go/looopy/host/remote"
 )
 
 func TestSendMessageCompletes(t *testing.T) {
@@ -243,6 +244,25 @@ func TestReturnImmediately(t *testing.T) {
 	m.ContextID = slow.ContextID
 	if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: m}); err == nil || !strings.Contains(err.Error(), "busy") {
 		t.Fatalf("message to a busy context: %v, want a busy error", err)
+	} else if !remote.IsBusy(err) {
+		t.Fatalf("a busy refusal through the official client is not told apart by its details: %#v", err)
+	}
+	// The same through a stream (what a remote agent's caller sends), and
+	// by the error's details alone: another Looopy host retries on it.
+	var streamErr error
+	for _, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: m}) {
+		if err != nil {
+			streamErr = err
+			break
+		}
+	}
+	if !remote.IsBusy(streamErr) {
+		t.Fatalf("streamed message to a busy context: %#v, want a busy refusal", streamErr)
+	}
+	// Other refusals are not busy.
+	_, err = c.GetTask(ctx, &a2a.GetTaskRequest{ID: "no-such-task"})
+	if err == nil || remote.IsBusy(err) {
+		t.Fatalf("a task not found: %v, busy %v", err, remote.IsBusy(err))
 	}
 }
 

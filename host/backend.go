@@ -258,10 +258,9 @@ func dataDirError(dir string, err error) error {
 	if u := errors.Unwrap(err); u != nil {
 		cause = u // the store's own wrapping repeats the folder
 	}
-	msg := cause.Error()
 	switch {
-	case strings.Contains(msg, "directory lock"):
-		return fmt.Errorf("data folder %s is in use by another process (another looopy?): stop it, or give this one its own folder with -data", dir)
+	case dataDirLocked(dir):
+		return fmt.Errorf("data folder %s %w (another looopy?): stop it, or give this one its own folder with -data", dir, ErrDataDirInUse)
 	case errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("data folder %s: permission denied: run as a user who may write it, or choose another folder with -data", dir)
 	}

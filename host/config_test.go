@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/looopy-go/looopy/host"
+	"github.com/looopy-go/looopy/store"
 )
 
 func TestParseConfigIsStrict(t *testing.T) {
@@ -112,6 +114,56 @@ func TestCorruptDataFolderMessage(t *testing.T) {
 		t.Fatalf("message: %s", msg)
 	}
 }
+
+// A data folder another host has open is reported as in use (ErrDataDirInUse,
+// decided by probing the database's lock, not by the store's words), and
+// `looopy mcp` on it adds how to reach that host instead.
+func TestDataFolderInUseMessage(t *testing.T) {
+	dir := t.TempDir()
+	held, err := store.Open(store.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	m := host.NewMain()
+	m.Config = host.Config{Addr: "127.0.0.1:0", DataDir: dir}
+	m.Stdout = io.Discard
+	err = m.Run(context.Background())
+	if err == nil {
+		_ = m.Close()
+		t.Fatal("a data folder in use opened")
+	}
+	if !errors.Is(err, host.ErrDataDirInUse) || strings.Count(err.Error(), dir) != 1 {
+		t.Fatalf("data folder in use: %v, want ErrDataDirInUse naming the folder once", err)
+	}
+	m = host.NewMain()
+	m.Config = host.Config{Addr: "127.0.0.1:0", DataDir: dir}
+	m.Stdout = io.Discard
+	err = m.ServeMCPStdio(context.Background(), io.NopCloser(strings.NewReader("")), nopWriteCloser{io.Discard})
+	if !errors.Is(err, host.ErrDataDirInUse) || !strings.Contains(err.Error(), "is a host already serving this data folder?") {
+		t.Fatalf("looopy mcp on a data folder in use: %v", err)
+	}
+	// A damaged folder that nobody holds is not "in use".
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "MANIFEST"), []byte("not a manifest"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m = host.NewMain()
+	m.Config = host.Config{Addr: "127.0.0.1:0", DataDir: dir}
+	m.Stdout = io.Discard
+	if err := m.Run(context.Background()); err == nil || errors.Is(err, host.ErrDataDirInUse) {
+		if err == nil {
+			_ = m.Close()
+		}
+		t.Fatalf("damaged folder nobody holds: %v", err)
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // A plugin folder that is not there is named as such, not reported as a
 // missing model plugin.

@@ -23,6 +23,9 @@ var (
 	ErrForbidden = a2a.ErrUnauthorized
 	// ErrShuttingDown: the host no longer starts turns.
 	ErrShuttingDown = taskrt.ErrShuttingDown
+	// ErrDataDirInUse: the data folder's database is open in another
+	// process (or another host of this one).
+	ErrDataDirInUse = errors.New("is in use by another process")
 )
 
 // errorCode is one row of the table: what an error is called on the wire.
@@ -53,7 +56,7 @@ var errorTable = []errorCode{
 	{a2a.ErrUnsupportedContentType, -32005, http.StatusUnsupportedMediaType, "CONTENT_TYPE_NOT_SUPPORTED"},
 	{a2a.ErrExtendedCardNotConfigured, -32007, http.StatusNotFound, "EXTENDED_AGENT_CARD_NOT_CONFIGURED"},
 	{a2a.ErrVersionNotSupported, -32009, http.StatusBadRequest, "VERSION_NOT_SUPPORTED"},
-	{loop.ErrBusy, -32000, http.StatusConflict, "CONTEXT_BUSY"},
+	{loop.ErrBusy, -32000, http.StatusConflict, loop.ReasonBusy},
 	{loop.ErrNotReady, -32000, http.StatusServiceUnavailable, "AGENT_NOT_READY"},
 	{ErrShuttingDown, -32000, http.StatusServiceUnavailable, "SHUTTING_DOWN"},
 	{taskrt.ErrQuota, -32000, http.StatusTooManyRequests, "QUOTA_EXCEEDED"},
@@ -99,7 +102,9 @@ func errorMessage(row errorCode, err error) string {
 }
 
 // toRPCError10 is the A2A 1.0 form: error.data is an array of typed
-// objects, always with a google.rpc.ErrorInfo naming the reason.
+// objects, always with a google.rpc.ErrorInfo naming the reason, also in
+// its metadata ("reason"): the A2A client SDK drops an ErrorInfo's reason
+// and keeps its metadata, and a client (host/remote) decides by it.
 func toRPCError10(err error) *rpcError {
 	row := lookupError(err)
 	var data []*errordetails.Typed
@@ -107,7 +112,7 @@ func toRPCError10(err error) *rpcError {
 	if errors.As(err, &ae) && len(ae.Details) > 0 {
 		data = append(data, errordetails.NewFromStruct(ae.Details))
 	}
-	data = append(data, errordetails.NewErrorInfo(row.reason, a2a.ProtocolDomain, nil))
+	data = append(data, errordetails.NewErrorInfo(row.reason, a2a.ProtocolDomain, map[string]string{"reason": row.reason}))
 	return &rpcError{Code: row.code, Message: errorMessage(row, err), Data: data}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 )
 
 // ServeMCPStdio is `looopy mcp`: the host's sandboxed tools (and the agent,
@@ -15,7 +14,7 @@ import (
 // out. It returns when the client closes in or ctx ends.
 func (m *Main) ServeMCPStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) (err error) {
 	if err := m.Start(ctx); err != nil {
-		if strings.Contains(err.Error(), "lock") {
+		if errors.Is(err, ErrDataDirInUse) {
 			return fmt.Errorf("%w\n(is a host already serving this data folder? give `looopy mcp` its own -data, or connect your MCP client to that host's /mcp)", err)
 		}
 		return err

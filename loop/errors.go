@@ -6,11 +6,18 @@ import (
 	"time"
 )
 
+// ReasonBusy is the reason a host gives ErrBusy in an A2A error (the
+// ErrorInfo's reason, and its metadata's "reason" key, which the A2A
+// client SDK keeps): a client tells busy apart from other refusals by it,
+// never by the message.
+const ReasonBusy = "CONTEXT_BUSY"
+
 // Sentinel errors. Match them with errors.Is.
 var (
 	// ErrNotFound: no such context, task, message or record.
 	ErrNotFound = errors.New("not found")
-	// ErrBusy: the agent already runs a turn for this context.
+	// ErrBusy: the agent already runs a turn for this context. On the
+	// wire (A2A) it is the reason ReasonBusy.
 	ErrBusy = errors.New("agent is busy with another turn")
 	// ErrNotReady: the agent is not in a state that takes turns.
 	ErrNotReady = errors.New("agent is not ready")

@@ -323,6 +323,9 @@ func (in *extismInstance) call(ctx context.Context, op pdk.Op, input []byte) ([]
 	_, out, err := in.plug.CallWithContext(ctx, name, input)
 	if err != nil {
 		if ctx.Err() == nil {
+			// The SDK returns the guest's own error as errors.New of the
+			// message it set, with no value to match: the comparison
+			// tells it from a trap (RATIONALE.md).
 			if msg := in.plug.GetErrorWithContext(ctx); msg != "" && msg == err.Error() {
 				return nil, decodeGuestError([]byte(msg))
 			}

@@ -425,6 +425,10 @@ func hostHTTPRequestFn(ctx context.Context, mod api.Module, stack []uint64) {
 			ret(s.failWith(&pdk.Error{Code: pdk.CodeDenied, Message: "http: " + err.Error()}))
 			return
 		}
+		if canceled(ctx, err) {
+			ret(s.failWith(&pdk.Error{Code: pdk.CodeCanceled, Message: "http: " + err.Error()}))
+			return
+		}
 		ret(s.fail("http: %v", err))
 		return
 	}
@@ -502,7 +506,19 @@ func hostHTTPReadFn(ctx context.Context, mod api.Module, stack []uint64) {
 			return
 		}
 	}
+	if canceled(ctx, err) {
+		// The call was cancelled: the guest is told by the code, not
+		// left to find "context canceled" in the words.
+		ret(s.failWith(&pdk.Error{Code: pdk.CodeCanceled, Message: "http read: " + err.Error()}))
+		return
+	}
 	ret(s.fail("http read: %v", err))
+}
+
+// canceled reports whether a host function failed because the call was
+// cancelled (not timed out).
+func canceled(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled)
 }
 
 func hostHTTPCloseFn(ctx context.Context, mod api.Module, stack []uint64) {

@@ -23,6 +23,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+	"github.com/a2aproject/a2a-go/v2/errordetails"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/looopy-go/looopy/loop"
@@ -756,6 +757,34 @@ func usageOf(md map[string]any) loop.Usage {
 	return loop.Usage{PromptTokens: n("promptTokens"), CompletionTokens: n("completionTokens"), TotalTokens: n("totalTokens")}
 }
 
+// IsBusy reports whether err is a remote Looopy host's refusal because the
+// context runs a turn (loop.ErrBusy on its side): the reason in the A2A
+// error's ErrorInfo metadata, as the client SDK hands it over. The
+// message is never read. A2A 0.3 errors carry no such detail through the
+// SDK: over 0.3 a busy answer is not told apart (and not retried).
+func IsBusy(err error) bool {
+	var ae *a2a.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	for _, d := range ae.TypedDetails {
+		if d == nil || d.TypeURL != errordetails.ErrorInfoType {
+			continue
+		}
+		switch m := d.Value["metadata"].(type) {
+		case map[string]string:
+			if m["reason"] == loop.ReasonBusy {
+				return true
+			}
+		case map[string]any:
+			if r, _ := m["reason"].(string); r == loop.ReasonBusy {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // answer sends msg, an answer to the paused remote task's request, and
 // follows the task as stream does. An answer that meets the task's paused
 // turn still winding down (busy) is sent again, a few times.
@@ -768,7 +797,7 @@ func (r *run) answer(ctx context.Context, msg *a2a.Message) (string, loop.TaskSt
 		if ctx.Err() != nil {
 			return "", loop.TaskCanceled, ctx.Err()
 		}
-		if err != nil && attempt < 50 && strings.Contains(err.Error(), "busy with another turn") {
+		if err != nil && attempt < 50 && IsBusy(err) {
 			t := time.NewTimer(time.Duration(20*(attempt+1)) * time.Millisecond)
 			select {
 			case <-ctx.Done():

@@ -77,17 +77,16 @@ func TransportError(err error) *pdk.Error {
 	if errors.As(err, &pe) && pe.Code == pdk.CodeCanceled {
 		return pe
 	}
-	if strings.Contains(err.Error(), "context canceled") {
-		return readError(err)
-	}
 	return &pdk.Error{Code: "unavailable", Message: err.Error(), Transient: true}
 }
 
 // readError classifies a failure while reading the response body: the host
-// ends the read of a cancelled call, which is no reason to retry; anything
-// else broke the stream and is transient.
+// ends the read of a cancelled call (its error has the code canceled),
+// which is no reason to retry; anything else broke the stream and is
+// transient.
 func readError(err error) *pdk.Error {
-	if strings.Contains(err.Error(), "context canceled") {
+	var pe *pdk.Error
+	if errors.As(err, &pe) && pe.Code == pdk.CodeCanceled {
 		return &pdk.Error{Code: pdk.CodeCanceled, Message: "reading the stream: " + err.Error()}
 	}
 	return &pdk.Error{Code: "stream_broken", Message: "reading the stream: " + err.Error(), Transient: true}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -202,10 +203,13 @@ func TestParseResponse(t *testing.T) {
 	}
 }
 
+// cancelled reads as the SDK's body does once the host ended the read of a
+// cancelled call: an error with the code canceled (the words say nothing
+// the guest decides by).
 type cancelled struct{}
 
 func (cancelled) Read([]byte) (int, error) {
-	return 0, errors.New("http body: egress: read response body: context canceled")
+	return 0, fmt.Errorf("http body: %w", &pdk.Error{Code: pdk.CodeCanceled, Message: "http read: the call ended"})
 }
 
 type failing struct{}
@@ -354,6 +358,16 @@ func TestTransportError(t *testing.T) {
 	}
 	if e := TransportError(errors.New("dial tcp: connection refused")); !e.Transient {
 		t.Errorf("connection refused: %+v", e)
+	}
+	// A cancel is told by its code; words that look like one are not.
+	if e := TransportError(fmt.Errorf("http: %w", &pdk.Error{Code: pdk.CodeCanceled, Message: "ended"})); e.Transient || e.Code != pdk.CodeCanceled {
+		t.Errorf("cancelled: %+v", e)
+	}
+	if e := TransportError(errors.New("upstream said: context canceled")); !e.Transient || e.Code == pdk.CodeCanceled {
+		t.Errorf("words about a cancel, from elsewhere: %+v", e)
+	}
+	if e := readError(errors.New("proxy: context canceled")); !e.Transient || e.Code == pdk.CodeCanceled {
+		t.Errorf("a read error that only says canceled: %+v", e)
 	}
 }
 
