@@ -86,6 +86,17 @@ type RunInput struct {
 	Sink        EventSink
 	ClientTools []ToolDefinition
 	Lease       *Lease
+	// Task, when set, is the task's record as the caller is storing it
+	// (its Version the one it will have stored): the turn starts from it,
+	// without reading it back, and calls its model while the record is
+	// being written. Stored must be set with it.
+	Task *TaskRecord
+	// Stored is waited for before the turn writes anything or runs a tool
+	// (Turn.Stored): it returns once the caller has stored Task, with the
+	// lease that fences the turn's writes, or with why the task could not
+	// be stored (the turn then ends without writing anything, the agent
+	// ready for the next).
+	Stored func() (*Lease, error)
 	// Resumed says the task ran before (in a process that stopped): the
 	// turn continues from its checkpoint, or from its first model call
 	// without one, and says so in its events. Otherwise the turn starts.
@@ -161,7 +172,13 @@ func (a *Agent) Metadata() AgentMetadata {
 func (a *Agent) PendingMetadata() (m AgentMetadata, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.meta, a.pending
+	m = a.meta
+	if m.Status == AgentBusy {
+		// Its first turn may have begun while this is being stored
+		// (RunInput.Stored): a running turn is no part of the record.
+		m.Status = AgentReady
+	}
+	return m, a.pending
 }
 
 // MetadataSaved records that the caller stored what PendingMetadata
@@ -351,6 +368,11 @@ func (a *Agent) Turn(ctx context.Context, in TurnInput) (Outcome, error) {
 // run runs the loop over the history and input, then finishes the turn.
 // The agent is busy; run makes it ready again.
 func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Turn, lease *Lease) Outcome {
+	return a.runLeased(ctx, rec, input, t, func() *Lease { return lease })
+}
+
+// runLeased is run with the lease known once the turn finishes.
+func (a *Agent) runLeased(ctx context.Context, rec *TaskRecord, input []Message, t Turn, lease func() *Lease) Outcome {
 	a.mu.Lock()
 	history := a.history
 	a.mu.Unlock()
@@ -366,7 +388,7 @@ func (a *Agent) run(ctx context.Context, rec *TaskRecord, input []Message, t Tur
 		t.Owner = rec.Owner
 	}
 	t.OnFinish = func(ctx context.Context, o *Outcome) error {
-		return a.finishTurn(ctx, rec, input, o, lease)
+		return a.finishTurn(ctx, rec, input, o, lease())
 	}
 	out := a.cfg.Loop.Run(ctx, t)
 	if out.Err != nil {
@@ -399,8 +421,15 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 	if a.cfg.Tasks == nil || (in.Resumed && cps == nil) {
 		return Outcome{}, fmt.Errorf("run task %q: %w: needs a task store (and checkpoints to resume)", taskID, ErrInvalid)
 	}
-	rec, err := a.cfg.Tasks.LoadTask(ctx, taskID)
-	if err != nil {
+	if (in.Task == nil) != (in.Stored == nil) || (in.Task != nil && (in.Resumed || in.Task.ID != taskID)) {
+		return Outcome{}, fmt.Errorf("run task %q: %w: Task and Stored go together, for the task's first run", taskID, ErrInvalid)
+	}
+	var rec TaskRecord
+	var err error
+	if in.Task != nil {
+		rec = *in.Task
+		rec.History = slices.Clone(rec.History)
+	} else if rec, err = a.cfg.Tasks.LoadTask(ctx, taskID); err != nil {
 		return Outcome{}, fmt.Errorf("run task %q: %w", taskID, err)
 	}
 	if rec.Status != TaskWorking {
@@ -459,7 +488,26 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 	if !in.Resumed {
 		t.Continue = cont
 	}
-	return a.run(ctx, &rec, input, t, in.Lease), nil
+	if in.Stored == nil {
+		return a.run(ctx, &rec, input, t, in.Lease), nil
+	}
+	stored := sync.OnceValues(in.Stored)
+	t.Stored = func(context.Context) error {
+		if _, err := stored(); err != nil {
+			return fmt.Errorf("task %q not stored: %w", taskID, err)
+		}
+		return nil
+	}
+	out := a.runLeased(ctx, &rec, input, t, func() *Lease { l, _ := stored(); return l })
+	if _, err := stored(); err != nil {
+		// Not stored, nothing saved: the agent takes the next turn.
+		a.mu.Lock()
+		if a.meta.Status == AgentBusy {
+			a.meta.Status = AgentReady
+		}
+		a.mu.Unlock()
+	}
+	return out, nil
 }
 
 // failUnresumable records and announces the end of a task that cannot

@@ -225,6 +225,14 @@ type Turn struct {
 	// that announce its end, so that what they announce is already durable.
 	// An error from it fails the turn.
 	OnFinish func(ctx context.Context, o *Outcome) error
+	// Stored, when set, is waited for once before the turn does anything
+	// that lasts: its first model call runs and its events go to Sink, but
+	// no checkpoint, tool call, journal entry or OnFinish comes before
+	// Stored has returned (for a resumed or continued turn, it is waited for
+	// first). The caller stores the task meanwhile, so that the model is
+	// already called while that write syncs. An error ends the turn with
+	// that error and without OnFinish: nothing of it is written.
+	Stored func(ctx context.Context) error
 	// Resume continues a turn from its checkpoint instead of starting it:
 	// Messages must then be the same history and input the turn started
 	// with. The turn's events continue; task-created is not sent again.
@@ -346,6 +354,9 @@ type turn struct {
 	subtasks   []string
 	// thoughts counts the turn's thought-stream events: their index.
 	thoughts atomic.Int64
+	// storedOnce and storedErr: Turn.Stored, waited for once.
+	storedOnce sync.Once
+	storedErr  error
 	// planned: the turn's strategy thought was sent.
 	planned bool
 	// started names the turn in its responses' names (ContentDelta.Response);
@@ -431,7 +442,10 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	out.Subtasks = append([]string(nil), tr.subtasks...)
 	tr.subMu.Unlock()
 
-	if t.OnFinish != nil {
+	if err := tr.stored(ctx); err != nil {
+		// The task is not stored: nothing of the turn may be either.
+		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
+	} else if t.OnFinish != nil {
 		if err := t.OnFinish(context.WithoutCancel(ctx), &out); err != nil {
 			out.Status, out.Reason = TaskFailed, ReasonError
 			out.Err = fmt.Errorf("finish turn: %w", err)
@@ -456,6 +470,15 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	_ = tr.budget(ctx, &out, true)
 	tr.finish(&out)
 	return out
+}
+
+// stored waits for Turn.Stored (once; nil when there is none).
+func (tr *turn) stored(ctx context.Context) error {
+	if tr.t.Stored == nil {
+		return nil
+	}
+	tr.storedOnce.Do(func() { tr.storedErr = tr.t.Stored(context.WithoutCancel(ctx)) })
+	return tr.storedErr
 }
 
 func (tr *turn) finish(out *Outcome) {
@@ -522,6 +545,13 @@ func (tr *turn) run(ctx context.Context) Outcome {
 		out.Status, out.Reason = TaskFailed, ReasonError
 		out.Err = fmt.Errorf("%w: sub-agents nested deeper than %d", ErrInvalid, MaxSubAgentDepth)
 		return out
+	}
+	if tr.t.Resume != nil || len(tr.t.Continue) > 0 {
+		// Such a turn may run tools before it calls the model.
+		if err := tr.stored(ctx); err != nil {
+			out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
+			return out
+		}
 	}
 	first := 1
 	if cp := tr.t.Resume; cp != nil {
@@ -648,6 +678,10 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		req.Metadata = map[string]any{"model": tr.l.params.Model}
 	}
 	resp, err := tr.callModel(ctx, iter, req)
+	if serr := tr.stored(ctx); serr != nil {
+		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, serr
+		return nil, true
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			*out = canceled(*out, ctx.Err())

@@ -264,7 +264,7 @@ func (rt *Runtime) resume(ctx context.Context, rec loop.TaskRecord, gate <-chan 
 	// A task whose stream is empty died before its turn said anything:
 	// it starts, rather than resumes, so that its stream opens as usual.
 	resumed := r.After > 0
-	rt.launch(r, rec, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+	rt.launch(r, rec, nil, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
 		select {
 		case <-gate:
 		case <-ctx.Done():

@@ -429,16 +429,101 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 	}
 	r.Created = rec.CreatedAt
 	rt.crashpoint(PointTaskStarting)
+	if prev == nil && rt.leasedSave() {
+		return rt.startStoring(ctx, r, rec, agent, req.Auth)
+	}
 	if err := rt.save(ctx, r, rec, agent); err != nil {
 		rt.unregister(r)
 		return nil, err
 	}
 	rec.Version++
 	rt.crashpoint(PointTaskSaved)
-	rt.launch(r, rec, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+	rt.launch(r, rec, nil, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
 		return agent.RunTask(ctx, loop.RunInput{TaskID: taskID, Auth: req.Auth, Sink: sink, Lease: r.lease})
 	})
 	return &Started{Run: r, Task: rec}, nil
+}
+
+// startStoring starts the turn of a new task while its record is being
+// stored (one synced write, with its lease and a new context's record), so
+// that the model is already called while that write syncs. Nothing of the
+// turn is out before the write is: its events are held until then (a
+// client learns of the task from its stream, or from the answer, both
+// after), and the loop runs no tool and writes nothing before it
+// (loop.RunInput.Stored). If the write fails, the turn is stopped, its
+// events are dropped and Start answers the error, as without the overlap.
+// Only a new task's turn starts this way: it begins with its model call,
+// which has no effect a failed write would have to undo.
+func (rt *Runtime) startStoring(ctx context.Context, r *Run, rec loop.TaskRecord, agent *loop.Agent, auth *loop.AuthContext) (*Started, error) {
+	g := &startGate{decided: make(chan struct{})}
+	run := rec
+	run.Version++ // as it will be stored
+	rt.launch(r, rec, g, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+		return agent.RunTask(ctx, loop.RunInput{TaskID: rec.ID, Auth: auth, Sink: sink, Task: &run,
+			Stored: func() (*loop.Lease, error) {
+				<-g.decided
+				return r.lease, g.err
+			}})
+	})
+	err := rt.save(ctx, r, rec, agent)
+	if err == nil {
+		rt.crashpoint(PointTaskSaved)
+		g.stopRenew = rt.renew(r)
+	} else {
+		r.cancel(err)
+	}
+	g.decide(err)
+	if err != nil {
+		<-r.done // the turn has ended, nothing of it written or published
+		return nil, err
+	}
+	rec.Version++
+	return &Started{Run: r, Task: rec}, nil
+}
+
+// startGate holds a turn's events until its task is stored (startStoring).
+type startGate struct {
+	decided   chan struct{} // closed once the write is done
+	err       error         // the write's error; set before decided closes
+	stopRenew func()        // the lease's renewal, when stored; set before decided closes
+
+	mu      sync.Mutex
+	settled bool
+	held    []loop.Event
+	emit    loop.EventSink
+}
+
+// sink holds events until the task is stored, then passes them on (or
+// drops them all when it could not be).
+func (g *startGate) sink(next loop.EventSink) loop.EventSink {
+	g.emit = next
+	return loop.SinkFunc(func(e loop.Event) {
+		g.mu.Lock()
+		if !g.settled {
+			g.held = append(g.held, e)
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		if g.err == nil {
+			next.Emit(e)
+		}
+	})
+}
+
+// decide records the write's outcome and lets the held events out (in
+// order, before any later one), or drops them.
+func (g *startGate) decide(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.err = err
+	if err == nil {
+		for _, e := range g.held {
+			g.emit.Emit(e)
+		}
+	}
+	g.held, g.settled = nil, true
+	close(g.decided)
 }
 
 func randomID() string { return uuid.NewString() }
@@ -680,7 +765,11 @@ func isFinal(r *Run, e loop.Event) bool {
 
 // launch runs a turn of r on the runtime's context, in a goroutine the
 // runtime owns; rec is the task as stored, for when the turn cannot start.
-func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error)) {
+//
+// With a gate (startStoring) the task is being stored while the turn
+// starts: the turn's events wait for the write, and when it fails the turn
+// leaves nothing behind (Start answers the error).
+func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error)) {
 	taskID, contextID := r.TaskID, r.ContextID
 	pub := rt.ev.Sink(func(e loop.Event, err error) {
 		rt.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
@@ -721,12 +810,30 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, turn func(ctx context.Con
 			}(tc.TaskID)
 		}
 	})
-	stopRenew := rt.renew(r)
+	var run loop.EventSink = sink
+	var stopRenew func()
+	if g == nil {
+		stopRenew = rt.renew(r)
+	} else {
+		run = g.sink(sink)
+	}
 	rt.wg.Add(1)
 	go func() {
 		defer rt.wg.Done()
-		out, err := turn(r.ctx, sink)
+		out, err := turn(r.ctx, run)
 		var subs []string
+		if g != nil {
+			<-g.decided
+			if g.err != nil {
+				// Not stored: nothing was written or published, and
+				// Start answers the error. The agent stays (it saved
+				// nothing of the turn) for the next one.
+				rt.unregister(r)
+				close(r.done)
+				return
+			}
+			stopRenew = g.stopRenew
+		}
 		stopRenew()
 		if r.lost() {
 			// Nothing of the turn was saved (its commit is fenced by the
@@ -1162,7 +1269,7 @@ func (rt *Runtime) Retry(ctx context.Context, rec loop.TaskRecord) (string, erro
 	}
 	next.Version++
 	auth := &loop.AuthContext{Principal: rec.Owner}
-	rt.launch(r, next, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
+	rt.launch(r, next, nil, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
 		return agent.RunTask(ctx, loop.RunInput{TaskID: taskID, Auth: auth, Sink: sink, Lease: r.lease})
 	})
 	return taskID, nil

@@ -216,21 +216,23 @@ func TestStartWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			mu.Lock()
+			got, n := slices.Clone(points), slices.Clone(commits)
+			mu.Unlock()
 			// A new context: its agent record goes with the lease and
-			// the task when they are one write.
+			// the task when they are one write. (The turn's first events
+			// follow once the task is stored, before or after Start
+			// returns: counted up to the task's saved point.)
 			wantCommits := int64(1)
 			if !together {
 				wantCommits = 3
 			}
-			if d := db.Commits() - before; d != wantCommits {
-				t.Fatalf("Start of a new context made %d commits, want %d", d, wantCommits)
+			if d := n[len(n)-1] - before; d != wantCommits {
+				t.Fatalf("Start of a new context made %d commits before the task was saved, want %d", d, wantCommits)
 			}
 			if m, err := h.db.LoadAgent(ctx, st.Run.ContextID); err != nil || m.Owner != alice().Principal {
 				t.Fatalf("agent record after Start = %+v, %v", m, err)
 			}
-			mu.Lock()
-			got, n := slices.Clone(points), slices.Clone(commits)
-			mu.Unlock()
 			want := []string{PointTaskStarting, PointTaskSaved}
 			if !together {
 				want = []string{PointTaskStarting, PointLeaseTaken, PointTaskSaved}
@@ -845,4 +847,128 @@ func TestAgentCacheByteTotal(t *testing.T) {
 	if _, _, n := sum(); n == 0 || n == 4 {
 		t.Fatalf("%d agents cached: the bound should keep some and drop others", n)
 	}
+}
+
+// heldSave lets a test hold the write that stores a starting task (the
+// real Badger write, made when the test lets it).
+type heldSave struct {
+	loop.LeasedTaskSaver
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *heldSave) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, agent *loop.AgentMetadata, owner, data string, ttl time.Duration) (loop.Lease, error) {
+	close(s.entered)
+	<-s.release
+	return s.LeasedTaskSaver.SaveTaskLeased(ctx, t, agent, owner, data, ttl)
+}
+
+// A new task's model is called while its record is being stored, yet
+// nothing of the turn is out before the record is: no event in its
+// streams (a client would learn of the task from them) and no checkpoint,
+// until the write is done; then the turn goes on and completes.
+func TestModelCalledWhileTheTaskIsStored(t *testing.T) {
+	t.Parallel()
+	m := &scriptModel{gate: make(chan struct{})}
+	hold := &heldSave{entered: make(chan struct{}), release: make(chan struct{})}
+	h := newHarness(t, t.TempDir(), m, func(c *Config) {
+		hold.LeasedTaskSaver = c.Stores.TaskLeases
+		c.Stores.TaskLeases = hold
+	})
+	ctx := context.Background()
+	started := make(chan *Started, 1)
+	go func() {
+		st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c1", Message: user("hi"),
+			NewID: func() string { return "t1" }})
+		if err != nil {
+			t.Error(err)
+		}
+		started <- st
+	}()
+	<-hold.entered
+	waitFor(t, "the model called while the task is being stored", func() bool { return m.calls.Load() > 0 })
+	close(m.gate) // the model answers before the task is stored
+	time.Sleep(20 * time.Millisecond)
+	for _, s := range []string{taskStream("t1"), ctxStream("c1")} {
+		if last, err := h.db.Events().Last(ctx, s); err != nil || last != 0 {
+			t.Fatalf("stream %s before the task is stored: last event %d, %v; want none", s, last, err)
+		}
+	}
+	if _, err := h.db.LoadCheckpoint(ctx, "t1"); !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("checkpoint before the task is stored: %v", err)
+	}
+	if _, err := h.db.LoadTask(ctx, "t1"); !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("task stored while its write is held: %v", err)
+	}
+	close(hold.release)
+	st := <-started
+	if st == nil {
+		t.FailNow()
+	}
+	if err := h.rt.Wait(ctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.db.LoadTask(ctx, "t1")
+	if err != nil || rec.Status != loop.TaskCompleted || rec.Content != "done: hi" {
+		t.Fatalf("task after the turn = %+v, %v", rec, err)
+	}
+	evs, err := h.ev.events(ctx, "t1")
+	if err != nil || len(evs) == 0 || evs[0].Head().Kind != loop.KindTaskCreated {
+		t.Fatalf("task stream after the turn: %d events (first %v), %v; want task-created first", len(evs), kindOf(evs), err)
+	}
+	if m.calls.Load() != 1 {
+		t.Fatalf("model called %d times, want once", m.calls.Load())
+	}
+}
+
+// A new task whose record cannot be stored leaves nothing of the turn
+// that had begun meanwhile: no event, no checkpoint, no lease, the model
+// call stopped; and its context takes the next task.
+func TestTurnOfAnUnstoredTaskLeavesNothing(t *testing.T) {
+	t.Parallel()
+	m := &scriptModel{gate: make(chan struct{})}
+	h := newHarness(t, t.TempDir(), m, nil)
+	ctx := context.Background()
+	if _, err := h.db.AcquireLease(ctx, "t-held", "host-b", "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c1", Message: user("hi"),
+		NewID: func() string { return "t-held" }})
+	if !errors.Is(err, loop.ErrBusy) {
+		t.Fatalf("Start under another's lease: err = %v, want ErrBusy", err)
+	}
+	// Start returned after the turn had ended: nothing comes later.
+	for _, s := range []string{taskStream("t-held"), ctxStream("c1")} {
+		if last, err := h.db.Events().Last(ctx, s); err != nil || last != 0 {
+			t.Fatalf("stream %s of a task not stored: last event %d, %v; want none", s, last, err)
+		}
+	}
+	if _, err := h.db.LoadCheckpoint(ctx, "t-held"); !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("checkpoint of a task not stored: %v", err)
+	}
+	if leases, err := h.db.ListLeases(ctx); err != nil || len(leases) != 1 || leases[0].Owner != "host-b" {
+		t.Fatalf("leases = %+v, %v; want host-b's only", leases, err)
+	}
+	close(m.gate)
+	st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c1", Message: user("again")})
+	if err != nil {
+		t.Fatalf("next task of the context: %v", err)
+	}
+	if err := h.rt.Wait(ctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := h.db.LoadTask(ctx, st.Run.TaskID); err != nil || rec.Status != loop.TaskCompleted || rec.Content != "done: again" {
+		t.Fatalf("next task = %+v, %v", rec, err)
+	}
+	if hist, err := h.db.Recent(ctx, "c1", 0); err != nil || len(hist) != 2 || hist[0].Content != "again" {
+		t.Fatalf("history of the context = %+v, %v; want the next task's turn only", hist, err)
+	}
+}
+
+func kindOf(evs []loop.Event) []loop.EventKind {
+	var ks []loop.EventKind
+	for _, e := range evs {
+		ks = append(ks, e.Head().Kind)
+	}
+	return ks
 }
