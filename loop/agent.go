@@ -60,7 +60,12 @@ type AgentConfig struct {
 	// so that a new conversation costs no synced write of its own and no
 	// context is stored without the task that made it.
 	DeferNewMetadata bool
-	Logger           *slog.Logger
+	// Fresh says the context is new for certain (an id the caller has just
+	// made): Start reads nothing from the stores. A read on a store that
+	// syncs its writes waits for the commit in flight, which a first turn
+	// then need not do before its model call.
+	Fresh  bool
+	Logger *slog.Logger
 }
 
 // TurnInput is one turn asked of an Agent.
@@ -202,17 +207,24 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("start agent %q: %w: it is paused; resume it", a.cfg.ContextID, ErrNotReady)
 	}
 	now := time.Now().UTC()
-	meta, err := a.cfg.Agents.LoadAgent(ctx, a.cfg.ContextID)
-	isNew := errors.Is(err, ErrNotFound)
-	switch {
-	case isNew:
-		meta = AgentMetadata{ContextID: a.cfg.ContextID, AgentID: a.cfg.AgentID, Owner: a.cfg.Owner, CreatedAt: now, LastActivity: now}
-	case err != nil:
-		return fmt.Errorf("start agent %q: load metadata: %w", a.cfg.ContextID, err)
+	var meta AgentMetadata
+	var hist []Message
+	var err error
+	isNew := a.cfg.Fresh
+	if !isNew {
+		meta, err = a.cfg.Agents.LoadAgent(ctx, a.cfg.ContextID)
+		isNew = errors.Is(err, ErrNotFound)
+		if err != nil && !isNew {
+			return fmt.Errorf("start agent %q: load metadata: %w", a.cfg.ContextID, err)
+		}
 	}
-	hist, err := a.cfg.Messages.Recent(ctx, a.cfg.ContextID, a.cacheLimit())
-	if err != nil {
-		return fmt.Errorf("start agent %q: load history: %w", a.cfg.ContextID, err)
+	if isNew {
+		meta = AgentMetadata{ContextID: a.cfg.ContextID, AgentID: a.cfg.AgentID, Owner: a.cfg.Owner, CreatedAt: now, LastActivity: now}
+	}
+	if !a.cfg.Fresh {
+		if hist, err = a.cfg.Messages.Recent(ctx, a.cfg.ContextID, a.cacheLimit()); err != nil {
+			return fmt.Errorf("start agent %q: load history: %w", a.cfg.ContextID, err)
+		}
 	}
 	meta.Status = AgentReady
 	meta.Error = ""

@@ -390,20 +390,25 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 		}
 		contextID, prev = rec.ContextID, &rec
 	}
-	if contextID == "" {
+	// An id made here is new: nothing stored names it, so nothing is read
+	// for it (a read waits for the commit in flight, such as the previous
+	// turn's last writes, on a store that syncs).
+	freshContext := contextID == ""
+	if freshContext {
 		contextID = newID()
 	}
 	if len(contextID) > maxContextID {
 		return nil, fmt.Errorf("%w: contextId longer than %d bytes", loop.ErrInvalid, maxContextID)
 	}
-	agent, err := rt.agent(ctx, contextID, principal, rt.leasedSave())
+	agent, err := rt.agentOf(ctx, contextID, principal, rt.leasedSave(), freshContext)
 	if err != nil {
 		return nil, err
 	}
-	if taskID == "" {
+	freshTask := taskID == ""
+	if freshTask {
 		taskID = newID()
 	}
-	r, err := rt.register(ctx, taskID, contextID, principal)
+	r, err := rt.registerRun(ctx, taskID, contextID, principal, freshTask)
 	if err != nil {
 		return nil, err
 	}
@@ -698,9 +703,18 @@ func (rt *Runtime) disown(r *Run) {
 // register marks a task as running on its context: one turn per context,
 // and at most MaxRunningPerPrincipal per principal.
 func (rt *Runtime) register(ctx context.Context, taskID, contextID, owner string) (*Run, error) {
-	after, err := rt.ev.Last(ctx, taskID)
-	if err != nil {
-		return nil, err
+	return rt.registerRun(ctx, taskID, contextID, owner, false)
+}
+
+// registerRun is register; fresh says the task's id was just made (its
+// stream is empty: not read).
+func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner string, fresh bool) (*Run, error) {
+	var after uint64
+	if !fresh {
+		var err error
+		if after, err = rt.ev.Last(ctx, taskID); err != nil {
+			return nil, err
+		}
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -974,6 +988,12 @@ func (rt *Runtime) contextReleased(r *Run) bool {
 // agent returns the started Agent of a context, creating it for owner
 // when the context is new. Another principal's context is not found.
 func (rt *Runtime) agent(ctx context.Context, contextID, owner string, deferNew bool) (*loop.Agent, error) {
+	return rt.agentOf(ctx, contextID, owner, deferNew, false)
+}
+
+// agentOf is agent; fresh says contextID was just made (a new context for
+// certain: nothing is read for it).
+func (rt *Runtime) agentOf(ctx context.Context, contextID, owner string, deferNew, fresh bool) (*loop.Agent, error) {
 	rt.mu.Lock()
 	a, ok := rt.agents[contextID]
 	rt.mu.Unlock()
@@ -986,7 +1006,9 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string, deferNew 
 		a, ok = rt.agents[contextID]
 		rt.mu.Unlock()
 		if !ok {
-			if meta, err := rt.st.Agents.LoadAgent(ctx, contextID); err == nil && meta.Owner != owner {
+			if fresh {
+				// Nothing to check: no one stored this context.
+			} else if meta, err := rt.st.Agents.LoadAgent(ctx, contextID); err == nil && meta.Owner != owner {
 				return nil, &loop.NotFoundError{What: "context", ID: loop.ClientContextID(contextID)}
 			} else if err != nil && !errors.Is(err, loop.ErrNotFound) {
 				return nil, fmt.Errorf("load context %q: %w", contextID, err)
@@ -994,7 +1016,7 @@ func (rt *Runtime) agent(ctx context.Context, contextID, owner string, deferNew 
 			cfg := loop.AgentConfig{ContextID: contextID, Owner: owner, Loop: rt.cfg.Loop,
 				Messages: rt.st.Messages, Agents: rt.st.Agents, Tasks: rt.st.Tasks, Commit: rt.st.Commit,
 				HistoryLimit: rt.cfg.HistoryLimit, HistoryBytes: rt.cfg.HistoryBytes, TaskTTL: rt.cfg.TaskTTL, Logger: rt.log,
-				CacheTally: &rt.agentBytes, DeferNewMetadata: deferNew}
+				CacheTally: &rt.agentBytes, DeferNewMetadata: deferNew, Fresh: fresh}
 			if rt.cfg.Artifacts != nil {
 				cfg.Artifacts = rt.cfg.Artifacts
 			}

@@ -972,3 +972,36 @@ func kindOf(evs []loop.Event) []loop.EventKind {
 	}
 	return ks
 }
+
+// Only a context id the runtime makes itself skips the reads of a new
+// context: a context a client names is read, after a restart too (its
+// owner checked, its history and metadata loaded).
+func TestNamedContextIsReadAfterARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := newHarness(t, dir, &scriptModel{}, nil)
+	ctx := context.Background()
+	st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "shared", Message: user("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Wait(ctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	h.close()
+	h = newHarness(t, dir, &scriptModel{}, nil)
+	if _, err := h.rt.Start(ctx, StartRequest{Auth: &loop.AuthContext{Principal: "bob"}, ContextID: "shared", Message: user("y")}); !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("bob on alice's stored context: err = %v, want not found", err)
+	}
+	st, err = h.rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "shared", Message: user("z")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Wait(ctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	m, err := h.db.LoadAgent(ctx, "shared")
+	if err != nil || m.Owner != "alice" || m.TurnCount != 2 {
+		t.Fatalf("context after its second turn = %+v, %v; want alice's, 2 turns", m, err)
+	}
+}
