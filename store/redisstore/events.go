@@ -297,8 +297,13 @@ func (w *waker) wakeAll() {
 
 func (w *waker) run(ctx context.Context) {
 	defer close(w.done)
+	// The blocking reads have a connection of their own (a blocked XREAD
+	// holds it for up to wakeBlock). A connection that failed once (Redis
+	// restarted, the network dropped it) stays failed: go-redis marks a
+	// dedicated connection bad for good, so every error swaps it for a
+	// new one, and the wake-ups come back with Redis.
 	conn := w.s.rdb.Conn()
-	defer conn.Close()
+	defer func() { conn.Close() }()
 	ctlID := "0-0"
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
@@ -322,6 +327,8 @@ func (w *waker) run(ctx context.Context) {
 				return
 			}
 			w.s.log.Warn("event log wake-ups: blocking read failed; waiters poll again", "err", err)
+			_ = conn.Close()
+			conn = w.s.rdb.Conn()
 			w.wakeAll()
 			select {
 			case <-ctx.Done():
@@ -356,6 +363,12 @@ func (w *waker) run(ctx context.Context) {
 			}
 			return nil
 		})
+		if err != nil && ctx.Err() == nil {
+			// The waiters are woken below all the same; the next read
+			// goes over a new connection.
+			_ = conn.Close()
+			conn = w.s.rdb.Conn()
+		}
 		w.mu.Lock()
 		for i, name := range grown {
 			st := w.streams[name]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,4 +197,69 @@ func TestOpenRefusesBadPassword(t *testing.T) {
 		t.Fatalf("Open with the password: %v", err)
 	}
 	s.Close()
+}
+
+// After Redis restarts, the wake-ups come back: the blocking read of the
+// event log is made again over a new connection (a failed dedicated
+// connection stays failed in go-redis, and waiters on this host would
+// otherwise fall back to polling, a second or two behind, for good).
+func TestWakeupsComeBackAfterRedisRestart(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := openAt(t, srv, "rs:")
+	b := openAt(t, srv, "rs:")
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if _, err := b.Events().Append(ctx, "task/r", []byte("e1")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(after uint64) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			last, err := a.Events().Wait(ctx, "task/r", after)
+			if err == nil && last <= after {
+				err = fmt.Errorf("Wait after %d returned %d", after, last)
+			}
+			done <- err
+		}()
+		blockedReader(t, ctx, b) // a's blocking read is under way
+		if _, err := b.Events().Append(ctx, "task/r", []byte("e")); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(1)
+
+	srv2, err := srv.Restart(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv2.Stop)
+	if _, err := loadEventually(ctx, b, "none"); err != nil && !errors.Is(err, loop.ErrNotFound) {
+		t.Fatal(err)
+	}
+	// Without a new connection the reader never blocks in XREAD again.
+	waitFor(2)
+}
+
+// blockedReader waits until some client of the server is blocked in
+// XREAD (the wake-up reader); it fails at the guard.
+func blockedReader(t *testing.T, ctx context.Context, s *redisstore.Store) {
+	t.Helper()
+	for {
+		list, err := s.Client().ClientList(ctx).Result()
+		if err == nil {
+			for _, line := range strings.Split(list, "\n") {
+				if strings.Contains(line, " cmd=xread") && strings.Contains(line, " flags=b") {
+					return
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no client blocked in XREAD: the wake-up reader is not reading (last client list: %q, %v)", list, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
