@@ -740,13 +740,24 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	}
 	out, err := inst.call(cctx, op, in)
 	healthy := true
-	if err != nil {
-		var pe *pdk.Error
+	var pe *pdk.Error
+	switch {
+	case ctx.Err() != nil:
+		// The caller cancelled. Whatever the guest answered after that
+		// (the error of a host function the cancel cut short, or an
+		// answer built on one) the call ends cancelled: the outcome must
+		// not depend on whether the interrupt or the guest's own return
+		// came first.
+		if err != nil && !errors.As(err, &pe) {
+			healthy = false
+		}
+		err = fmt.Errorf("plugin %q: %s cancelled: %w", p.Name(), op, ctx.Err())
+	case err != nil:
 		if !errors.As(err, &pe) {
 			healthy = false
 			err = p.classify(ctx, cctx, op, err, inst.stderrTail())
 		}
-	} else if decode != nil {
+	case decode != nil:
 		// What the host keeps of an answer is stored inside records of its
 		// own, a few levels deeper: an answer nested past jsonlimit.MaxDepth
 		// is refused (a tool call's becomes an error result for the model),
