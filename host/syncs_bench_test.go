@@ -40,7 +40,8 @@ func (noopTools) Call(_ context.Context, c loop.ToolCall, _ *loop.ToolEnv) (loop
 // returnImmediately. Tasks run one at a time, so no group commit merges
 // two tasks' writes; syncs/task is the figure, syncs-to-answer/task the
 // commits made before the SendMessage answer reached the client (the
-// blocking answer's path; with returnImmediately, the acknowledgement's).
+// blocking answer's path; with returnImmediately, the acknowledgement's),
+// reads-to-answer/task the store's reads in that time.
 func BenchmarkSyncsPerTask(b *testing.B) {
 	for _, leases := range []bool{true, false} {
 		for _, mode := range []string{"SendMessage", "streaming", "returnImmediately"} {
@@ -93,10 +94,10 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 						time.Sleep(time.Millisecond)
 					}
 				}
-				var commits, toAnswer int64
+				var commits, toAnswer, reads int64
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					before := st.Commits()
+					before, readsBefore := st.Commits(), st.Reads()
 					msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("go"))
 					var id string
 					switch mode {
@@ -107,6 +108,7 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 							b.Fatal(err)
 						}
 						toAnswer += st.Commits() - before
+						reads += st.Reads() - readsBefore
 						id = string(r.(*a2a.Task).ID)
 					case "streaming":
 						for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}) {
@@ -134,6 +136,9 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 				b.ReportMetric(float64(commits)/float64(b.N), "syncs/task")
 				if mode != "streaming" {
 					b.ReportMetric(float64(toAnswer)/float64(b.N), "syncs-to-answer/task")
+					// Store reads before the answer (the task's lease and
+					// GetTask polling come after it).
+					b.ReportMetric(float64(reads)/float64(b.N), "reads-to-answer/task")
 				}
 			})
 		}

@@ -63,6 +63,7 @@ type Badger struct {
 	maxCount int64
 	events   *BadgerEvents
 	commits  atomic.Int64 // transactions committed by the commit goroutine
+	reads    atomic.Int64 // read snapshots taken by view
 
 	mu     sync.RWMutex // held for reading while submitting, for writing by Close
 	closed bool
@@ -294,6 +295,7 @@ func (b *Badger) view(ctx context.Context, fn func(txn *badger.Txn) error) error
 	if b.closed {
 		return ErrClosed
 	}
+	b.reads.Add(1)
 	return b.db.View(fn)
 }
 
@@ -555,3 +557,7 @@ func trimNL(s string) string {
 // Commits returns how many transactions the store has committed since it
 // opened: each is one synced write to disk (a group commit counts once).
 func (b *Badger) Commits() int64 { return b.commits.Load() }
+
+// Reads returns how many reads (snapshots: a load, a list, a stream read)
+// the store has served since it opened.
+func (b *Badger) Reads() int64 { return b.reads.Load() }
