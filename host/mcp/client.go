@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -28,8 +31,12 @@ const (
 	DefaultCallTimeout    = 60 * time.Second
 	DefaultStartTimeout   = 30 * time.Second
 	DefaultMaxResultBytes = 1 << 20
-	DefaultMinBackoff     = time.Second
-	DefaultMaxBackoff     = time.Minute
+	// DefaultMaxMessageBytes bounds one message read from a server (an
+	// HTTP answer's body, one SSE event, one stdio line) before it is
+	// decoded.
+	DefaultMaxMessageBytes = 8 << 20
+	DefaultMinBackoff      = time.Second
+	DefaultMaxBackoff      = time.Minute
 	// hangLimit consecutive timed-out calls make the server count as hung:
 	// it is restarted.
 	hangLimit = 2
@@ -74,7 +81,13 @@ type ClientConfig struct {
 	MaxRestarts int
 	// MaxResultBytes bounds a result's text (default 1 MiB; more is cut).
 	MaxResultBytes int
-	Logger         *slog.Logger
+	// MaxMessageBytes bounds one message the server sends (an HTTP answer's
+	// body, one event of its SSE stream, one line over stdio), counted as
+	// it is read, before anything is decoded (default 8 MiB). A server
+	// that sends more is cut off: the call fails saying so, and the server
+	// is restarted like one that exited.
+	MaxMessageBytes int
+	Logger          *slog.Logger
 	// HTTPClient for URL servers (default: one with no overall timeout;
 	// calls are bounded by CallTimeout).
 	HTTPClient *http.Client
@@ -106,7 +119,7 @@ func (c ClientConfig) Validate() error {
 	default:
 		return fmt.Errorf("mcp server %q: restart %q: want %s or %s", c.Name, c.Restart, RestartOnFailure, RestartNever)
 	}
-	if c.CallTimeout < 0 || c.StartTimeout < 0 || c.MaxRestarts < 0 || c.MaxResultBytes < 0 {
+	if c.CallTimeout < 0 || c.StartTimeout < 0 || c.MaxRestarts < 0 || c.MaxResultBytes < 0 || c.MaxMessageBytes < 0 {
 		return fmt.Errorf("mcp server %q: negative limit", c.Name)
 	}
 	return nil
@@ -151,6 +164,9 @@ type Toolset struct {
 	starting bool
 	closed   bool
 	wg       sync.WaitGroup
+	// tooLarge is set when the server sent a message past
+	// MaxMessageBytes: the call that fails with it says so.
+	tooLarge atomic.Bool
 }
 
 var _ loop.Toolset = (*Toolset)(nil)
@@ -172,6 +188,9 @@ func NewToolset(cfg ClientConfig) (*Toolset, error) {
 	}
 	if cfg.MaxResultBytes == 0 {
 		cfg.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if cfg.Restart == "" {
 		cfg.Restart = RestartOnFailure
@@ -275,17 +294,187 @@ func (t *Toolset) transport() (sdk.Transport, error) {
 		if hc == nil {
 			hc = &http.Client{}
 		}
-		if len(t.cfg.Headers) > 0 {
-			hc = &http.Client{Transport: headerTransport{base: hc.Transport, headers: t.cfg.Headers}, Jar: hc.Jar}
-		}
-		return &sdk.StreamableClientTransport{Endpoint: t.cfg.URL, HTTPClient: hc, MaxRetries: 1}, nil
+		hc = &http.Client{Transport: headerTransport{base: hc.Transport, headers: t.cfg.Headers, limit: t.cfg.MaxMessageBytes, over: t.over},
+			Jar: hc.Jar, CheckRedirect: hc.CheckRedirect, Timeout: hc.Timeout}
+		return &sdk.StreamableClientTransport{Endpoint: t.cfg.URL, HTTPClient: hc, MaxRetries: 1, MaxEventSize: 2*t.cfg.MaxMessageBytes + 4096}, nil
 	}
 	cmd := exec.Command(t.cfg.Command[0], t.cfg.Command[1:]...)
 	cmd.Dir = t.cfg.Dir
 	cmd.Env = childEnv(t.cfg.Env)
 	cmd.Stderr = &lineLogger{log: t.log}
 	cmd.WaitDelay = 2 * time.Second // a grandchild holding the pipes does not hold us
-	return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
+	return &stdioTransport{cmd: cmd, terminate: 2 * time.Second, limit: t.cfg.MaxMessageBytes, over: t.over}, nil
+}
+
+// over records that the server sent a message past the limit.
+func (t *Toolset) over() {
+	t.tooLarge.Store(true)
+	t.log.Warn("mcp server sent a message past the size limit; cutting it off", "limit", t.cfg.MaxMessageBytes)
+}
+
+// errTooLarge ends the reading of a message past MaxMessageBytes.
+var errTooLarge = errors.New("mcp: the server's message is larger than the limit of one message")
+
+// limitedBody reads an HTTP answer's body up to limit bytes; past it the
+// read fails and the rest is never read.
+type limitedBody struct {
+	body  io.ReadCloser
+	left  int64
+	over  func()
+	count bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		if b.count {
+			b.count = false
+			b.over()
+		}
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.body.Read(p)
+	b.left -= int64(n)
+	if b.left <= 0 && err == nil {
+		// One byte more tells a body of exactly limit bytes from a longer one.
+		var one [1]byte
+		if m, _ := b.body.Read(one[:]); m == 0 {
+			return n, io.EOF
+		}
+	}
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.body.Close() }
+
+// eventLimit reads an SSE stream, failing once one event (the lines up to
+// an empty one) holds more than limit bytes.
+type eventLimit struct {
+	body    io.ReadCloser
+	limit   int
+	event   int // bytes of the event so far
+	lineLen int
+	failed  bool
+	over    func()
+}
+
+func (e *eventLimit) Read(p []byte) (int, error) {
+	if e.failed {
+		return 0, errTooLarge
+	}
+	n, err := e.body.Read(p)
+	for i := range n {
+		switch p[i] {
+		case '\n':
+			if e.lineLen == 0 {
+				e.event = 0
+			}
+			e.lineLen = 0
+		case '\r':
+		default:
+			e.lineLen++
+			e.event++
+			if e.event > e.limit {
+				e.failed = true
+				e.over()
+				return i, errTooLarge
+			}
+		}
+	}
+	return n, err
+}
+
+func (e *eventLimit) Close() error { return e.body.Close() }
+
+// stdioTransport runs the server as a child and speaks to it over its
+// stdin and stdout, one JSON-RPC message a line, each line bounded by
+// limit before it is decoded. Closing closes the child's stdin, then
+// terminates and kills it if it does not exit.
+type stdioTransport struct {
+	cmd       *exec.Cmd
+	terminate time.Duration
+	limit     int
+	over      func()
+}
+
+func (s *stdioTransport) Connect(ctx context.Context) (sdk.Connection, error) {
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdin, err := s.cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	r := &lineLimit{r: stdout, limit: s.limit, over: s.over}
+	tr := &sdk.IOTransport{Reader: r, Writer: &childStdin{WriteCloser: stdin, cmd: s.cmd, terminate: s.terminate},
+		MaxLineLength: s.limit + 1}
+	return tr.Connect(ctx)
+}
+
+// lineLimit passes the child's stdout through, failing once one line is
+// longer than limit bytes. Closing it does nothing: the connection ends by
+// closing the child's stdin.
+type lineLimit struct {
+	r     io.Reader
+	limit int
+	line  int
+	over  func()
+}
+
+func (l *lineLimit) Read(p []byte) (int, error) {
+	if l.line > l.limit {
+		return 0, errTooLarge
+	}
+	n, err := l.r.Read(p)
+	for i := range n {
+		if p[i] == '\n' {
+			l.line = 0
+			continue
+		}
+		l.line++
+		if l.line > l.limit {
+			l.over()
+			// Hand on what came before the line; the decoder stops at
+			// the error.
+			return i, errTooLarge
+		}
+	}
+	return n, err
+}
+
+func (l *lineLimit) Close() error { return nil }
+
+// childStdin closes the child's stdin, then waits for it to exit,
+// terminating and then killing it when it does not.
+type childStdin struct {
+	io.WriteCloser
+	cmd       *exec.Cmd
+	terminate time.Duration
+}
+
+func (c *childStdin) Close() error {
+	_ = c.WriteCloser.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(c.terminate):
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(c.terminate):
+	}
+	_ = c.cmd.Process.Kill()
+	return <-done
 }
 
 // childEnv is the little of the host's environment a server needs to run,
@@ -304,9 +493,14 @@ func childEnv(extra map[string]string) []string {
 	return env
 }
 
+// headerTransport sets the configured headers on every request and bounds
+// every answer's body that is not an event stream (whose events the SDK
+// bounds one by one) at limit bytes.
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	limit   int
+	over    func()
 }
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -318,7 +512,16 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return base.RoundTrip(r)
+	resp, err := base.RoundTrip(r)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream") {
+		resp.Body = &eventLimit{body: resp.Body, limit: h.limit, over: h.over}
+	} else {
+		resp.Body = &limitedBody{body: resp.Body, left: int64(h.limit), over: h.over, count: true}
+	}
+	return resp, nil
 }
 
 // lineLogger logs a child's stderr line by line, each line cut at 1 KiB.
@@ -551,6 +754,9 @@ func (t *Toolset) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEn
 				t.kill(gen, fmt.Sprintf("%d calls in a row timed out", hangLimit))
 			}
 			return fail(fmt.Sprintf("no answer within %s", t.cfg.CallTimeout))
+		case t.tooLarge.Swap(false):
+			t.kill(gen, "a message past the size limit")
+			return fail(fmt.Sprintf("answered a message larger than %d bytes (the limit of one message); restarting it", t.cfg.MaxMessageBytes))
 		case errors.Is(err, sdk.ErrConnectionClosed):
 			t.lost(gen, err)
 			return fail("the server exited during the call; restarting")

@@ -1,0 +1,71 @@
+package mcp
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A server answering one message past MaxMessageBytes over stdio: the line
+// is refused as it is read (never decoded whole), the call fails saying so,
+// the server is restarted and serves the next call.
+func TestClientRefusesAMessagePastTheLimitStdio(t *testing.T) {
+	ts := startToolset(t, ClientConfig{MaxMessageBytes: 1 << 20, MaxResultBytes: 1000})
+	if res := call(t, ts, "test_flood", `{"bytes":500000}`, nil); res.IsError || !strings.Contains(res.Content, "[cut at 1000 bytes]") {
+		t.Fatalf("an answer under the limit: %+v", res.Content[:min(len(res.Content), 200)])
+	}
+	res := call(t, ts, "test_flood", `{"bytes":20000000}`, nil)
+	if !res.IsError || !strings.Contains(res.Content, "larger than 1048576 bytes") {
+		t.Fatalf("an answer of 20 MB past a limit of 1 MiB: IsError %v, %q", res.IsError, res.Content[:min(len(res.Content), 300)])
+	}
+	waitState(t, ts, "serving")
+	if res := call(t, ts, "test_echo", `{"text":"again"}`, nil); res.IsError || !strings.Contains(res.Content, "again") {
+		t.Fatalf("after the restart: %+v", res)
+	}
+}
+
+// The same over streamable HTTP, for a server answering plain JSON (the
+// body is read through the limit) and one answering an event stream (each
+// event is): the server never gets its whole answer read.
+func TestClientRefusesAMessagePastTheLimitHTTP(t *testing.T) {
+	for _, jsonResponse := range []bool{true, false} {
+		name := "sse"
+		if jsonResponse {
+			name = "json"
+		}
+		t.Run(name, func(t *testing.T) {
+			s := sdk.NewServer(&sdk.Implementation{Name: "big", Version: "1"}, nil)
+			sdk.AddTool(s, &sdk.Tool{Name: "flood", Description: "answers many bytes"},
+				func(_ context.Context, _ *sdk.CallToolRequest, a struct {
+					Bytes int `json:"bytes"`
+				}) (*sdk.CallToolResult, any, error) {
+					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", a.Bytes)}}}, nil, nil
+				})
+			sdk.AddTool(s, &sdk.Tool{Name: "echo", Description: "returns its text"},
+				func(_ context.Context, _ *sdk.CallToolRequest, a struct {
+					Text string `json:"text"`
+				}) (*sdk.CallToolResult, any, error) {
+					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: a.Text}}}, nil, nil
+				})
+			hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s },
+				&sdk.StreamableHTTPOptions{JSONResponse: jsonResponse}))
+			t.Cleanup(hs.Close)
+			ts := startToolset(t, ClientConfig{Name: "big", URL: hs.URL, MaxMessageBytes: 1 << 20, MaxResultBytes: 1000})
+			if res := call(t, ts, "big_flood", `{"bytes":500000}`, nil); res.IsError || !strings.Contains(res.Content, "[cut at 1000 bytes]") {
+				t.Fatalf("an answer under the limit: %q", res.Content[:min(len(res.Content), 300)])
+			}
+			res := call(t, ts, "big_flood", `{"bytes":20000000}`, nil)
+			if !res.IsError || !strings.Contains(res.Content, "larger than 1048576 bytes") {
+				t.Fatalf("an answer of 20 MB past a limit of 1 MiB: IsError %v, %q", res.IsError, res.Content[:min(len(res.Content), 300)])
+			}
+			waitState(t, ts, "serving")
+			if res := call(t, ts, "big_echo", `{"text":"again"}`, nil); res.IsError || res.Content != "again" {
+				t.Fatalf("after the restart: %+v", res)
+			}
+		})
+	}
+}
