@@ -39,6 +39,13 @@ const benchScript = `{"rules":[{"name":"stream","match":"^stream (\\d+)$","steps
 // with benchScript.
 func benchPluginDir(b testing.TB) string {
 	b.Helper()
+	return scriptedPluginDir(b, benchScript)
+}
+
+// scriptedPluginDir writes a plugin folder with the scripted model
+// playing script (inline).
+func scriptedPluginDir(b testing.TB, script string) string {
+	b.Helper()
 	src := "../examples/plugins/scripted-model/scripted-model.wasm"
 	wasm, err := os.ReadFile(src)
 	if err != nil {
@@ -61,7 +68,7 @@ func benchPluginDir(b testing.TB) string {
 	}
 	sum := sha256.Sum256(wasm)
 	m["sha256"] = hex.EncodeToString(sum[:])
-	m["config"] = map[string]any{"script": benchScript}
+	m["config"] = map[string]any{"script": script}
 	// The inline script needs no folder (the template's grant names a
 	// placeholder only the build fills).
 	delete(m["capabilities"].(map[string]any), "allowedPaths")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -205,10 +206,17 @@ type LimitsConfig struct {
 	// ResumeConcurrency bounds how many tasks left working by a crash are
 	// resumed at once when the host starts (default 64).
 	ResumeConcurrency int `json:"resumeConcurrency,omitempty"`
+	// MaxRunning bounds the turns the host runs at once, all principals
+	// together (default: derived from the memory the process may use,
+	// DefaultMaxRunning; -1: no bound). Past it a new turn is refused with
+	// a clear error (HTTP 429, Retry-After) before anything of it is
+	// stored; tasks resumed after a restart are never refused.
+	MaxRunning int `json:"maxRunning,omitempty"`
 	// MaxRunningPerPrincipal bounds the turns one principal runs at once
-	// (0: unbounded); past it a new turn is refused with a clear error,
-	// so that one principal's slow turns cannot take every turn of the
-	// host.
+	// (default with auth on: a quarter of MaxRunning, at least 1; with auth
+	// off, when every client is one principal, MaxRunning; -1: no bound); past
+	// it a new turn is refused with a clear error, so that one principal's
+	// turns cannot take every turn of the host.
 	MaxRunningPerPrincipal int `json:"maxRunningPerPrincipal,omitempty"`
 	// HostID names this host in the leases of the tasks it runs. Hosts
 	// sharing stores must have different ids; a host restarted with its
@@ -302,8 +310,11 @@ func (c Config) Validate() error {
 		seen[k.Key] = true
 	}
 	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 || c.Limits.MaxAgents < 0 ||
-		c.Limits.MaxRunningPerPrincipal < 0 || c.Limits.LeaseTTL < 0 {
+		c.Limits.LeaseTTL < 0 {
 		return errors.New("config: limits must not be negative")
+	}
+	if c.Limits.MaxRunning < -1 || c.Limits.MaxRunningPerPrincipal < -1 {
+		return errors.New("config: limits.maxRunning and limits.maxRunningPerPrincipal must not be negative (-1 is no bound)")
 	}
 	if c.Limits.MaxAgentBytes < -1 || c.Agent.HistoryBytes < -1 || c.Agent.HistoryLimit < 0 {
 		return errors.New("config: agent.historyLimit, agent.historyBytes and limits.maxAgentBytes must not be negative (-1 is no bound for the bytes)")
@@ -393,6 +404,17 @@ func (c Config) withDefaults() Config {
 	}
 	if l.MaxAgentBytes == 0 {
 		l.MaxAgentBytes = DefaultMaxAgentBytes
+	}
+	if l.MaxRunning == 0 {
+		l.MaxRunning = DefaultMaxRunning(MemoryLimit(), runtime.GOMAXPROCS(0))
+	}
+	if l.MaxRunningPerPrincipal == 0 {
+		l.MaxRunningPerPrincipal = l.MaxRunning
+		if c.Auth.Enabled {
+			// With auth off every client is the one principal: the host's
+			// bound is all there is to share.
+			l.MaxRunningPerPrincipal = DefaultMaxRunningPerPrincipal(l.MaxRunning)
+		}
 	}
 	return c
 }

@@ -181,3 +181,36 @@ func TestMissingPluginFolderMessage(t *testing.T) {
 		t.Fatalf("message: %v", err)
 	}
 }
+
+// The default bounds on running turns follow the memory and the CPUs, and
+// stay within their floor and ceiling.
+func TestDefaultTurnBounds(t *testing.T) {
+	for _, c := range []struct {
+		mem  int64
+		cpus int
+		want int
+	}{
+		{8 << 30, 2, 128},    // CPUs bound it
+		{1 << 30, 8, 32},     // memory bounds it: 512 MiB at 16 MiB a turn
+		{256 << 20, 1, 16},   // the floor
+		{1 << 40, 128, 1024}, // the ceiling
+	} {
+		if got := host.DefaultMaxRunning(c.mem, c.cpus); got != c.want {
+			t.Errorf("DefaultMaxRunning(%d MiB, %d CPUs) = %d, want %d", c.mem>>20, c.cpus, got, c.want)
+		}
+	}
+	if got := host.DefaultMaxRunningPerPrincipal(128); got != 32 {
+		t.Errorf("DefaultMaxRunningPerPrincipal(128) = %d, want 32", got)
+	}
+	if got := host.DefaultMaxRunningPerPrincipal(2); got != 1 {
+		t.Errorf("DefaultMaxRunningPerPrincipal(2) = %d, want 1", got)
+	}
+	if m := host.MemoryLimit(); m <= 0 {
+		t.Errorf("MemoryLimit() = %d", m)
+	}
+	for _, bad := range []string{`{"limits":{"maxRunning":-2}}`, `{"limits":{"maxRunningPerPrincipal":-2}}`} {
+		if _, err := host.ParseConfig([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}

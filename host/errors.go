@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/errordetails"
@@ -60,9 +61,28 @@ var errorTable = []errorCode{
 	{loop.ErrNotReady, -32000, http.StatusServiceUnavailable, "AGENT_NOT_READY"},
 	{ErrShuttingDown, -32000, http.StatusServiceUnavailable, "SHUTTING_DOWN"},
 	{taskrt.ErrQuota, -32000, http.StatusTooManyRequests, "QUOTA_EXCEEDED"},
+	{taskrt.ErrHostBusy, -32000, http.StatusTooManyRequests, "HOST_BUSY"},
 	{a2a.ErrUnauthenticated, -31401, http.StatusUnauthorized, "UNAUTHENTICATED"},
 	{a2a.ErrUnauthorized, -31403, http.StatusForbidden, "UNAUTHORIZED"},
 	{context.DeadlineExceeded, -32000, http.StatusGatewayTimeout, "TIMEOUT"},
+}
+
+// RetryAfterSeconds is the Retry-After (seconds) of a turn refused because
+// its principal or the host runs as many turns as allowed: a running turn
+// may end any moment, and a refusal costs the host next to nothing.
+const RetryAfterSeconds = 1
+
+// retryable reports whether err refuses a turn for now only: its answer
+// carries Retry-After (and, in A2A 1.0, a google.rpc.RetryInfo detail).
+func retryable(err error) bool {
+	return errors.Is(err, taskrt.ErrQuota) || errors.Is(err, taskrt.ErrHostBusy)
+}
+
+// setRetryAfter adds Retry-After to the answer of a retryable refusal.
+func setRetryAfter(c interface{ Set(key, val string) }, err error) {
+	if err != nil && retryable(err) {
+		c.Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	}
 }
 
 // internalRow is what an error no row matches becomes.
@@ -113,6 +133,10 @@ func toRPCError10(err error) *rpcError {
 		data = append(data, errordetails.NewFromStruct(ae.Details))
 	}
 	data = append(data, errordetails.NewErrorInfo(row.reason, a2a.ProtocolDomain, map[string]string{"reason": row.reason}))
+	if retryable(err) {
+		data = append(data, errordetails.NewTyped("type.googleapis.com/google.rpc.RetryInfo",
+			map[string]any{"retryDelay": strconv.Itoa(RetryAfterSeconds) + "s"}))
+	}
 	return &rpcError{Code: row.code, Message: errorMessage(row, err), Data: data}
 }
 

@@ -167,7 +167,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		TurnTimeout: time.Duration(cfg.Limits.TurnTimeout), TaskTTL: time.Duration(cfg.Limits.TaskTTL),
 		HistoryLimit: cfg.Agent.HistoryLimit, HistoryBytes: max(cfg.Agent.HistoryBytes, 0),
 		MaxAgents: cfg.Limits.MaxAgents, MaxAgentBytes: max(cfg.Limits.MaxAgentBytes, 0),
-		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: cfg.Limits.MaxRunningPerPrincipal,
+		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: max(cfg.Limits.MaxRunningPerPrincipal, 0),
+		MaxRunning:  max(cfg.Limits.MaxRunning, 0),
 		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log,
 		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery(),
 		KeepDebugThoughts: cfg.Thoughts.Debug, Credentials: creds, Usage: usage}
@@ -375,6 +376,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 			err = s.tooLarge()
 		}
 	}
+	setRetryAfter(c, err)
 	if c.Method() == fiber.MethodPost && (c.Path() == "/" || c.Path() == "/a2a/v1" || c.Path() == "/a2a/v0.3") {
 		return s.rpcErrorAnswer(c, c.Path() == "/a2a/v0.3", status, err)
 	}
@@ -408,6 +410,7 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 		answered = true
 		call.err = err
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		setRetryAfter(c, err)
 		if err != nil {
 			if lookupError(err).code == internalRow.code {
 				s.log.LogAttrs(c.UserContext(), slog.LevelError, "request failed",
@@ -467,6 +470,7 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 		enc = sse.A2A03Encoder{RequestID: req.ID}
 		snapshot = func(t *a2a.Task) any { return a2av0.FromV1Task(t) }
 	}
+	setRetryAfter(c, err)
 	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
 		if err == nil && stream.snapshot != nil {

@@ -252,7 +252,7 @@ func (rt *Runtime) resume(ctx context.Context, rec loop.TaskRecord, gate <-chan 
 	if err != nil {
 		return err
 	}
-	r, err := rt.register(ctx, rec.ID, rec.ContextID, rec.Owner)
+	r, err := rt.register(ctx, rec.ID, rec.ContextID, rec.Owner, false)
 	if err != nil {
 		return err
 	}

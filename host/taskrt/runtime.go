@@ -24,6 +24,9 @@ var (
 	ErrNotCancelable = errors.New("task is not cancelable")
 	// ErrQuota: the principal runs as many turns as the operator allows.
 	ErrQuota = errors.New("too many running turns for this principal")
+	// ErrHostBusy: the host runs as many turns as the operator allows,
+	// all principals together.
+	ErrHostBusy = errors.New("the host runs as many turns as it allows")
 )
 
 // The points between two writes of a task's life, for Config.Crashpoint.
@@ -157,6 +160,13 @@ type Config struct {
 	// (0: unbounded), so that one principal's slow turns cannot take every
 	// turn slot of the host.
 	MaxRunningPerPrincipal int
+	// MaxRunning bounds the turns the runtime runs at once, all
+	// principals together (0: unbounded), so that a flood of turns cannot
+	// fill the host's memory. A new turn past either bound is refused
+	// (ErrHostBusy, ErrQuota) before anything of it is stored; a task
+	// resumed after a restart, or going on after its requests expired, is
+	// never refused (it was acknowledged) but counts.
+	MaxRunning int
 	// SweepEvery is how often the cleanup runs. Default: TaskTTL/10
 	// within [1s, 10m].
 	SweepEvery time.Duration
@@ -400,6 +410,17 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 	if len(contextID) > maxContextID {
 		return nil, fmt.Errorf("%w: contextId longer than %d bytes", loop.ErrInvalid, maxContextID)
 	}
+	admit := req.answered == nil
+	if admit {
+		// Refused before the conversation is loaded: a refusal costs the
+		// host next to nothing.
+		rt.mu.Lock()
+		err := rt.admitsLocked(principal)
+		rt.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
 	agent, err := rt.agentOf(ctx, contextID, principal, rt.leasedSave(), freshContext)
 	if err != nil {
 		return nil, err
@@ -408,7 +429,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 	if freshTask {
 		taskID = newID()
 	}
-	r, err := rt.registerRun(ctx, taskID, contextID, principal, freshTask)
+	r, err := rt.registerRun(ctx, taskID, contextID, principal, freshTask, admit)
 	if err != nil {
 		return nil, err
 	}
@@ -700,15 +721,27 @@ func (rt *Runtime) disown(r *Run) {
 	}
 }
 
-// register marks a task as running on its context: one turn per context,
-// and at most MaxRunningPerPrincipal per principal.
-func (rt *Runtime) register(ctx context.Context, taskID, contextID, owner string) (*Run, error) {
-	return rt.registerRun(ctx, taskID, contextID, owner, false)
+// admitsLocked says whether a new turn of owner fits within MaxRunning and
+// MaxRunningPerPrincipal.
+func (rt *Runtime) admitsLocked(owner string) error {
+	if q := rt.cfg.MaxRunning; q > 0 && len(rt.running) >= q {
+		return fmt.Errorf("%w: %d turns running, the limit is %d; retry shortly", ErrHostBusy, len(rt.running), q)
+	}
+	if q := rt.cfg.MaxRunningPerPrincipal; q > 0 && rt.perOwner[owner] >= q {
+		return fmt.Errorf("%w: %d running, the limit is %d; retry when one ends", ErrQuota, rt.perOwner[owner], q)
+	}
+	return nil
+}
+
+// register marks a task as running on its context: one turn per context;
+// a new turn (admit) only within MaxRunning and MaxRunningPerPrincipal.
+func (rt *Runtime) register(ctx context.Context, taskID, contextID, owner string, admit bool) (*Run, error) {
+	return rt.registerRun(ctx, taskID, contextID, owner, false, admit)
 }
 
 // registerRun is register; fresh says the task's id was just made (its
 // stream is empty: not read).
-func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner string, fresh bool) (*Run, error) {
+func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner string, fresh, admit bool) (*Run, error) {
 	var after uint64
 	if !fresh {
 		var err error
@@ -727,8 +760,10 @@ func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner str
 	if _, ok := rt.running[taskID]; ok {
 		return nil, fmt.Errorf("task %q: %w", taskID, loop.ErrBusy)
 	}
-	if q := rt.cfg.MaxRunningPerPrincipal; q > 0 && rt.perOwner[owner] >= q {
-		return nil, fmt.Errorf("%w: %d running, the limit is %d; retry when one ends", ErrQuota, rt.perOwner[owner], q)
+	if admit {
+		if err := rt.admitsLocked(owner); err != nil {
+			return nil, err
+		}
 	}
 	causeCtx, cancelCause := context.WithCancelCause(rt.base)
 	runCtx, cancelTimeout := context.WithTimeout(causeCtx, rt.cfg.TurnTimeout)
@@ -1272,7 +1307,7 @@ func (rt *Runtime) Retry(ctx context.Context, rec loop.TaskRecord) (string, erro
 		return "", err
 	}
 	taskID := randomID()
-	r, err := rt.register(ctx, taskID, rec.ContextID, rec.Owner)
+	r, err := rt.register(ctx, taskID, rec.ContextID, rec.Owner, true)
 	if err != nil {
 		return "", err
 	}

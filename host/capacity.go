@@ -1,0 +1,111 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// TurnMemory is what one running turn may make the host hold at worst with
+// the default budgets: the events of a model call queued for its two
+// streams (budgets.eventBytesPerCall, 4 MiB, each event's stored and client
+// forms), the model's answer in flight (1 MiB output), the history handed
+// to the model and kept for the conversation (agent.historyBytes, 1 MiB,
+// twice). A flood of 100 turns measured about 1 MiB per turn of the turns'
+// own (docs/PERFORMANCE.md, "A flood of turns"); the rest was Badger's
+// write path, which its own options bound whatever the number of turns.
+const TurnMemory = 16 << 20
+
+// TurnsPerCPU bounds the default of limits.maxRunning by the CPUs: a turn
+// mostly waits on its model, but a flood of turns whose models answer at
+// once (the scripted model, a fast local server) makes every one of them
+// work on the host's CPUs: beyond a few dozen per CPU they only queue.
+const TurnsPerCPU = 64
+
+// DefaultMaxRunning is the default of limits.maxRunning for a process that
+// may use mem bytes on cpus CPUs: half of the memory for running turns at
+// TurnMemory each, at most TurnsPerCPU per CPU, within [16, 1024]. The
+// other half of the memory is the host's own (Badger's memtables, tables
+// being built and caches, conversations in memory, plugins' compiled code
+// and instances). 2 CPUs and 8 GiB or more give 128.
+func DefaultMaxRunning(mem int64, cpus int) int {
+	n := min(mem/2/TurnMemory, int64(TurnsPerCPU*max(cpus, 1)))
+	return int(min(max(n, 16), 1024))
+}
+
+// DefaultMaxRunningPerPrincipal is the default of
+// limits.maxRunningPerPrincipal: a quarter of the host's bound (at least
+// 1), so that one principal leaves three quarters of the host's turns to
+// the others.
+func DefaultMaxRunningPerPrincipal(maxRunning int) int {
+	if maxRunning < 0 {
+		return -1
+	}
+	return max(maxRunning/4, 1)
+}
+
+// MemoryLimit is the memory this process may use: the Go runtime's soft
+// limit when one is set (GOMEMLIMIT), else the cgroup's limit (v2
+// memory.max, v1 memory.limit_in_bytes), else the machine's memory
+// (/proc/meminfo). 4 GiB when none can be read.
+func MemoryLimit() int64 {
+	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
+		return l
+	}
+	if l, ok := cgroupMemoryLimit(); ok {
+		return l
+	}
+	if l, ok := machineMemory(); ok {
+		return l
+	}
+	return 4 << 30
+}
+
+// cgroupMemoryLimit reads the memory limit of the process's cgroup.
+func cgroupMemoryLimit() (int64, bool) {
+	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		// "max" (v2) or a huge number (v1's no-limit) mean no limit.
+		if err != nil || v <= 0 || v >= 1<<60 {
+			continue
+		}
+		if m, ok := machineMemory(); ok && v > m {
+			return m, true
+		}
+		return v, true
+	}
+	return 0, false
+}
+
+// machineMemory reads MemTotal from /proc/meminfo.
+func machineMemory() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return 0, false
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || kb <= 0 {
+			return 0, false
+		}
+		return kb << 10, true
+	}
+	return 0, false
+}
