@@ -62,6 +62,13 @@ type sandboxHost struct {
 // config (admin token "admin-token", no auth) and returns once it listens.
 func startSandboxHost(t *testing.T, top, pluginDir string, pluginsCfg map[string]any) *sandboxHost {
 	t.Helper()
+	return startSandboxHostWith(t, top, pluginDir, pluginsCfg, nil)
+}
+
+// startSandboxHostWith is startSandboxHost with more config: each key of
+// extra replaces that section (auth, limits, ...).
+func startSandboxHostWith(t *testing.T, top, pluginDir string, pluginsCfg, extra map[string]any) *sandboxHost {
+	t.Helper()
 	bin := sandboxHostBinary(t)
 	if _, err := os.Stat(filepath.Join(pluginDir, "scripted-model")); err != nil {
 		installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
@@ -78,6 +85,9 @@ func startSandboxHost(t *testing.T, top, pluginDir string, pluginsCfg map[string
 		"dataDir": filepath.Join(top, "data"), "pluginDir": pluginDir,
 		"plugins": pluginsCfg, "admin": map[string]any{"token": "admin-token"},
 		"limits": map[string]any{"shutdownGrace": "2s"},
+	}
+	for k, v := range extra {
+		cfg[k] = v
 	}
 	cb, _ := json.Marshal(cfg)
 	cfgPath := filepath.Join(top, "looopy.json")
