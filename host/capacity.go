@@ -15,9 +15,11 @@ import (
 // streams (budgets.eventBytesPerCall, 4 MiB, each event's stored and client
 // forms), the model's answer in flight (1 MiB output), the history handed
 // to the model and kept for the conversation (agent.historyBytes, 1 MiB,
-// twice). A flood of 100 turns measured about 1 MiB per turn of the turns'
-// own (docs/PERFORMANCE.md, "A flood of turns"); the rest was Badger's
-// write path, which its own options bound whatever the number of turns.
+// twice). Measured, turns hold far less (docs/PERFORMANCE.md, "A flood of
+// turns"): 4 turns holding 4,000 thoughts each, +25 MiB, nearly all the
+// model instances' memory, which the plugin's pool bounds; the volume a
+// flood writes goes through Badger's write path, which Badger's options
+// bound whatever the number of turns.
 const TurnMemory = 16 << 20
 
 // TurnsPerCPU bounds the default of limits.maxRunning by the CPUs: a turn
@@ -49,13 +51,19 @@ func DefaultMaxRunningPerPrincipal(maxRunning int) int {
 }
 
 // MemoryLimit is the memory this process may use: the Go runtime's soft
-// limit when one is set (GOMEMLIMIT), else the cgroup's limit (v2
-// memory.max, v1 memory.limit_in_bytes), else the machine's memory
-// (/proc/meminfo). 4 GiB when none can be read.
+// limit when one is set (GOMEMLIMIT; the host sets one when it starts,
+// setMemoryLimit), else systemMemory.
 func MemoryLimit() int64 {
 	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
 		return l
 	}
+	return systemMemory()
+}
+
+// systemMemory is the memory the process's cgroup allows (v2 memory.max,
+// v1 memory.limit_in_bytes), else the machine's (/proc/meminfo); 4 GiB
+// when neither can be read.
+func systemMemory() int64 {
 	if l, ok := cgroupMemoryLimit(); ok {
 		return l
 	}

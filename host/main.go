@@ -171,7 +171,15 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 		return err
 	}
 	m.log = newLogger(m.Stdout, cfg.LogFormat, cfg.LogLevel, configSecrets(cfg))
+	memLimit := setMemoryLimit()
 	dc := cfg.withDefaults()
+	memCtx, stopMem := context.WithCancel(context.Background())
+	memDone := make(chan struct{})
+	go func() {
+		defer close(memDone)
+		returnFreeMemoryEvery(memCtx, freeMemoryEvery, FreeMemoryThreshold, m.log)
+	}()
+	m.closers = append(m.closers, func() error { stopMem(); <-memDone; return nil })
 	tel, err := newTelemetry(ctx, telemetryOptions{LogSpans: cfg.TraceSpans, Exporter: m.SpanExporter, Log: m.log})
 	if err != nil {
 		return err
@@ -300,7 +308,9 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 		close(m.served) // Done answers nil once the error was taken
 	}()
 	m.log.Info("looopy serving", "addr", m.ln.Addr().String(), "data", dc.DataDir,
-		"plugins", m.pluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled)
+		"plugins", m.pluginDir, "model", dc.Model.Plugin, "auth", cfg.Auth.Enabled,
+		"max_running", dc.Limits.MaxRunning, "max_running_per_principal", dc.Limits.MaxRunningPerPrincipal,
+		"memory_limit", memLimit)
 	return nil
 }
 
