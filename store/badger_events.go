@@ -143,7 +143,7 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 		// expiry shares a sync with other writes instead of taking the
 		// commit goroutine for two syncs of its own.
 		err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
-			return expireApply(txn, prefix, hk, expirySeconds(time.Now().Add(ttl)))
+			return expireApply(txn, prefix, hk, expirySeconds(time.Now().Add(ttl)), b.maxSize/4)
 		}})
 		if !errors.Is(err, errLongStream) {
 			if err != nil {
@@ -189,9 +189,9 @@ const expireInBatch = 256
 var errLongStream = errors.New("stream too long for a shared batch")
 
 // expireApply returns the mutations that give the records of a stream (at
-// most expireInBatch of them) and its head the expiry expiresAt. txn sees
-// the writes queued before it in the batch.
-func expireApply(txn *badger.Txn, prefix, hk []byte, expiresAt uint64) ([]mutation, error) {
+// most expireInBatch of them, of at most maxBytes together) and its head
+// the expiry expiresAt. txn sees the writes queued before it in the batch.
+func expireApply(txn *badger.Txn, prefix, hk []byte, expiresAt uint64, maxBytes int64) ([]mutation, error) {
 	h, ok, err := readHead(txn, hk)
 	if err != nil || !ok {
 		return nil, err
@@ -201,6 +201,7 @@ func expireApply(txn *badger.Txn, prefix, hk []byte, expiresAt uint64) ([]mutati
 	}
 	h.b = expiresAt
 	ms := make([]mutation, 0, h.a+1)
+	var size int64
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: int(min(h.a, 100))})
 	defer it.Close()
 	for it.Seek(msgKey(prefix, 1)); it.Valid(); it.Next() {
@@ -208,6 +209,9 @@ func expireApply(txn *badger.Txn, prefix, hk []byte, expiresAt uint64) ([]mutati
 		seq, err := parseSeqKey(item.Key(), string(prefix))
 		if err != nil || seq > h.a {
 			break
+		}
+		if size += item.EstimatedSize() + 64; size > maxBytes {
+			return nil, errLongStream // too big to share a batch: rewritten alone
 		}
 		v, err := item.ValueCopy(nil)
 		if err != nil {
@@ -219,11 +223,15 @@ func expireApply(txn *badger.Txn, prefix, hk []byte, expiresAt uint64) ([]mutati
 }
 
 // setExpiry rewrites the records of a stream up to seq last with an expiry,
-// in transactions of bounded size. It runs on the commit goroutine.
+// in transactions of bounded size: at most 1000 records, and at most the
+// store's batch size in bytes (a stream of large records, e.g. a flood of
+// deltas, would not fit in one Badger transaction otherwise). It runs on
+// the commit goroutine.
 func (b *Badger) setExpiry(prefix []byte, last, expiresAt uint64) error {
 	const chunk = 1000
-	for from := uint64(1); from <= last; from += chunk {
+	for from := uint64(1); from <= last; {
 		var es []*badger.Entry
+		var size int64
 		err := b.db.View(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 100})
 			defer it.Close()
@@ -231,18 +239,28 @@ func (b *Badger) setExpiry(prefix []byte, last, expiresAt uint64) error {
 				item := it.Item()
 				seq, err := parseSeqKey(item.Key(), string(prefix))
 				if err != nil || seq > last {
+					from = last + 1
+					break
+				}
+				n := item.EstimatedSize() + 64
+				if len(es) > 0 && size+n > b.maxSize {
 					break
 				}
 				v, err := item.ValueCopy(nil)
 				if err != nil {
 					return err
 				}
+				size += n
 				es = append(es, &badger.Entry{Key: item.KeyCopy(nil), Value: v, ExpiresAt: expiresAt})
+				from = seq + 1
 			}
 			return nil
 		})
 		if err != nil {
 			return err
+		}
+		if len(es) == 0 {
+			return nil
 		}
 		err = b.db.Update(func(txn *badger.Txn) error {
 			for _, e := range es {

@@ -150,3 +150,38 @@ func TestExpireLongStream(t *testing.T) {
 		t.Fatalf("Read after expiry: %d records, %v; want %d", len(got), err, n)
 	}
 }
+
+// TestExpireStreamOfLargeRecords: a stream whose records together are far
+// larger than one Badger transaction holds (a flood of large deltas) still
+// expires, long or short: it is rewritten in transactions bounded by bytes,
+// not only by count.
+func TestExpireStreamOfLargeRecords(t *testing.T) {
+	// A small memtable makes Badger's transaction bound small (about
+	// 150 KiB), so a few MiB of records are far past it.
+	b, err := Open(Options{Dir: t.TempDir(), Tune: func(o badger.Options) badger.Options {
+		return o.WithMemTableSize(1 << 20)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	rec := make([]byte, 2048)
+	for i := range rec {
+		rec[i] = 'a' + byte(i%26)
+	}
+	for _, s := range []struct {
+		name string
+		n    int
+	}{{"short-big", expireInBatch / 2}, {"long-big", 1200}} {
+		for range s.n {
+			if _, err := b.Events().Append(ctx, s.name, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Events().Expire(ctx, s.name, time.Hour); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		wantExpiring(t, b, s.name, s.n)
+	}
+}
