@@ -33,6 +33,24 @@ type RemoteAgentConfig struct {
 	// after its stream broke or this host restarted mid-call (default
 	// 60s); an agent silent for longer is an error result.
 	Reconnect Duration `json:"reconnect,omitempty"`
+	// EventsPerCall and EventBytesPerCall bound what one call forwards
+	// from the remote task into the calling task's durable log (1000
+	// events, 4 MiB); a call past either ends with an error result and
+	// its remote task is canceled. Negative: no limit.
+	EventsPerCall     int   `json:"eventsPerCall,omitempty"`
+	EventBytesPerCall int64 `json:"eventBytesPerCall,omitempty"`
+	// MaxCardBytes (1 MiB), MaxSkills (128) and MaxDescriptionBytes
+	// (64 KiB, the tool description made of the card, shown to the model
+	// every turn) bound the agent card; a card past one leaves this agent
+	// out with a logged error (tried again later), the rest of the host
+	// unaffected. Negative: no limit.
+	MaxCardBytes        int64 `json:"maxCardBytes,omitempty"`
+	MaxSkills           int   `json:"maxSkills,omitempty"`
+	MaxDescriptionBytes int   `json:"maxDescriptionBytes,omitempty"`
+	// InterfaceOrigins are other origins ("https://host:port") the card
+	// may name as its endpoints; by default only the url's own origin is
+	// used and an interface elsewhere is refused.
+	InterfaceOrigins []string `json:"interfaceOrigins,omitempty"`
 }
 
 func validateRemoteAgents(rs []RemoteAgentConfig) error {
@@ -48,6 +66,12 @@ func validateRemoteAgents(rs []RemoteAgentConfig) error {
 		u, err := url.Parse(r.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("config: remoteAgents %q: url %q is not an http(s) URL", r.Name, r.URL)
+		}
+		for _, o := range r.InterfaceOrigins {
+			ou, err := url.Parse(o)
+			if err != nil || (ou.Scheme != "http" && ou.Scheme != "https") || ou.Host == "" || (ou.Path != "" && ou.Path != "/") {
+				return fmt.Errorf("config: remoteAgents %q: interfaceOrigins: %q is not an origin (http(s)://host[:port])", r.Name, o)
+			}
 		}
 	}
 	return nil
@@ -78,7 +102,10 @@ func (m *Main) remoteAgents(cfg Config) ([]*remote.Agent, error) {
 		}
 		var rt http.RoundTripper = eg.Transport(rc.AllowPrivateNetwork)
 		a, err := remote.New(remote.Config{Name: rc.Name, URL: rc.URL, Headers: hdr,
-			Reconnect: time.Duration(rc.Reconnect), InputTimeout: cfg.Interaction.timeout(), Crashpoint: cp}, rt, m.tel.propagator,
+			Reconnect: time.Duration(rc.Reconnect), InputTimeout: cfg.Interaction.timeout(), Crashpoint: cp,
+			EventsPerCall: rc.EventsPerCall, EventBytesPerCall: rc.EventBytesPerCall, MaxCardBytes: rc.MaxCardBytes,
+			MaxSkills: rc.MaxSkills, MaxDescriptionBytes: rc.MaxDescriptionBytes, InterfaceOrigins: rc.InterfaceOrigins},
+			rt, m.tel.propagator,
 			m.log.With("component", "remote-agent", "agent", rc.Name))
 		if err != nil {
 			return nil, err

@@ -11,8 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -57,6 +59,47 @@ type Config struct {
 	// Crashpoint, when set, is called at PointAcknowledged (the crash
 	// tests kill the process there); nil in production.
 	Crashpoint func(point string)
+
+	// EventsPerCall bounds the events one call forwards into the
+	// sub-task (default 1000), EventBytesPerCall their bytes (default
+	// 4 MiB): every event is kept in the durable log. A call past either
+	// ends, its remote task is canceled, and the model reads an error.
+	EventsPerCall     int
+	EventBytesPerCall int64
+	// MaxCardBytes bounds the agent card's body (default 1 MiB);
+	// MaxSkills the skills it may list (default 128) and
+	// MaxDescriptionBytes the tool description made of it (default
+	// 64 KiB), which every turn shows the model. A card past a bound
+	// leaves the agent out (a clear error, tried again later); the other
+	// tools and turns are not touched.
+	MaxCardBytes        int64
+	MaxSkills           int
+	MaxDescriptionBytes int
+	// InterfaceOrigins are origins ("https://host:port") besides the
+	// configured URL's that the card's interfaces may name. An interface
+	// on any other origin is refused: a card must not aim the host's
+	// requests elsewhere than where the operator pointed it.
+	InterfaceOrigins []string
+}
+
+// Defaults of Config's bounds.
+const (
+	DefaultEventsPerCall       = 1000
+	DefaultEventBytesPerCall   = 4 << 20
+	DefaultMaxCardBytes        = 1 << 20
+	DefaultMaxSkills           = 128
+	DefaultMaxDescriptionBytes = 64 << 10
+)
+
+// bound returns v, def when v is zero, or no limit when v is negative.
+func bound[T int | int64](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return T(math.MaxInt32) << 31 // far past anything one call can reach
+	}
+	return v
 }
 
 // PointAcknowledged is the moment the remote agent has acknowledged the
@@ -69,6 +112,9 @@ type Agent struct {
 	hc   *http.Client
 	prop propagation.TextMapPropagator
 	log  *slog.Logger
+
+	cardClient *http.Client
+	origins    map[string]bool
 
 	mu      sync.Mutex
 	client  *a2aclient.Client
@@ -99,19 +145,33 @@ func New(cfg Config, rt http.RoundTripper, prop propagation.TextMapPropagator, l
 	if cfg.Reconnect <= 0 {
 		cfg.Reconnect = 60 * time.Second
 	}
+	cfg.EventsPerCall = bound(cfg.EventsPerCall, DefaultEventsPerCall)
+	cfg.EventBytesPerCall = bound(cfg.EventBytesPerCall, DefaultEventBytesPerCall)
+	cfg.MaxCardBytes = bound(cfg.MaxCardBytes, DefaultMaxCardBytes)
+	cfg.MaxSkills = bound(cfg.MaxSkills, DefaultMaxSkills)
+	cfg.MaxDescriptionBytes = bound(cfg.MaxDescriptionBytes, DefaultMaxDescriptionBytes)
+	origins := map[string]bool{originOf(u): true}
+	for _, o := range cfg.InterfaceOrigins {
+		ou, err := url.Parse(o)
+		if err != nil || (ou.Scheme != "http" && ou.Scheme != "https") || ou.Host == "" || (ou.Path != "" && ou.Path != "/") {
+			return nil, fmt.Errorf("remote agent %q: %w: interface origin %q is not an origin (http(s)://host[:port])", cfg.Name, loop.ErrInvalid, o)
+		}
+		origins[originOf(ou)] = true
+	}
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, prop: prop, log: log}
+	a := &Agent{cfg: cfg, prop: prop, log: log, origins: origins}
 	origin := u.Scheme + "://" + u.Host
 	a.hc = &http.Client{
 		Transport: &transport{base: rt, headers: cfg.Headers, prop: prop, origin: origin},
-		// A redirect elsewhere would take the credentials along: refused.
+		// A redirect elsewhere would take the credentials along (or the
+		// request where the operator did not point it): refused.
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if req.URL.Scheme+"://"+req.URL.Host != origin {
+			if originOf(req.URL) != originOf(via[0].URL) {
 				return fmt.Errorf("remote agent %q redirects to another origin (%s): refused", cfg.Name, req.URL.Host)
 			}
 			if len(via) >= 5 {
@@ -120,8 +180,67 @@ func New(cfg Config, rt http.RoundTripper, prop propagation.TextMapPropagator, l
 			return nil
 		},
 	}
+	// The card is read through a client whose responses stop at
+	// MaxCardBytes.
+	a.cardClient = &http.Client{Transport: &capBody{base: a.hc.Transport, max: cfg.MaxCardBytes, name: cfg.Name},
+		CheckRedirect: a.hc.CheckRedirect}
 	return a, nil
 }
+
+// originOf is the scheme and host of u, in lower case.
+func originOf(u *url.URL) string {
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host)
+}
+
+// capBody cuts responses at max bytes: reading past it is an error.
+type capBody struct {
+	base http.RoundTripper
+	max  int64
+	name string
+}
+
+func (c *capBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := c.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if res.ContentLength > c.max {
+		res.Body.Close()
+		return nil, fmt.Errorf("the card of remote agent %q is %d bytes, over the bound of %d (maxCardBytes)", c.name, res.ContentLength, c.max)
+	}
+	res.Body = &cappedReader{rc: res.Body, left: c.max, name: c.name, max: c.max}
+	return res, nil
+}
+
+type cappedReader struct {
+	rc   io.ReadCloser
+	left int64
+	max  int64
+	name string
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// One byte more tells a body of exactly max bytes from a longer one.
+		var one [1]byte
+		n, err := c.rc.Read(one[:])
+		if n > 0 {
+			return 0, fmt.Errorf("the card of remote agent %q is over the bound of %d bytes (maxCardBytes)", c.name, c.max)
+		}
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.rc.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+func (c *cappedReader) Close() error { return c.rc.Close() }
 
 // transport adds the configured headers and the trace context, and only
 // toward the agent's own origin.
@@ -164,7 +283,11 @@ func (a *Agent) readyOr(ctx context.Context, now bool) (*a2aclient.Client, *loop
 	a.tried = time.Now()
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.CardTimeout)
 	defer cancel()
-	card, err := (&agentcard.Resolver{Client: a.hc, CardParser: parseCard}).Resolve(cctx, a.cfg.URL)
+	card, err := (&agentcard.Resolver{Client: a.cardClient, CardParser: parseCard}).Resolve(cctx, a.cfg.URL)
+	var def *loop.ToolDefinition
+	if err == nil {
+		def, err = a.admit(card)
+	}
 	if err == nil {
 		// A2A 1.0 when the card offers it, else 0.3 through the SDK's
 		// compatibility transport.
@@ -172,7 +295,7 @@ func (a *Agent) readyOr(ctx context.Context, now bool) (*a2aclient.Client, *loop
 		c, err = a2aclient.NewFromCard(cctx, card, a2aclient.WithJSONRPCTransport(a.hc),
 			a2av0.WithJSONRPCTransport(a2av0.JSONRPCTransportConfig{Client: a.hc}))
 		if err == nil {
-			a.client, a.def = c, toolDef(a.cfg.Name, card)
+			a.client, a.def = c, def
 			a.lastErr = nil
 			a.log.LogAttrs(ctx, slog.LevelInfo, "remote agent ready", slog.String("agent", a.cfg.Name),
 				slog.String("url", a.cfg.URL), slog.String("card", card.Name))
@@ -190,6 +313,43 @@ func (a *Agent) readyOr(ctx context.Context, now bool) (*a2aclient.Client, *loop
 	a.log.LogAttrs(ctx, level, "remote agent not reachable", slog.String("agent", a.cfg.Name),
 		slog.String("error", err.Error()))
 	return nil, nil, a.lastErr
+}
+
+// admit checks a card against the agent's bounds and returns its tool: a
+// card listing too many skills, or making too long a description, is
+// refused; so are its interfaces on another origin than the configured
+// URL's (or an allowed one), and the card when none is left.
+func (a *Agent) admit(card *a2a.AgentCard) (*loop.ToolDefinition, error) {
+	if n := len(card.Skills); n > a.cfg.MaxSkills {
+		return nil, fmt.Errorf("its card lists %d skills, over the bound of %d (maxSkills)", n, a.cfg.MaxSkills)
+	}
+	var kept []*a2a.AgentInterface
+	var refused []string
+	for _, in := range card.SupportedInterfaces {
+		if in == nil {
+			continue
+		}
+		u, err := url.Parse(in.URL)
+		if err != nil || !a.origins[originOf(u)] {
+			refused = append(refused, in.URL)
+			continue
+		}
+		kept = append(kept, in)
+	}
+	if len(refused) > 0 {
+		a.log.LogAttrs(context.Background(), slog.LevelWarn, "remote agent's card names interfaces on another origin: refused",
+			slog.String("agent", a.cfg.Name), slog.String("url", a.cfg.URL), slog.Any("refused", refused))
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("its card names no interface on the configured origin (refused: %s; list another origin in interfaceOrigins to allow it)",
+			strings.Join(refused, ", "))
+	}
+	card.SupportedInterfaces = kept
+	def := toolDef(a.cfg.Name, card)
+	if n := len(def.Description); n > a.cfg.MaxDescriptionBytes {
+		return nil, fmt.Errorf("its card makes a tool description of %d bytes, over the bound of %d (maxDescriptionBytes)", n, a.cfg.MaxDescriptionBytes)
+	}
+	return def, nil
 }
 
 // parseCard reads a 1.0 card, or a 0.3 one (which names no
@@ -342,7 +502,12 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 		return res, nil
 	}
 	if err != nil {
-		if status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
+		if errors.Is(err, errEventBudget) {
+			// Its task is stopped: nothing more of it is wanted.
+			a.log.LogAttrs(ctx, slog.LevelWarn, "remote agent call stopped", slog.String("agent", a.cfg.Name),
+				slog.String("task_id", string(r.remoteID)), slog.String("error", err.Error()))
+			r.cancelRemote()
+		} else if status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
 			r.cancelRemote() // its request could not be answered
 		}
 		st.Finish(ctx, loop.TaskFailed, "", err)
@@ -402,6 +567,36 @@ type run struct {
 	// last is the status message of the paused remote task (it says what
 	// the task needs).
 	last *a2a.Message
+	// events and eventBytes are what the call forwarded so far; over is
+	// set once it went past a bound (nothing more is forwarded, and the
+	// call ends with it).
+	events     int
+	eventBytes int64
+	over       error
+}
+
+// errEventBudget: a remote agent sent more events, or more bytes of them,
+// in one call than its bounds allow.
+var errEventBudget = errors.New("remote agent over its event budget")
+
+// emit forwards ev, n bytes of text, into the sub-task, within the call's
+// budget. Past it nothing more is forwarded and r.over says why.
+func (r *run) emit(ev loop.Event, n int) {
+	if r.over != nil {
+		return
+	}
+	n += 64 // an event's own fields
+	cfg := &r.a.cfg
+	switch {
+	case r.events+1 > cfg.EventsPerCall:
+		r.over = fmt.Errorf("%w: more than %d events in one call (eventsPerCall)", errEventBudget, cfg.EventsPerCall)
+	case r.eventBytes+int64(n) > cfg.EventBytesPerCall:
+		r.over = fmt.Errorf("%w: more than %d bytes of events in one call (eventBytesPerCall)", errEventBudget, cfg.EventBytesPerCall)
+	default:
+		r.events++
+		r.eventBytes += int64(n)
+		r.st.Emit(ev)
+	}
 }
 
 // callKey is the deterministic id of a call's message and context on the
@@ -429,6 +624,9 @@ func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatu
 	}
 	if ctx.Err() != nil {
 		return "", loop.TaskCanceled, ctx.Err()
+	}
+	if r.over != nil {
+		return "", "", r.over
 	}
 	if r.remoteID == "" {
 		if err == nil {
@@ -491,8 +689,8 @@ func (r *run) follow(ctx context.Context) (string, loop.TaskStatus, error) {
 		if err != nil {
 			if downSince.IsZero() {
 				downSince = time.Now()
-				r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
-					Message: "the remote agent does not answer: trying again", Metadata: map[string]any{RemoteTaskKey: string(r.remoteID)}})
+				r.emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
+					Message: "the remote agent does not answer: trying again", Metadata: map[string]any{RemoteTaskKey: string(r.remoteID)}}, 64)
 			}
 			if time.Since(downSince) > r.a.cfg.Reconnect {
 				return "", "", fmt.Errorf("the remote agent died: no answer for %s: %w", r.a.cfg.Reconnect, err)
@@ -505,11 +703,18 @@ func (r *run) follow(ctx context.Context) (string, loop.TaskStatus, error) {
 		downSince = time.Time{}
 		status := fromState(task.Status.State)
 		if status.Terminal() || status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
-			return r.final(ctx, task)
+			content, st, err := r.final(ctx, task)
+			if err == nil && r.over != nil {
+				return "", "", r.over
+			}
+			return content, st, err
 		}
 		// Still running: its events, live, until it ends or the stream
 		// breaks; then its record again.
 		_, _, final, _ := r.forward(ctx, r.client.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: r.remoteID}))
+		if r.over != nil {
+			return "", "", r.over
+		}
 		if !final {
 			if err := wait(); err != nil {
 				return "", loop.TaskCanceled, err
@@ -534,16 +739,19 @@ func (r *run) forward(ctx context.Context, events iter.Seq2[a2a.Event, error]) (
 			r.noteRemote(ctx, e.TaskID, tookTask)
 			status = fromState(e.Status.State)
 			if th := thoughtOf(e); th != nil && status == loop.TaskWorking {
-				r.st.Emit(th)
+				r.emit(th, len(th.Content)+len(th.ThoughtID)+len(th.ThoughtType)+len(th.Verbosity))
 			} else if m := statusText(e.Status.Message); status == loop.TaskWorking && m != "" {
-				r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
-					Message: m, Metadata: map[string]any{RemoteTaskKey: string(r.remoteID)}})
+				r.emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
+					Message: m, Metadata: map[string]any{RemoteTaskKey: string(r.remoteID)}}, len(m))
 			}
 		case *a2a.TaskArtifactUpdateEvent:
 			r.noteRemote(ctx, e.TaskID, tookTask)
 			r.artifact(e)
 		case *a2a.Message:
 			return loop.TaskCompleted, partsText(e.Parts), true, nil
+		}
+		if r.over != nil {
+			return "", "", false, r.over
 		}
 		if status.Terminal() || status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
 			if r.remoteID == "" {
@@ -554,6 +762,9 @@ func (r *run) forward(ctx context.Context, events iter.Seq2[a2a.Event, error]) (
 				return "", "", false, gerr
 			}
 			content, st, ferr := r.final(ctx, task)
+			if ferr == nil {
+				ferr = r.over
+			}
 			if ferr != nil {
 				return "", "", false, ferr
 			}
@@ -585,16 +796,19 @@ func (r *run) artifact(e *a2a.TaskArtifactUpdateEvent) {
 		tb.Reset()
 	}
 	chunk := partsText(e.Artifact.Parts)
-	tb.WriteString(chunk)
 	if chunk != "" {
-		r.st.Emit(&loop.ContentDelta{Header: loop.Header{Kind: loop.KindContentDelta}, Delta: chunk,
-			Index: r.deltas[resp], Response: resp})
+		r.emit(&loop.ContentDelta{Header: loop.Header{Kind: loop.KindContentDelta}, Delta: chunk,
+			Index: r.deltas[resp], Response: resp}, len(chunk)+len(resp))
+		if r.over != nil {
+			return // the text kept is bounded by the budget too
+		}
+		tb.WriteString(chunk)
 		r.deltas[resp]++
 	}
 	if e.LastChunk && tb.Len() > 0 && !r.completes[resp] {
 		r.completes[resp] = true
-		r.st.Emit(&loop.ContentComplete{Header: loop.Header{Kind: loop.KindContentComplete}, Content: tb.String(),
-			Response: resp, Deltas: r.deltas[resp]})
+		r.emit(&loop.ContentComplete{Header: loop.Header{Kind: loop.KindContentComplete}, Content: tb.String(),
+			Response: resp, Deltas: r.deltas[resp]}, tb.Len()+len(resp))
 	}
 }
 
@@ -624,8 +838,8 @@ func (r *run) final(ctx context.Context, task *a2a.Task) (string, loop.TaskStatu
 	if len(r.completes) == 0 && answer != "" {
 		// No response came whole through the stream (a resumed call, a
 		// stream that broke): the answer is sent complete now.
-		r.st.Emit(&loop.ContentComplete{Header: loop.Header{Kind: loop.KindContentComplete}, Content: answer,
-			Response: "answer"})
+		r.emit(&loop.ContentComplete{Header: loop.Header{Kind: loop.KindContentComplete}, Content: answer,
+			Response: "answer"}, len(answer))
 	}
 	return answer, status, nil
 }
@@ -647,8 +861,8 @@ func (r *run) noteRemote(ctx context.Context, id a2a.TaskID, why string) {
 		r.a.log.LogAttrs(ctx, slog.LevelWarn, "remote task id not recorded: a restart now reports the call interrupted",
 			slog.String("agent", r.a.cfg.Name), slog.String("task_id", string(id)), slog.String("error", err.Error()))
 	}
-	r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
-		Message: why, Metadata: map[string]any{RemoteTaskKey: string(id), "remoteAgent": r.a.cfg.URL}})
+	r.emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
+		Message: why, Metadata: map[string]any{RemoteTaskKey: string(id), "remoteAgent": r.a.cfg.URL}}, len(why)+len(id)+len(r.a.cfg.URL))
 }
 
 // CancelRemoteTask cancels the task remoteTaskID of this agent (agentID
@@ -796,6 +1010,9 @@ func (r *run) answer(ctx context.Context, msg *a2a.Message) (string, loop.TaskSt
 		}
 		if ctx.Err() != nil {
 			return "", loop.TaskCanceled, ctx.Err()
+		}
+		if r.over != nil {
+			return "", "", r.over
 		}
 		if err != nil && attempt < 50 && IsBusy(err) {
 			t := time.NewTimer(time.Duration(20*(attempt+1)) * time.Millisecond)

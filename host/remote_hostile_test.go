@@ -1,0 +1,228 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+
+	"github.com/looopy-go/looopy/host"
+)
+
+// floodExecutor is a hostile remote agent: for "flood SIZE COUNT" it
+// streams COUNT artifact chunks of SIZE bytes into its task (then
+// completes); anything else it echoes. cancels counts the CancelTask
+// calls it got.
+type floodExecutor struct{ cancels *atomic.Int32 }
+
+func (f floodExecutor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		text := ec.Message.Parts[0].Text()
+		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) || !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
+			return
+		}
+		var size, count int
+		if _, err := fmt.Sscanf(text, "flood %d %d", &size, &count); err == nil {
+			chunk := strings.Repeat("x", size)
+			id := a2a.NewArtifactID()
+			for i := range count {
+				ev := a2a.NewArtifactUpdateEvent(ec, id, a2a.NewTextPart(chunk))
+				ev.Append = i > 0
+				if ctx.Err() != nil || !yield(ev, nil) {
+					return
+				}
+			}
+		} else if !yield(a2a.NewArtifactEvent(ec, a2a.NewTextPart("You said: "+text)), nil) {
+			return
+		}
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
+	}
+}
+
+func (f floodExecutor) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	if f.cancels != nil {
+		f.cancels.Add(1)
+	}
+	return func(yield func(a2a.Event, error) bool) {
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
+	}
+}
+
+// hostileAgent serves an A2A 1.0 agent whose card card() makes (given the
+// server's own URL); its JSON-RPC endpoint is /rpc. rpcCalls counts the
+// requests the endpoint got.
+func hostileAgent(t *testing.T, exec a2asrv.AgentExecutor, card func(self string) *a2a.AgentCard) (url string, rpcCalls *atomic.Int32) {
+	t.Helper()
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	rpcCalls = &atomic.Int32{}
+	rpc := a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(exec))
+	mux.HandleFunc("/rpc", func(w http.ResponseWriter, r *http.Request) {
+		rpcCalls.Add(1)
+		rpc.ServeHTTP(w, r)
+	})
+	c := card(srv.URL)
+	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(c))
+	return srv.URL, rpcCalls
+}
+
+func plainCard(rpcURL string) *a2a.AgentCard {
+	return &a2a.AgentCard{Name: "Hostile", Description: "a remote agent", Version: "1",
+		Capabilities: a2a.AgentCapabilities{Streaming: true}, DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
+		Skills:              []a2a.AgentSkill{{ID: "echo", Name: "echo", Description: "says what it was told", Tags: []string{"echo"}}},
+		SupportedInterfaces: []*a2a.AgentInterface{{URL: rpcURL, ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2a.Version}}}
+}
+
+// parentOf starts a host whose remote agent "researcher" is ra (URL and
+// loopback allowed set here), with the calculator too; logs get its log.
+func parentOf(t *testing.T, ra host.RemoteAgentConfig, logs *syncBuffer) *testHost {
+	t.Helper()
+	pcfg := baseConfig(t.TempDir())
+	pcfg.Plugins.Only = []string{"scripted-model", "calculator"}
+	ra.Name, ra.AllowPrivateNetwork = "researcher", true
+	pcfg.RemoteAgents = []host.RemoteAgentConfig{ra}
+	if logs == nil {
+		return startHost(t, pcfg)
+	}
+	h, _ := tracedHost(t, pcfg, logs)
+	return h
+}
+
+// TestRemoteAgentEventBudget: a remote agent that streams without end into
+// the calling task (many small chunks, or large ones) is held to the
+// call's event budget (eventsPerCall, eventBytesPerCall): the call ends
+// with an error result naming the bound, the remote task is canceled, and
+// the parent's turn completes. Without the budget every chunk went into
+// the durable log.
+func TestRemoteAgentEventBudget(t *testing.T) {
+	t.Parallel()
+	// The bytes' bound is lowered for the test: the agent's own task
+	// store (the SDK's) copies the growing artifact at every chunk, so a
+	// flood past the default 4 MiB would be slow on its side.
+	for _, tc := range []struct {
+		prompt, bound string
+		bytes         int64
+	}{
+		{"flood 1 1200", "eventsPerCall", 0},              // 1200 events of 1 byte, over 1000 events
+		{"flood 2000 200", "eventBytesPerCall", 64 << 10}, // 400 KB, over 64 KiB
+	} {
+		t.Run(tc.bound, func(t *testing.T) {
+			t.Parallel()
+			var cancels atomic.Int32
+			url, _ := hostileAgent(t, floodExecutor{cancels: &cancels}, func(self string) *a2a.AgentCard { return plainCard(self + "/rpc") })
+			parent := parentOf(t, host.RemoteAgentConfig{URL: url, EventBytesPerCall: tc.bytes}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			task := send(t, client10(t, parent.URL(), ""), ctx, &a2a.SendMessageRequest{Message: userMsg("research " + tc.prompt)})
+			text := artifactText(task)
+			if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(text, "over its event budget") || !strings.Contains(text, tc.bound) {
+				t.Fatalf("parent: %s %.300q; want completed with the %s error result", task.Status.State, text, tc.bound)
+			}
+			if len(text) > 64<<10 {
+				t.Fatalf("the parent's answer is %d bytes: the flood reached it", len(text))
+			}
+			for cancels.Load() == 0 {
+				if ctx.Err() != nil {
+					t.Fatal("the remote task was never canceled")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestRemoteAgentCardBounds: a remote agent whose card lists too many
+// skills, makes too long a tool description, or is too large a body is
+// left out (its tool is not offered, the log says which bound), and the
+// host's turns go on: the call of the agent is the unknown tool's error
+// result, another tool works. Without the bounds the card went whole into
+// the tool definition every turn shows the model.
+func TestRemoteAgentCardBounds(t *testing.T) {
+	t.Parallel()
+	skills := func(n, size int) []a2a.AgentSkill {
+		out := make([]a2a.AgentSkill, n)
+		for i := range out {
+			out[i] = a2a.AgentSkill{ID: fmt.Sprint("s", i), Name: fmt.Sprint("skill", i), Description: strings.Repeat("d", size), Tags: []string{"x"}}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		bound string
+		card  func(c *a2a.AgentCard)
+	}{
+		{"maxSkills", func(c *a2a.AgentCard) { c.Skills = skills(200, 10) }},
+		{"maxDescriptionBytes", func(c *a2a.AgentCard) { c.Skills = skills(10, 10<<10) }},
+		{"maxCardBytes", func(c *a2a.AgentCard) { c.Description = strings.Repeat("c", 2<<20) }},
+	} {
+		t.Run(tc.bound, func(t *testing.T) {
+			t.Parallel()
+			url, rpc := hostileAgent(t, floodExecutor{}, func(self string) *a2a.AgentCard {
+				c := plainCard(self + "/rpc")
+				tc.card(c)
+				return c
+			})
+			var logs syncBuffer
+			parent := parentOf(t, host.RemoteAgentConfig{URL: url}, &logs)
+			alice := client10(t, parent.URL(), "")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			task := send(t, alice, ctx, &a2a.SendMessageRequest{Message: userMsg("research owls")})
+			if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), `tool "researcher" does not exist`) {
+				t.Fatalf("parent: %s %.300q; want completed with the unknown tool's error", task.Status.State, artifactText(task))
+			}
+			task = send(t, alice, ctx, &a2a.SendMessageRequest{Message: userMsg("calc 6*7")})
+			if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), "42") {
+				t.Fatalf("another turn: %s %.300q; want the calculator's 42", task.Status.State, artifactText(task))
+			}
+			if !strings.Contains(logs.String(), tc.bound) {
+				t.Fatalf("the log does not name %s:\n%.3000s", tc.bound, logs.String())
+			}
+			if n := rpc.Load(); n != 0 {
+				t.Fatalf("the agent over its card's bound got %d calls", n)
+			}
+		})
+	}
+}
+
+// TestRemoteAgentCardOtherOrigin: a card whose interface is on another
+// origin than the configured url does not aim the host's requests there:
+// the agent is left out and the other origin gets nothing; an operator who
+// lists that origin in interfaceOrigins allows it.
+func TestRemoteAgentCardOtherOrigin(t *testing.T) {
+	t.Parallel()
+	elsewhere, elsewhereCalls := hostileAgent(t, floodExecutor{}, func(self string) *a2a.AgentCard { return plainCard(self + "/rpc") })
+	url, _ := hostileAgent(t, floodExecutor{}, func(string) *a2a.AgentCard { return plainCard(elsewhere + "/rpc") })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	var logs syncBuffer
+	parent := parentOf(t, host.RemoteAgentConfig{URL: url}, &logs)
+	task := send(t, client10(t, parent.URL(), ""), ctx, &a2a.SendMessageRequest{Message: userMsg("research owls")})
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), `tool "researcher" does not exist`) {
+		t.Fatalf("parent: %s %.300q; want completed with the unknown tool's error", task.Status.State, artifactText(task))
+	}
+	if n := elsewhereCalls.Load(); n != 0 {
+		t.Fatalf("the other origin got %d requests", n)
+	}
+	if !strings.Contains(logs.String(), "interfaceOrigins") {
+		t.Fatalf("the log does not say why the agent is left out:\n%.3000s", logs.String())
+	}
+
+	allowed := parentOf(t, host.RemoteAgentConfig{URL: url, InterfaceOrigins: []string{elsewhere}}, nil)
+	task = send(t, client10(t, allowed.URL(), ""), ctx, &a2a.SendMessageRequest{Message: userMsg("research owls")})
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(artifactText(task), "You said: owls") {
+		t.Fatalf("allowed: %s %.300q; want the agent's echo", task.Status.State, artifactText(task))
+	}
+	if elsewhereCalls.Load() == 0 {
+		t.Fatal("the allowed origin got no request")
+	}
+}
