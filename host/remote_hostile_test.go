@@ -105,21 +105,23 @@ func parentOf(t *testing.T, ra host.RemoteAgentConfig, logs *syncBuffer) *testHo
 // the durable log.
 func TestRemoteAgentEventBudget(t *testing.T) {
 	t.Parallel()
-	// The bytes' bound is lowered for the test: the agent's own task
-	// store (the SDK's) copies the growing artifact at every chunk, so a
-	// flood past the default 4 MiB would be slow on its side.
+	// The bounds are lowered for the test (the defaults are 1000 events and
+	// 4 MiB): the agent's own task store (the SDK's) copies the growing
+	// artifact at every chunk, so a flood past the defaults would be slow
+	// on its side.
 	for _, tc := range []struct {
 		prompt, bound string
+		events        int
 		bytes         int64
 	}{
-		{"flood 1 1200", "eventsPerCall", 0},              // 1200 events of 1 byte, over 1000 events
-		{"flood 2000 200", "eventBytesPerCall", 64 << 10}, // 400 KB, over 64 KiB
+		{"flood 1 400", "eventsPerCall", 100, 0},            // 400 events of 1 byte, over 100 events
+		{"flood 2000 60", "eventBytesPerCall", 0, 16 << 10}, // 120 KB, over 16 KiB
 	} {
 		t.Run(tc.bound, func(t *testing.T) {
 			t.Parallel()
 			var cancels atomic.Int32
 			url, _ := hostileAgent(t, floodExecutor{cancels: &cancels}, func(self string) *a2a.AgentCard { return plainCard(self + "/rpc") })
-			parent := parentOf(t, host.RemoteAgentConfig{URL: url, EventBytesPerCall: tc.bytes}, nil)
+			parent := parentOf(t, host.RemoteAgentConfig{URL: url, EventsPerCall: tc.events, EventBytesPerCall: tc.bytes}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			task := send(t, client10(t, parent.URL(), ""), ctx, &a2a.SendMessageRequest{Message: userMsg("research " + tc.prompt)})
