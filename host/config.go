@@ -183,7 +183,9 @@ type LimitsConfig struct {
 	// ShutdownGrace is how long running turns may go on after a shutdown
 	// begins before they are cancelled (default 10s).
 	ShutdownGrace Duration `json:"shutdownGrace,omitempty"`
-	// Heartbeat is the interval of SSE comments on idle streams (default 15s).
+	// Heartbeat is the interval of SSE comments on idle streams (default
+	// 15s). At each, an idle task stream also checks that the store still
+	// holds its task, and ends with a task-not-found error when it does not.
 	Heartbeat Duration `json:"heartbeat,omitempty"`
 	// TaskTTL: finished tasks and their event logs expire after this
 	// (default 7 days).

@@ -516,6 +516,7 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 				_ = conn.Close()
 			}
 		},
+		Alive: s.taskAlive(stream),
 	})
 	switch {
 	case err == nil, errors.Is(err, sse.ErrFinished), errors.Is(err, sse.ErrClosed), errors.Is(err, context.Canceled):
@@ -530,6 +531,33 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 		return errClientGone
 	}
 	return err
+}
+
+// errTaskGone ends the stream of a task whose record the store no longer
+// has: no one will write its end.
+var errTaskGone = errors.New("the store no longer holds this task (its data was lost or removed); no more events will come")
+
+// taskAlive checks, at an idle stream's heartbeat, that a task stream's
+// task is still stored. A turn stopped without its final event (the store
+// lost its data and the host running it lost its lease) leaves nothing
+// that would end the stream: every stream of it, on any host, ends with a
+// clear error instead of waiting for ever. A task that is stored but whose
+// turn stopped is taken over by the hosts' periodic recovery, which
+// writes its end. Other streams (a context's) are not checked.
+func (s *Server) taskAlive(stream string) func(context.Context) error {
+	id, ok := strings.CutPrefix(stream, sse.TaskStream(""))
+	if !ok || id == "" {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		_, err := s.stores.Tasks.LoadTask(ctx, id)
+		if errors.Is(err, loop.ErrNotFound) {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn, "stream of a task the store no longer holds: ended",
+				slog.String("task_id", id))
+			return fmt.Errorf("task %q: %w: %w", id, loop.ErrNotFound, errTaskGone)
+		}
+		return nil // found, or the store did not answer this time: ask again at the next heartbeat
+	}
 }
 
 // writeFrame writes one SSE frame with no id and flushes it.

@@ -48,6 +48,11 @@ type ServeOptions struct {
 	// Serve returns ErrStalled only once the write comes back (a server
 	// write timeout would make it).
 	Abort func()
+	// Alive, when set, is asked at each heartbeat of a stream that was idle
+	// since the last one whether what it follows still exists; an error
+	// ends Serve with that error (a stream whose task is gone, for
+	// instance, would otherwise wait for events no one will write).
+	Alive func(context.Context) error
 	// Retry, when positive, is sent first as the client's reconnection
 	// delay ("retry:" field).
 	Retry time.Duration
@@ -181,6 +186,11 @@ func Serve(ctx context.Context, w io.Writer, flush func() error, sub *Subscripti
 		select {
 		case <-sub.wake:
 		case <-tick:
+			if !wrote && opts.Alive != nil {
+				if err := opts.Alive(ctx); err != nil {
+					return err
+				}
+			}
 			if !wrote {
 				if err := out.write([]byte(pingFrame)); err != nil {
 					return err
