@@ -684,7 +684,8 @@ func (t *Toolset) restart() {
 	}
 }
 
-// kill ends a hung connection; its Wait then reports the loss.
+// kill ends a connection (a hung server, one past the size limit); its
+// Wait then reports the loss. why is the status's last error.
 func (t *Toolset) kill(gen int, why string) {
 	t.mu.Lock()
 	cs := t.session
@@ -693,9 +694,9 @@ func (t *Toolset) kill(gen int, why string) {
 		return
 	}
 	t.session = nil // no call goes to it any more; its Wait reports the loss
-	t.state, t.lastErr = "restarting", "hung: "+why
+	t.state, t.lastErr = "restarting", why
 	t.mu.Unlock()
-	t.log.Warn("mcp server hung; restarting it", "why", why)
+	t.log.Warn("mcp server cut off; restarting it", "why", why)
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); _ = cs.Close() }()
 }
@@ -751,11 +752,11 @@ func (t *Toolset) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEn
 			hung := t.timeouts >= hangLimit
 			t.mu.Unlock()
 			if hung {
-				t.kill(gen, fmt.Sprintf("%d calls in a row timed out", hangLimit))
+				t.kill(gen, fmt.Sprintf("hung: %d calls in a row timed out", hangLimit))
 			}
 			return fail(fmt.Sprintf("no answer within %s", t.cfg.CallTimeout))
 		case t.tooLarge.Swap(false):
-			t.kill(gen, "a message past the size limit")
+			t.kill(gen, fmt.Sprintf("sent a message larger than %d bytes", t.cfg.MaxMessageBytes))
 			return fail(fmt.Sprintf("answered a message larger than %d bytes (the limit of one message); restarting it", t.cfg.MaxMessageBytes))
 		case errors.Is(err, sdk.ErrConnectionClosed):
 			t.lost(gen, err)
