@@ -75,6 +75,24 @@ type PluginsConfig struct {
 	// (default 30s). One that asks for more gets this, and the log and
 	// /admin/plugins say it was capped.
 	MaxCallTimeout Duration `json:"maxCallTimeout,omitempty"`
+	// ReservedInstances is how many instances of each plugin are kept for
+	// principals holding none of that plugin's instances: a principal
+	// already holding one takes another only while more than this many are
+	// free, so that one principal's slow calls (a model upstream that
+	// hangs) cannot hold every instance while another principal waits.
+	// Default: 1 with auth on; none with auth off (every request is the
+	// same principal). -1: none. Capped at each plugin's instances less one.
+	ReservedInstances int `json:"reservedInstances,omitempty"`
+}
+
+// reservedInstances is the plugins' reserve for principals holding none
+// (plugins.Policy.ReservedInstances): with auth off every turn is one
+// principal's, and a reserve would only idle instances.
+func (c Config) reservedInstances() int {
+	if c.Plugins.ReservedInstances == 0 && !c.Auth.Enabled {
+		return -1
+	}
+	return c.Plugins.ReservedInstances
 }
 
 // loadPlugins loads every plugin of the plugin folder into a registry and
@@ -144,6 +162,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 			MaxCompiles:         cfg.Plugins.MaxCompiles,
 			Budgets:             cfg.Plugins.Budgets,
 			MaxCallTimeout:      time.Duration(cfg.Plugins.MaxCallTimeout),
+			ReservedInstances:   cfg.reservedInstances(),
 		},
 		Egress:    egress,
 		KV:        m.store,

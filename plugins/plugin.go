@@ -518,7 +518,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	}
 	closeRT = false
 	keepRoots = true // from here on, the plugin's shutdown closes them
-	p.pool = newPool(g.Instances, p.newInstance)
+	p.pool = newPool(g.Instances, g.ReservedInstances, p.newInstance)
 	p.refs.Store(1)
 	defer func() {
 		if err != nil {
@@ -724,6 +724,7 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	defer stopCall(nil)
 	unhook := context.AfterFunc(p.retired, func() { stopCall(context.Cause(p.retired)) })
 	defer unhook()
+	principal := PrincipalOf(cctx)
 	inst, err := p.pool.get(cctx)
 	if err != nil {
 		return p.failed(ctx, op, p.classify(ctx, cctx, op, err, ""))
@@ -735,7 +736,7 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	in, err := input(st)
 	if err != nil {
 		st.reset()
-		p.pool.put(inst, true)
+		p.pool.put(principal, inst, true)
 		return err
 	}
 	out, err := inst.call(cctx, op, in)
@@ -773,7 +774,7 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 		p.noteMemory(inst)
 	}
 	discarded = !healthy
-	p.pool.put(inst, healthy)
+	p.pool.put(principal, inst, healthy)
 	if err != nil {
 		return p.failed(ctx, op, err)
 	}

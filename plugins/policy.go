@@ -19,6 +19,9 @@ const (
 	DefaultCallTimeout = 30 * time.Second
 	DefaultOutputLimit = 1 << 20
 	DefaultInstances   = 4
+	// DefaultReservedInstances is how many of each plugin's instances are
+	// kept for principals holding none of them (Policy.ReservedInstances).
+	DefaultReservedInstances = 1
 	// DefaultLoadTimeout bounds the guest code a load runs (start section,
 	// _initialize, describe).
 	DefaultLoadTimeout = 10 * time.Second
@@ -71,6 +74,15 @@ type Policy struct {
 	MaxCallTimeout time.Duration
 	MaxOutputLimit int64
 	MaxInstances   int
+	// ReservedInstances is how many instances of each plugin are kept for
+	// principals (plugins.WithPrincipal) holding none of that plugin's
+	// instances: a principal already holding one takes another only while
+	// more than this many are free, so that one principal's slow calls
+	// never hold every instance while another principal waits. 0 means
+	// DefaultReservedInstances, a negative value none (one principal may
+	// hold them all). It is capped at the plugin's instances less one; a
+	// plugin of one instance has no reserve.
+	ReservedInstances int
 	// Budgets bound what each plugin writes through the host (log,
 	// events, key-value, artifacts, HTTP, tool definitions).
 	Budgets Budgets
@@ -115,15 +127,18 @@ func (p Policy) loadTimeout() time.Duration {
 // Grant is a plugin's effective capabilities: requested ∩ allowed, with the
 // defaults filled in.
 type Grant struct {
-	AllowedHosts  []string
-	AllowPrivate  bool
-	Paths         []PathGrant
-	MemoryPages   uint32
-	CallTimeout   time.Duration
-	OutputLimit   int64
-	Instances     int
-	HostFunctions map[string]bool
-	Secrets       map[string]string // secret name -> value
+	AllowedHosts []string
+	AllowPrivate bool
+	Paths        []PathGrant
+	MemoryPages  uint32
+	CallTimeout  time.Duration
+	OutputLimit  int64
+	Instances    int
+	// ReservedInstances of Instances are kept for principals holding none
+	// (Policy.ReservedInstances, at most Instances-1).
+	ReservedInstances int
+	HostFunctions     map[string]bool
+	Secrets           map[string]string // secret name -> value
 	// CallerAuth: the plugin may receive the caller's credentials
 	// (Policy.CallerAuth).
 	CallerAuth bool
@@ -169,6 +184,13 @@ func (p Policy) Grant(m *Manifest, lookupEnv func(string) (string, bool)) Grant 
 	g.CallTimeout = limit(time.Duration(c.CallTimeout), DefaultCallTimeout, p.MaxCallTimeout)
 	g.OutputLimit = limit(c.OutputLimit, DefaultOutputLimit, p.MaxOutputLimit)
 	g.Instances = limit(c.Instances, DefaultInstances, p.MaxInstances)
+	switch {
+	case p.ReservedInstances < 0:
+	case p.ReservedInstances == 0:
+		g.ReservedInstances = min(DefaultReservedInstances, g.Instances-1)
+	default:
+		g.ReservedInstances = min(p.ReservedInstances, g.Instances-1)
+	}
 	// A limit asked for above the policy's maximum is capped, and said so.
 	capped := func(what string, asked, got any, over bool) {
 		if over {

@@ -34,9 +34,17 @@ func PrincipalOf(ctx context.Context) string {
 // When every instance is busy, callers wait in one queue per principal, and
 // a freed instance goes to the principals in turn (round robin), first come
 // first served within one principal.
+//
+// Instances are held for a whole call, and a call cannot be taken back: a
+// principal holding every instance with slow calls (a model upstream that
+// hangs until the call timeout) would make everyone else wait that long,
+// round robin or not. So reserve instances are kept for principals holding
+// none: a principal that already holds one takes another only while more
+// than reserve are free. A principal holding none takes any free one.
 type pool struct {
 	newInstance func(ctx context.Context) (instance, error)
 	size        int
+	reserve     int
 
 	mu     sync.Mutex
 	idle   []instance
@@ -44,8 +52,9 @@ type pool struct {
 	closed bool
 	done   chan struct{}
 	queues map[string][]*waiter
-	ring   []string // principals with waiters, in turn order
-	next   int      // index in ring of the principal served next
+	ring   []string       // principals with waiters, in turn order
+	next   int            // index in ring of the principal served next
+	held   map[string]int // instances each principal holds
 }
 
 // waiter is a caller waiting for an instance; it receives one, or the right
@@ -60,33 +69,59 @@ type handoff struct {
 	create bool
 }
 
-func newPool(size int, newInstance func(ctx context.Context) (instance, error)) *pool {
-	return &pool{newInstance: newInstance, size: size, done: make(chan struct{}), queues: map[string][]*waiter{}}
+// newPool makes a pool of at most size instances, reserve of which are kept
+// for principals holding none (reserve is capped at size-1).
+func newPool(size, reserve int, newInstance func(ctx context.Context) (instance, error)) *pool {
+	reserve = max(0, min(reserve, size-1))
+	return &pool{newInstance: newInstance, size: size, reserve: reserve, done: make(chan struct{}),
+		queues: map[string][]*waiter{}, held: map[string]int{}}
+}
+
+// freeLocked is how many instances no call holds: idle ones and room to
+// make more.
+func (p *pool) freeLocked() int { return p.size - p.live + len(p.idle) }
+
+// mayTakeLocked reports whether principal may take a free instance now.
+func (p *pool) mayTakeLocked(principal string) bool {
+	free := p.freeLocked()
+	return free > 0 && (p.held[principal] == 0 || free > p.reserve)
+}
+
+// takeLocked gives principal a free instance (mayTakeLocked holds): an idle
+// one, or the right to make one (nil).
+func (p *pool) takeLocked(principal string) (instance, bool) {
+	p.held[principal]++
+	if n := len(p.idle); n > 0 {
+		in := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		return in, true
+	}
+	p.live++
+	return nil, false
 }
 
 // get returns an idle instance, a new one while the pool is below its size,
 // or waits for one to come back.
 func (p *pool) get(ctx context.Context) (instance, error) {
+	principal := PrincipalOf(ctx)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, errPoolClosed
 	}
-	if len(p.ring) == 0 {
-		if n := len(p.idle); n > 0 {
-			in := p.idle[n-1]
-			p.idle = p.idle[:n-1]
-			p.mu.Unlock()
+	if len(p.ring) == 0 && p.mayTakeLocked(principal) {
+		in, ok := p.takeLocked(principal)
+		p.mu.Unlock()
+		if ok {
 			return in, nil
 		}
-		if p.live < p.size {
-			p.live++
-			p.mu.Unlock()
-			return p.create(ctx)
-		}
+		return p.create(ctx, principal)
 	}
-	w := &waiter{principal: PrincipalOf(ctx), ch: make(chan handoff, 1)}
+	w := &waiter{principal: principal, ch: make(chan handoff, 1)}
 	p.enqueueLocked(w)
+	// Waiters of principals over their share may leave an instance free
+	// that this caller may take.
+	p.dispatchLocked()
 	p.mu.Unlock()
 
 	select {
@@ -107,20 +142,29 @@ func (p *pool) take(ctx context.Context, h handoff) (instance, error) {
 	if !h.create {
 		return h.in, nil
 	}
-	return p.create(ctx)
+	return p.create(ctx, PrincipalOf(ctx))
 }
 
-// create makes an instance in a slot already counted in live.
-func (p *pool) create(ctx context.Context) (instance, error) {
+// create makes an instance in a slot already counted in live and in the
+// principal's holding.
+func (p *pool) create(ctx context.Context, principal string) (instance, error) {
 	in, err := p.newInstance(ctx)
 	if err != nil {
 		p.mu.Lock()
 		p.live--
+		p.releaseLocked(principal)
 		p.dispatchLocked()
 		p.mu.Unlock()
 		return nil, err
 	}
 	return in, nil
+}
+
+// releaseLocked counts one instance out of principal's holding.
+func (p *pool) releaseLocked(principal string) {
+	if p.held[principal]--; p.held[principal] <= 0 {
+		delete(p.held, principal)
+	}
 }
 
 // abandon takes a waiter out of its queue; when an instance was handed to
@@ -144,11 +188,12 @@ func (p *pool) abandon(w *waiter) {
 	if h.create {
 		p.mu.Lock()
 		p.live--
+		p.releaseLocked(w.principal)
 		p.dispatchLocked()
 		p.mu.Unlock()
 		return
 	}
-	p.put(h.in, true)
+	p.put(w.principal, h.in, true)
 }
 
 func (p *pool) enqueueLocked(w *waiter) {
@@ -182,44 +227,54 @@ func (p *pool) dropPrincipalLocked(principal string) {
 	}
 }
 
-// nextWaiterLocked pops the first waiter of the principal whose turn it is.
+// nextWaiterLocked pops the first waiter of the first principal, in turn
+// order from the one whose turn it is, that may take a free instance now
+// (nil: none may).
 func (p *pool) nextWaiterLocked() *waiter {
-	if len(p.ring) == 0 {
-		return nil
+	for i := range p.ring {
+		idx := (p.next + i) % len(p.ring)
+		principal := p.ring[idx]
+		if !p.mayTakeLocked(principal) {
+			continue
+		}
+		q := p.queues[principal]
+		w := q[0]
+		p.queues[principal] = q[1:]
+		if len(q) == 1 {
+			p.next = idx
+			p.dropPrincipalLocked(principal)
+		} else {
+			p.next = (idx + 1) % len(p.ring)
+		}
+		return w
 	}
-	principal := p.ring[p.next]
-	q := p.queues[principal]
-	w := q[0]
-	p.queues[principal] = q[1:]
-	if len(q) == 1 {
-		p.dropPrincipalLocked(principal)
-	} else {
-		p.next = (p.next + 1) % len(p.ring)
-	}
-	return w
+	return nil
 }
 
-// dispatchLocked hands a free slot to the next waiter, if any.
+// dispatchLocked hands free instances (idle ones, or the right to make
+// one) to the waiters that may take them, in turn.
 func (p *pool) dispatchLocked() {
-	if p.closed || p.live >= p.size {
+	if p.closed {
 		return
 	}
-	if w := p.nextWaiterLocked(); w != nil {
-		p.live++
-		w.ch <- handoff{create: true}
+	for len(p.ring) > 0 {
+		w := p.nextWaiterLocked()
+		if w == nil {
+			return
+		}
+		in, ok := p.takeLocked(w.principal)
+		w.ch <- handoff{in: in, create: !ok}
 	}
 }
 
-// put returns an instance; a broken one is closed and its slot freed.
-func (p *pool) put(in instance, healthy bool) {
+// put returns an instance principal held; a broken one is closed and its
+// slot freed.
+func (p *pool) put(principal string, in instance, healthy bool) {
 	p.mu.Lock()
+	p.releaseLocked(principal)
 	if healthy && !p.closed {
-		if w := p.nextWaiterLocked(); w != nil {
-			w.ch <- handoff{in: in}
-			p.mu.Unlock()
-			return
-		}
 		p.idle = append(p.idle, in)
+		p.dispatchLocked()
 		p.mu.Unlock()
 		return
 	}
@@ -238,8 +293,9 @@ func (p *pool) add(in instance) {
 		return
 	}
 	p.live++
+	p.idle = append(p.idle, in)
+	p.dispatchLocked()
 	p.mu.Unlock()
-	p.put(in, true)
 }
 
 // stats returns the instances that exist, those idle, and the size.

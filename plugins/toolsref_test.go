@@ -295,7 +295,7 @@ func TestModelGuestKeepsConversation(t *testing.T) {
 		t.Fatal("the host keeps no record of the instance's conversation")
 	}
 	inst.state().history.ref = "h-another" // as if a new instance had taken its place
-	p.pool.put(inst, true)
+	p.pool.put("", inst, true)
 	calls := p.calls.Load()
 	ask("instance lost it")
 	if n := p.calls.Load() - calls; n != 2 {
@@ -303,7 +303,7 @@ func TestModelGuestKeepsConversation(t *testing.T) {
 	}
 	inst, _ = p.pool.get(context.Background())
 	now := inst.state().history.ref
-	p.pool.put(inst, true)
+	p.pool.put("", inst, true)
 	if now == "" || now == held || now == "h-another" {
 		t.Fatalf("after the retry the instance holds %q (before %q)", now, held)
 	}
