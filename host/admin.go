@@ -31,6 +31,9 @@ type PluginStatus struct {
 	Error    string   `json:"error,omitempty"`
 	Calls    int64    `json:"calls"`
 	Failures int64    `json:"failures"`
+	// Busy: instances calls hold now; Waiting: calls waiting for one.
+	Busy    int `json:"busy"`
+	Waiting int `json:"waiting"`
 	// Sandboxed is true for Wasm plugins; outside MCP servers are not.
 	Sandboxed bool `json:"sandboxed"`
 	// Grant is what a Wasm plugin was granted.

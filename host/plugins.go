@@ -250,7 +250,7 @@ func (p *pluginAdmin) Plugins(ctx context.Context) ([]PluginStatus, error) {
 	for _, in := range p.reg.List() {
 		ps := PluginStatus{Name: in.Name, Version: in.Version, Kind: in.Kind, SHA256: in.SHA256,
 			Tools: in.Tools, Healthy: in.Health == "ok", State: in.State, Health: in.Health, Error: in.LastError,
-			Calls: in.Calls, Failures: in.Failures, Sandboxed: true, Source: in.Source}
+			Calls: in.Calls, Failures: in.Failures, Busy: in.Busy, Waiting: in.Waiting, Sandboxed: true, Source: in.Source}
 		if pl, ok := p.reg.Plugin(in.Name); ok && in.State == "serving" {
 			ps.Grant = grantView(pl.Grant())
 		}

@@ -100,3 +100,18 @@ func Transient(err error) bool {
 	}
 	return false
 }
+
+// StopError is the cause a host gives a turn's context when it stops the
+// turn itself (context.WithCancelCause, context.WithTimeoutCause): its time
+// limit ran out, the host shut down. The turn ends failed, its error
+// saying why, never canceled: canceled is what a client's (or a parent
+// task's) cancel gives, and a client reading its task must not be told it
+// cancelled what it did not.
+type StopError struct {
+	// Reason is the Outcome's reason (ReasonTimeout, ReasonShutdown...).
+	Reason string
+	// Message says what stopped the turn, for the task's status.
+	Message string
+}
+
+func (e *StopError) Error() string { return e.Message }

@@ -282,6 +282,11 @@ const (
 	ReasonAuth     = "auth_required"
 	ReasonError    = "error"
 	ReasonCanceled = "canceled"
+	// ReasonTimeout: the turn ran past its time limit (a StopError, or a
+	// deadline of its context); ReasonShutdown: the host shut down before
+	// the turn ended. Both end the turn failed.
+	ReasonTimeout  = "timeout"
+	ReasonShutdown = "shutdown"
 	// ReasonLength and ReasonContentFilter: the model stopped before its
 	// answer was done (its token limit, its provider's filter); the turn
 	// completes with what it wrote.
@@ -622,8 +627,8 @@ func (tr *turn) run(ctx context.Context) Outcome {
 		first++
 	}
 	for iter := first; ; iter++ {
-		if err := ctx.Err(); err != nil {
-			return canceled(out, err)
+		if ctx.Err() != nil {
+			return canceled(ctx, out)
 		}
 		if iter > l.maxIter {
 			tr.think(ThoughtDecision, VerbosityBrief, fmt.Sprintf("Stopping: the turn reached its limit of %d iterations.", l.maxIter),
@@ -684,7 +689,7 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			*out = canceled(*out, ctx.Err())
+			*out = canceled(ctx, *out)
 			return nil, true
 		}
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
@@ -768,8 +773,8 @@ func (tr *turn) toolPhase(ctx context.Context, iter int, calls []ToolCall, out *
 		tr.pauseThought(iter, reqs)
 		return nil, true
 	}
-	if err := ctx.Err(); err != nil {
-		*out = canceled(*out, err)
+	if ctx.Err() != nil {
+		*out = canceled(ctx, *out)
 		return nil, true
 	}
 	if err := tr.checkpoint(ctx, iter+1, StageModel, out, nil); err != nil {
@@ -795,9 +800,22 @@ func (tr *turn) checkpoint(ctx context.Context, iter int, stage Stage, out *Outc
 	return nil
 }
 
-func canceled(out Outcome, err error) Outcome {
-	out.Status, out.Reason = TaskCanceled, ReasonCanceled
-	out.Err = fmt.Errorf("turn canceled: %w", err)
+// canceled ends a turn whose context ended. Only a cancel (a client's, a
+// parent task's) ends it canceled; the host stopping it (a StopError as
+// the context's cause) or a deadline ends it failed, saying why.
+func canceled(ctx context.Context, out Outcome) Outcome {
+	cause := context.Cause(ctx)
+	var se *StopError
+	switch {
+	case errors.As(cause, &se):
+		out.Status, out.Reason, out.Err = TaskFailed, se.Reason, se
+	case errors.Is(cause, context.DeadlineExceeded):
+		out.Status, out.Reason = TaskFailed, ReasonTimeout
+		out.Err = fmt.Errorf("the turn ran past its deadline: %w", cause)
+	default:
+		out.Status, out.Reason = TaskCanceled, ReasonCanceled
+		out.Err = fmt.Errorf("turn canceled: %w", ctx.Err())
+	}
 	return out
 }
 
@@ -1347,6 +1365,10 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 	case parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q timed out after %s", call.Name, tr.l.toolTimeout)}, nil
 	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
+		if cause := context.Cause(parent); parent.Err() != nil && !errors.Is(cause, context.Canceled) {
+			// The host stopped the turn (its time limit, a shutdown).
+			return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was stopped: %v", call.Name, cause)}, nil
+		}
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was canceled", call.Name)}, nil
 	default:
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q failed: %v", call.Name, err)}, nil

@@ -439,6 +439,46 @@ func TestCancellationStopsModelAndTools(t *testing.T) {
 	})
 }
 
+// The host stopping a turn (a StopError as its context's cause: its time
+// limit, a shutdown) or a deadline ends the turn failed, saying why; only a
+// cancel ends it canceled.
+func TestHostStopsEndTheTurnFailed(t *testing.T) {
+	stop := &loop.StopError{Reason: loop.ReasonTimeout, Message: "the turn ran past the host's turn timeout"}
+	for _, c := range []struct {
+		name   string
+		ctx    func() (context.Context, func())
+		status loop.TaskStatus
+		reason string
+		err    error
+	}{
+		{"time limit", func() (context.Context, func()) {
+			return context.WithTimeoutCause(context.Background(), 50*time.Millisecond, stop)
+		}, loop.TaskFailed, loop.ReasonTimeout, stop},
+		{"deadline", func() (context.Context, func()) {
+			return context.WithTimeout(context.Background(), 50*time.Millisecond)
+		}, loop.TaskFailed, loop.ReasonTimeout, context.DeadlineExceeded},
+		{"shutdown", func() (context.Context, func()) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			time.AfterFunc(50*time.Millisecond, func() { cancel(&loop.StopError{Reason: loop.ReasonShutdown, Message: "shut down"}) })
+			return ctx, func() { cancel(nil) }
+		}, loop.TaskFailed, loop.ReasonShutdown, nil},
+		{"client cancel", func() (context.Context, func()) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			time.AfterFunc(50*time.Millisecond, func() { cancel(context.Canceled) })
+			return ctx, func() { cancel(nil) }
+		}, loop.TaskCanceled, loop.ReasonCanceled, context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, done := c.ctx()
+			defer done()
+			out := newLoop(t, loop.Config{Model: &ctxModel{started: make(chan struct{})}}).Run(ctx, userTurn("hi", nil))
+			if out.Status != c.status || out.Reason != c.reason || (c.err != nil && !errors.Is(out.Err, c.err)) {
+				t.Fatalf("outcome %s %s %v; want %s %s", out.Status, out.Reason, out.Err, c.status, c.reason)
+			}
+		})
+	}
+}
+
 // ctxModel blocks until its context is done, like a model waiting on HTTP.
 type ctxModel struct{ started chan struct{} }
 

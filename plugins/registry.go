@@ -95,6 +95,10 @@ type Info struct {
 	LoadedAt  time.Time `json:"loadedAt,omitzero"`
 	Calls     int64     `json:"calls"`
 	Failures  int64     `json:"failures"`
+	// Busy is how many instances calls hold now, Waiting how many calls
+	// wait for one (the current version's pool).
+	Busy    int `json:"busy"`
+	Waiting int `json:"waiting"`
 }
 
 // Registry holds every loaded plugin, the current version of each by name.
@@ -544,6 +548,10 @@ func (r *Registry) info(p *Plugin) Info {
 		Name: p.Name(), Version: p.Version(), Kind: string(p.Kind()), ABI: p.ABI(),
 		State: "serving", Health: "ok", Source: p.man.File, SHA256: p.hash, LoadedAt: p.loadedAt,
 		Calls: p.calls.Load(), Failures: p.failures.Load(),
+	}
+	if p.pool != nil {
+		live, idle, _ := p.pool.stats()
+		in.Busy, in.Waiting = live-idle, p.pool.waiting()
 	}
 	for _, d := range p.defs {
 		in.Tools = append(in.Tools, d.Name)

@@ -150,6 +150,8 @@ type pluginInfo struct {
 	State     string `json:"state"`
 	LastError string `json:"error"`
 	Calls     int64  `json:"calls"`
+	Busy      int    `json:"busy"`
+	Waiting   int    `json:"waiting"`
 }
 
 func (h *sandboxHost) plugins(t *testing.T) map[string]pluginInfo {

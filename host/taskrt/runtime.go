@@ -209,7 +209,7 @@ type Runtime struct {
 	log *slog.Logger
 
 	base      context.Context // parent of every turn; cancelled at the end of a shutdown
-	cancelAll context.CancelFunc
+	cancelAll context.CancelCauseFunc
 	stopSweep context.CancelFunc
 	sweepDone chan struct{}
 
@@ -293,7 +293,7 @@ func New(cfg Config) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	base, cancel := context.WithCancel(context.Background())
+	base, cancel := context.WithCancelCause(context.Background())
 	return &Runtime{cfg: cfg, st: cfg.Stores, ev: cfg.Events, log: log, base: base, cancelAll: cancel,
 		agents: map[string]*loop.Agent{}, running: map[string]*Run{}, busy: map[string]*Run{},
 		perOwner: map[string]int{}, expiry: map[string]time.Time{}}, nil
@@ -766,7 +766,10 @@ func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner str
 		}
 	}
 	causeCtx, cancelCause := context.WithCancelCause(rt.base)
-	runCtx, cancelTimeout := context.WithTimeout(causeCtx, rt.cfg.TurnTimeout)
+	// The turn's time limit is the host stopping it, not a cancel: the
+	// turn ends failed and says which limit.
+	runCtx, cancelTimeout := context.WithTimeoutCause(causeCtx, rt.cfg.TurnTimeout, &loop.StopError{Reason: loop.ReasonTimeout,
+		Message: fmt.Sprintf("the turn ran past the host's turn timeout (limits.turnTimeout, %s)", rt.cfg.TurnTimeout)})
 	cancel := func(cause error) { cancelCause(cause); cancelTimeout() }
 	if rt.cfg.TurnContext != nil {
 		runCtx = rt.cfg.TurnContext(runCtx, ctx)
@@ -901,8 +904,9 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 			rt.log.LogAttrs(context.Background(), slog.LevelError, "turn not started",
 				slog.String("task_id", taskID), slog.String("error", err.Error()))
 			st := loop.TaskFailed
-			if r.ctx.Err() != nil {
-				st = loop.TaskCanceled
+			var stop *loop.StopError
+			if r.ctx.Err() != nil && !errors.As(context.Cause(r.ctx), &stop) && !errors.Is(context.Cause(r.ctx), context.DeadlineExceeded) {
+				st = loop.TaskCanceled // a client's cancel
 			}
 			if cur, lerr := rt.st.Tasks.LoadTask(context.Background(), taskID); lerr == nil {
 				rec = cur
@@ -1489,8 +1493,13 @@ func (rt *Runtime) Shutdown(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		rt.cancelAll()
+		rt.cancelAll(errShutdown)
 		<-done
 	}
-	rt.cancelAll()
+	rt.cancelAll(errShutdown)
 }
+
+// errShutdown stops the turns still running when a shutdown's grace ran
+// out: they end failed, saying so, never as if a client cancelled them.
+var errShutdown = &loop.StopError{Reason: loop.ReasonShutdown,
+	Message: "the host shut down before the turn ended (limits.shutdownGrace ran out)"}
