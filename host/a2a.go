@@ -40,9 +40,14 @@ func (s *Server) sendMessage(ctx context.Context, auth *loop.AuthContext, req *a
 	if err := s.tasks.Wait(ctx, st.Run); err != nil {
 		return nil, fmt.Errorf("wait for task %s: %w", st.Run.TaskID, err)
 	}
-	rec, err := s.tasks.Load(context.WithoutCancel(ctx), auth.Principal, st.Run.TaskID)
-	if err != nil {
-		return nil, err
+	// The task as the turn's commit saved it; loaded when the turn saved
+	// no end of its own.
+	rec, ok := st.Run.Saved()
+	if !ok {
+		var err error
+		if rec, err = s.tasks.Load(context.WithoutCancel(ctx), auth.Principal, st.Run.TaskID); err != nil {
+			return nil, err
+		}
 	}
 	return toA2ATask(rec, s.historyLength(hl)), nil
 }

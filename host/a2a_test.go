@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -305,5 +306,44 @@ func TestRefusedStreamingCallIsAnErrorEvent(t *testing.T) {
 	status, got := rpc(t, h.URL()+"/a2a/v1", "", `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"t-1"}}`)
 	if status != 200 || !strings.Contains(got.raw, `"error"`) || strings.HasPrefix(got.raw, "data:") {
 		t.Errorf("GetTask without a key: %d %s", status, got.raw)
+	}
+}
+
+// The blocking answer is the task the turn's commit saved, not read back:
+// it must be exactly what GetTask returns after it, for a new
+// conversation, a tool call, a later turn of the same conversation and a
+// failed turn.
+func TestBlockingAnswerIsTheStoredTask(t *testing.T) {
+	t.Parallel()
+	h := startHost(t, baseConfig(t.TempDir()))
+	c := client10(t, h.URL(), "")
+	ctx := context.Background()
+	contextID := ""
+	for _, text := range []string{"hello there", "calc 2+3", "echo again", "fail"} {
+		m := userMsg(text)
+		m.ContextID = contextID
+		answer := send(t, c, ctx, &a2a.SendMessageRequest{Message: m})
+		contextID = answer.ContextID
+		got, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: answer.ID})
+		if err != nil {
+			t.Fatalf("%s: get: %v", text, err)
+		}
+		if !answer.Status.State.Terminal() || len(answer.History) == 0 {
+			t.Fatalf("%s: answered %s with %d messages", text, answer.Status.State, len(answer.History))
+		}
+		// A status message's id is made at each reading (its time).
+		for _, task := range []*a2a.Task{answer, got} {
+			if m := task.Status.Message; m != nil {
+				if !strings.HasPrefix(m.ID, string(task.ID)+"-status-") {
+					t.Fatalf("%s: status message id %q", text, m.ID)
+				}
+				m.ID = ""
+			}
+		}
+		a, _ := json.Marshal(answer)
+		g, _ := json.Marshal(got)
+		if string(a) != string(g) {
+			t.Fatalf("%s: the blocking answer differs from GetTask:\nanswer %s\nget    %s", text, a, g)
+		}
 	}
 }

@@ -237,9 +237,12 @@ func (a mcpAgent) Ask(ctx context.Context, auth *loop.AuthContext, contextID, pr
 		_, _ = s.tasks.Cancel(cctx, auth.Principal, taskID)
 		return mcp.AgentAnswer{}, err
 	}
-	rec, err := s.tasks.Load(context.WithoutCancel(ctx), auth.Principal, taskID)
-	if err != nil {
-		return mcp.AgentAnswer{}, err
+	rec, ok := st.Run.Saved()
+	if !ok {
+		var err error
+		if rec, err = s.tasks.Load(context.WithoutCancel(ctx), auth.Principal, taskID); err != nil {
+			return mcp.AgentAnswer{}, err
+		}
 	}
 	text := rec.Content
 	if text == "" && rec.Message != "" {

@@ -616,6 +616,14 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 			return err
 		}
 	}
+	if a.cfg.Tasks != nil {
+		// What the store holds now, for answering without reading it
+		// back; its slices are clipped so no append shares them.
+		saved := *rec
+		saved.History, saved.Subtasks = slices.Clip(rec.History), slices.Clip(rec.Subtasks)
+		saved.PendingCalls, saved.Requests = slices.Clip(rec.PendingCalls), slices.Clip(rec.Requests)
+		o.Saved = &saved
+	}
 	if cps != nil {
 		// The turn is recorded whole: its checkpoint has served.
 		if err := cps.DeleteCheckpoint(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) {

@@ -270,7 +270,11 @@ type Outcome struct {
 	Finish FinishReason
 	// Subtasks are the ids of the sub-tasks the turn started.
 	Subtasks []string
-	Err      error
+	// Saved is the task's record as the turn's end saved it (its Version
+	// the stored one): what loading the task returns right after the
+	// turn. Nil when the turn saved no task record.
+	Saved *TaskRecord
+	Err   error
 }
 
 // Reasons a turn ends.

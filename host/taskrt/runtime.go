@@ -243,6 +243,9 @@ type Run struct {
 	ctxOnce  sync.Once
 	outcome  loop.Outcome
 	err      error
+	// saved is the task as the turn's end saved it; set before done
+	// closes, nil when the turn saved no end of its own.
+	saved *loop.TaskRecord
 	// subs are the sub-tasks whose end went out during the turn: their
 	// streams are settled with the turn's.
 	subMu sync.Mutex
@@ -251,6 +254,22 @@ type Run struct {
 
 // Done is closed when the turn has ended and its events are in the log.
 func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Saved returns the task as the turn's end saved it, once Done is closed:
+// what loading the task returns then, without the read. False while the
+// turn runs and when it saved no end of its own (it did not start, its
+// save failed, or another process owns the task now): load the task.
+func (r *Run) Saved() (loop.TaskRecord, bool) {
+	select {
+	case <-r.done:
+	default:
+		return loop.TaskRecord{}, false
+	}
+	if r.saved == nil {
+		return loop.TaskRecord{}, false
+	}
+	return *r.saved, true
+}
 
 // lost reports that the run's lease was lost: another process owns the
 // task now.
@@ -931,6 +950,10 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 			}
 			rt.settle(taskID, contextID, out.Status)
 			rt.cfg.Usage.Saved(context.Background(), r.Owner)
+			if out.Err == nil && out.Saved != nil && out.Saved.ID == taskID {
+				// Nothing writes the task after its turn's end.
+				r.saved = out.Saved
+			}
 		}
 		rt.mu.Lock()
 		r.outcome, r.err = out, err
