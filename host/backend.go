@@ -104,6 +104,7 @@ type backend interface {
 	loop.MessageStore
 	loop.AgentStore
 	loop.TaskStore
+	loop.TaskPresence
 	loop.TurnCommitter
 	loop.CheckpointStore
 	loop.Journal

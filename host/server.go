@@ -549,9 +549,21 @@ func (s *Server) taskAlive(stream string) func(context.Context) error {
 	if !ok || id == "" {
 		return nil
 	}
-	return func(ctx context.Context) error {
+	exists := func(ctx context.Context) (bool, error) {
 		_, err := s.stores.Tasks.LoadTask(ctx, id)
 		if errors.Is(err, loop.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	if p, ok := s.stores.Tasks.(loop.TaskPresence); ok {
+		// Without reading the record: a client holding many idle streams
+		// of a large task would otherwise make the host decode it for each
+		// of them at every heartbeat.
+		exists = func(ctx context.Context) (bool, error) { return p.TaskExists(ctx, id) }
+	}
+	return func(ctx context.Context) error {
+		if ok, err := exists(ctx); err == nil && !ok {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "stream of a task the store no longer holds: ended",
 				slog.String("task_id", id))
 			return fmt.Errorf("task %q: %w: %w", id, loop.ErrNotFound, errTaskGone)

@@ -233,6 +233,14 @@ type TaskStore interface {
 	DeleteTask(ctx context.Context, id string) error
 }
 
+// TaskPresence is implemented by task stores that can tell whether a
+// task is stored without reading or decoding its record (a stream's idle
+// heartbeat asks it of a task that may be large). A task past its expiry
+// may still answer true until the store removes it.
+type TaskPresence interface {
+	TaskExists(ctx context.Context, id string) (bool, error)
+}
+
 // LogRecord is one entry of a durable event log.
 type LogRecord struct {
 	Seq  uint64

@@ -240,6 +240,27 @@ func (b *Badger) LoadTaskOf(ctx context.Context, id, owner string) (loop.TaskRec
 	return t, nil
 }
 
+// TaskExists implements loop.TaskPresence: the record's key is looked up,
+// its value neither read nor decoded.
+func (b *Badger) TaskExists(ctx context.Context, id string) (bool, error) {
+	if err := b.limits.checkID("task id", id); err != nil {
+		return false, fmt.Errorf("task exists: %w", err)
+	}
+	var ok bool
+	err := b.view(ctx, func(txn *badger.Txn) error {
+		_, err := txn.Get(taskKey(id))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("task exists: %w", err)
+	}
+	return ok, nil
+}
+
 // getTask reads a live task record.
 func getTask(txn *badger.Txn, id string, now time.Time) (loop.TaskRecord, bool, error) {
 	k := taskKey(id)

@@ -315,6 +315,20 @@ func checkTask(l Limits, t *loop.TaskRecord) error {
 }
 
 // LoadTask implements loop.TaskStore.
+// TaskExists implements loop.TaskPresence.
+func (m *Memory) TaskExists(ctx context.Context, id string) (bool, error) {
+	if err := m.limits.checkID("task id", id); err != nil {
+		return false, fmt.Errorf("task exists: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("task exists: %w", err)
+	}
+	m.taskMu.RLock()
+	t, ok := m.tasks[id]
+	m.taskMu.RUnlock()
+	return ok && !expired(t.ExpiresAt, time.Now()), nil
+}
+
 func (m *Memory) LoadTask(ctx context.Context, id string) (loop.TaskRecord, error) {
 	if err := m.limits.checkID("task id", id); err != nil {
 		return loop.TaskRecord{}, fmt.Errorf("load task: %w", err)

@@ -114,6 +114,18 @@ func (s *Store) LoadTask(ctx context.Context, id string) (loop.TaskRecord, error
 	return t, nil
 }
 
+// TaskExists implements loop.TaskPresence with EXISTS on the record's key.
+func (s *Store) TaskExists(ctx context.Context, id string) (bool, error) {
+	if err := s.checkID("task id", id); err != nil {
+		return false, fmt.Errorf("task exists: %w", err)
+	}
+	n, err := s.rdb.Exists(ctx, s.taskKey(id)).Result()
+	if err != nil {
+		return false, wrap("task exists", err)
+	}
+	return n == 1, nil
+}
+
 // LoadTaskOf implements loop.TaskStore: the owner is read from the task's
 // index hash first, so another owner's task is refused without fetching or
 // decoding its record.

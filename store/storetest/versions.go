@@ -117,4 +117,18 @@ func testTaskOwner(t *testing.T, s Stores) {
 	if _, err := s.Tasks.LoadTaskOf(ctx, "owned", ""); !errors.Is(err, loop.ErrNotFound) {
 		t.Fatalf("LoadTaskOf with no owner: err = %v, want not found", err)
 	}
+	if p, ok := s.Tasks.(loop.TaskPresence); ok {
+		if ok, err := p.TaskExists(ctx, "owned"); err != nil || !ok {
+			t.Fatalf("TaskExists(stored) = %v, %v; want true", ok, err)
+		}
+		if ok, err := p.TaskExists(ctx, "nope"); err != nil || ok {
+			t.Fatalf("TaskExists(unknown) = %v, %v; want false", ok, err)
+		}
+		if err := s.Tasks.DeleteTask(ctx, "owned"); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := p.TaskExists(ctx, "owned"); err != nil || ok {
+			t.Fatalf("TaskExists(deleted) = %v, %v; want false", ok, err)
+		}
+	}
 }
