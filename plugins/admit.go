@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -421,6 +422,13 @@ func measureBody(code []byte, s *moduleStats) {
 // file that is not one.
 func readModule(path string, limit int64) ([]byte, error) {
 	return readRegular(path, limit, "module size in bytes (moduleBytes)")
+}
+
+// ReadRegular reads a file of a plugin folder the way the host does (a
+// regular file of at most limit bytes, never blocking on a FIFO), for
+// tools outside the host that handle plugin folders.
+func ReadRegular(path string, limit int64) ([]byte, error) {
+	return readRegular(path, limit, filepath.Base(path)+" size in bytes")
 }
 
 // readRegular reads a regular file of at most limit bytes. The file is

@@ -241,7 +241,7 @@ func (s *session) save(args []string) {
 	if len(args) > 1 {
 		path = strings.Join(args[1:], " ")
 	} else {
-		name := filepath.Base(filepath.Clean("/" + a.label()))
+		name := filepath.Base(filepath.Clean("/" + oneLine(sanitize(a.label()))))
 		if name == "/" || name == "." {
 			name = "artifact"
 		}

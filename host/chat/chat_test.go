@@ -3,6 +3,7 @@ package chat_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"iter"
 	"net/http"
@@ -383,6 +384,72 @@ func TestChatColours(t *testing.T) {
 		}
 		if has := strings.Contains(out.String(), "\x1b["); has != color {
 			t.Fatalf("colour %v: output has escape sequences: %v\n%q", color, has, out.String())
+		}
+	}
+}
+
+// A hostile agent puts terminal control sequences (window title, clipboard
+// write, clear screen, a one-byte CSI, a bidirectional override) in every
+// string it sends: the task and context ids, the answer, the artifact's
+// name, an error. None of them reaches the terminal, whichever line of the
+// chat prints it.
+func TestChatNeverPrintsControlSequencesFromTheServer(t *testing.T) {
+	const evil = "\x1b]0;TITLE\x07\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J\x1b[H\x9b31m\u202e"
+	ctxID, taskID := "ctx-"+evil, "task-"+evil
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{"name": "hostile" + evil, "description": "d" + evil, "version": "1",
+				"capabilities": map[string]any{"streaming": true}, "defaultInputModes": []string{"text/plain"},
+				"defaultOutputModes": []string{"text/plain"}, "skills": []any{},
+				"supportedInterfaces": []any{map[string]any{"url": srv.URL + "/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}}})
+			return
+		}
+		var req struct {
+			ID     any    `json:"id"`
+			Method string `json:"method"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		send := func(result any) {
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result})
+			_, _ = w.Write(append(append([]byte("data: "), b...), '\n', '\n'))
+		}
+		switch req.Method {
+		case "SendStreamingMessage":
+			w.Header().Set("Content-Type", "text/event-stream")
+			send(map[string]any{"task": map[string]any{"id": taskID, "contextId": ctxID, "status": map[string]any{"state": "TASK_STATE_WORKING"}}})
+			send(map[string]any{"artifactUpdate": map[string]any{"taskId": taskID, "contextId": ctxID,
+				"artifact": map[string]any{"artifactId": "a1", "name": "response", "parts": []any{map[string]any{"text": "answer " + evil + " end"}}}}})
+			send(map[string]any{"artifactUpdate": map[string]any{"taskId": taskID, "contextId": ctxID,
+				"artifact": map[string]any{"artifactId": "a2", "name": "file" + evil, "parts": []any{map[string]any{"raw": "aGk=", "mediaType": "application/octet-stream"}}}}})
+			send(map[string]any{"statusUpdate": map[string]any{"taskId": taskID, "contextId": ctxID,
+				"status": map[string]any{"state": "TASK_STATE_FAILED", "message": map[string]any{"messageId": "m" + evil, "role": "ROLE_AGENT", "parts": []any{map[string]any{"text": "failed " + evil}}}}}})
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32001, "message": "no such task " + evil}})
+			_, _ = w.Write(b)
+		}
+	}))
+	defer srv.Close()
+	s := start(t, chat.Options{URL: srv.URL})
+	s.expect("you> ")
+	s.say("hello")
+	s.expect("you> ")
+	s.say("/context")
+	s.expect("context ctx-")
+	s.say("/save 1")
+	s.expect("saved artifact #1 to ")
+	s.say("/cancel")
+	s.say("/artifacts")
+	s.expect("— /save 1")
+	out := s.out.String()
+	if !strings.Contains(out, "answer ") || !strings.Contains(out, "TITLE") {
+		t.Fatalf("the hostile strings' printable parts never showed, so nothing was checked:\n%q", out)
+	}
+	for _, c := range []string{"\x1b", "\x07", "\x9b", "\u202e"} {
+		if strings.Contains(out, c) {
+			t.Fatalf("the chat printed %q from the server:\n%q", c, out)
 		}
 	}
 }

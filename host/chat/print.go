@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Styles of the lines the chat writes (ANSI SGR codes), used only when
@@ -39,8 +40,9 @@ func (p *printer) paint(style, s string) string {
 	return "\x1b[" + style + "m" + s + "\x1b[0m"
 }
 
-// text writes streamed answer text as it is.
+// text writes streamed answer text, terminal control characters removed.
 func (p *printer) text(s string) {
+	s = sanitize(s)
 	if s == "" {
 		return
 	}
@@ -51,8 +53,12 @@ func (p *printer) text(s string) {
 }
 
 // line writes one line (or several) in a style, on a line of its own.
+// Everything printed is sanitized here, not at each caller: ids, state
+// names, file names and error texts come from the server as much as the
+// answer does, and one unsanitized argument would let it drive the
+// terminal.
 func (p *printer) line(style, format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
+	s := sanitize(fmt.Sprintf(format, args...))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.midLine {
@@ -88,7 +94,7 @@ func (p *printer) prompt(s string) {
 	if p.midLine {
 		_, _ = io.WriteString(p.w, "\n")
 	}
-	_, _ = io.WriteString(p.w, p.paint(styleBold, s))
+	_, _ = io.WriteString(p.w, p.paint(styleBold, sanitize(s)))
 	p.midLine = false
 }
 
@@ -109,6 +115,9 @@ func oneLine(s string) string {
 // them) from text that comes from the server, so that an answer can not
 // drive the terminal; newlines and tabs stay.
 func sanitize(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
 	if !strings.ContainsFunc(s, isControl) {
 		return s
 	}
@@ -120,6 +129,14 @@ func sanitize(s string) string {
 	}, s)
 }
 
+// isControl: C0 (but newline and tab), DEL, C1 (0x9b is a one-byte CSI on
+// some terminals), and the bidirectional overrides and isolates that make
+// a terminal show text in another order than it was written.
 func isControl(r rune) bool {
-	return (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f || (r >= 0x80 && r < 0xa0)
+	return (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f || (r >= 0x80 && r < 0xa0) ||
+		r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
+
+// Sanitize is sanitize for the command line's own messages that carry
+// text from the server (the error Run returns).
+func Sanitize(s string) string { return sanitize(s) }

@@ -78,7 +78,7 @@ func chatCmd(ctx context.Context, args []string, env Env) int {
 	opts.Interrupts = intr
 	opts.Echo = echoSwitch(env.Stdin)
 	if err := chat.Run(ctx, opts, env.Stdin, env.Stdout); err != nil {
-		fmt.Fprintln(env.Stderr, "looopy chat:", err)
+		fmt.Fprintln(env.Stderr, "looopy chat:", chat.Sanitize(err.Error()))
 		return 1
 	}
 	return 0

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/looopy-go/looopy/plugins"
 )
@@ -178,5 +180,59 @@ func TestBuildWritesTheDigest(t *testing.T) {
 	}
 	if err := writeSHA256(p, sum); err == nil {
 		t.Error("a manifest without sha256 was accepted")
+	}
+}
+
+// A hostile plugin folder whose module is not a file of its own (a link,
+// here to a file outside the folder whose digest the manifest names; a
+// link to /dev/zero takes the same path), a FIFO, or a module over the
+// size limit with the right digest, is refused before its content is
+// read: the installer neither fills its memory, nor waits for ever, nor
+// copies a file from outside the folder into the plugin folder.
+func TestInstallRefusesModulesThatAreNotPlainFiles(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "secret")
+	must(t, os.WriteFile(outside, []byte("module"), 0o600))
+	cases := map[string]func(t *testing.T, src string){
+		"link outside": func(t *testing.T, src string) {
+			writePlugin(t, src, "1", []byte("module"))
+			must(t, os.Remove(filepath.Join(src, "p.wasm")))
+			must(t, os.Symlink(outside, filepath.Join(src, "p.wasm")))
+		},
+		"fifo": func(t *testing.T, src string) {
+			writePlugin(t, src, "1", []byte("module"))
+			must(t, os.Remove(filepath.Join(src, "p.wasm")))
+			must(t, syscall.Mkfifo(filepath.Join(src, "p.wasm"), 0o644))
+		},
+		"over the limit": func(t *testing.T, src string) {
+			big := make([]byte, plugins.DefaultModuleBytes+1)
+			writePlugin(t, src, "1", big)
+		},
+	}
+	for name, mk := range cases {
+		t.Run(name, func(t *testing.T) {
+			src, to := t.TempDir(), t.TempDir()
+			mk(t, src)
+			done := make(chan error, 1)
+			go func() { _, err := Install(src, to); done <- err }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("installed")
+				}
+				t.Logf("refused: %v", err)
+			case <-time.After(60 * time.Second):
+				t.Fatal("Install still reading after 60 s")
+			}
+			if entries, _ := os.ReadDir(to); len(entries) != 0 {
+				t.Errorf("something was written: %v", entries)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

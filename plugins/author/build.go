@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+
+	"github.com/looopy-go/looopy/plugins"
 )
 
 // manifestHead is what Build needs of plugin.json before it is complete.
@@ -75,12 +77,16 @@ func Build(ctx context.Context, dir string, log io.Writer) (string, error) {
 }
 
 func fileSHA256(p string) (string, error) {
-	b, err := os.ReadFile(p)
+	b, err := plugins.ReadRegular(p, plugins.DefaultModuleBytes)
 	if err != nil {
 		return "", err
 	}
+	return sha256Hex(b), nil
+}
+
+func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:]), nil
+	return hex.EncodeToString(s[:])
 }
 
 var shaField = regexp.MustCompile(`"sha256"\s*:\s*"[0-9a-fA-F]*"`)

@@ -29,11 +29,20 @@ func Install(dir, pluginDir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("install: %w (run `looopy plugin build` first)", err)
 	}
-	wasm, err := os.ReadFile(filepath.Join(m.Dir, m.Wasm))
+	// The module is read once, bounded, and only if it is a regular file
+	// of the folder itself: a link (to /dev/zero, a FIFO, or a file outside
+	// the folder) is refused rather than followed.
+	wasmPath := filepath.Join(m.Dir, m.Wasm)
+	if fi, err := os.Lstat(wasmPath); err != nil {
+		return "", fmt.Errorf("install: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("install: %s is not a regular file (%s): a plugin folder's module must be the file itself", wasmPath, fi.Mode().Type())
+	}
+	wasm, err := plugins.ReadRegular(wasmPath, plugins.DefaultModuleBytes)
 	if err != nil {
 		return "", fmt.Errorf("install: %w", err)
 	}
-	if sum, _ := fileSHA256(filepath.Join(m.Dir, m.Wasm)); sum != m.SHA256 {
+	if sum := sha256Hex(wasm); sum != m.SHA256 {
 		return "", fmt.Errorf("install: %s has sha256 %s, the manifest says %s (run `looopy plugin build`)", m.Wasm, sum, m.SHA256)
 	}
 	target := filepath.Join(pluginDir, m.Name)
@@ -44,7 +53,7 @@ func Install(dir, pluginDir string) (string, error) {
 	if err := writeAtomic(filepath.Join(target, newWasm), wasm); err != nil {
 		return "", fmt.Errorf("install: %w", err)
 	}
-	mb, err := os.ReadFile(m.File)
+	mb, err := plugins.ReadRegular(m.File, plugins.MaxManifestBytes)
 	if err != nil {
 		return "", fmt.Errorf("install: %w", err)
 	}
