@@ -196,6 +196,11 @@ type TaskRecord struct {
 	UpdatedAt   time.Time      `json:"updatedAt"`
 	ExpiresAt   time.Time      `json:"expiresAt,omitzero"` // zero: never
 	Metadata    map[string]any `json:"metadata,omitempty"`
+	// Broken is set by a store listing a task whose record does not
+	// decode (the rest is what its index entry knows; Metadata holds
+	// "broken": true for clients to see). It is never stored, so no
+	// client's metadata can make a sound task look broken.
+	Broken bool `json:"-"`
 	// Version is the record's version in its store: 0 for a task not yet
 	// stored, then 1, 2, ... one per write. SaveTask compares it.
 	Version uint64 `json:"version,omitempty"`

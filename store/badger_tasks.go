@@ -418,5 +418,5 @@ func brokenTask(id string, created uint64, s taskSummary, err error) loop.TaskRe
 	return loop.TaskRecord{ID: id, ContextID: s.ContextID, AgentID: s.AgentID, Owner: s.Owner,
 		Status: s.Status, Message: "the task's record does not decode: " + err.Error(),
 		CreatedAt: time.Unix(0, int64(created)), UpdatedAt: time.Unix(0, int64(s.UpdatedAt)),
-		Metadata: map[string]any{"broken": true}}
+		Metadata: map[string]any{"broken": true}, Broken: true}
 }

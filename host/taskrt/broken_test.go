@@ -21,13 +21,20 @@ func TestRecoverSettlesAnUndecodableTask(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, dir, &scriptModel{}, nil)
 	now := time.Now().UTC()
-	for _, id := range []string{"t1", "t2"} {
+	for _, id := range []string{"t1", "t2", "t3"} {
 		if _, err := h.db.AcquireLease(ctx, id, "host-dead", "c1", time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := h.db.SaveTask(ctx, loop.TaskRecord{ID: "t1", ContextID: "c1", Owner: "alice", Status: loop.TaskWorking,
 		CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	// t3 is sound, its client's metadata holds the key "broken": it is
+	// resumed, not failed as damaged (and its record not replaced).
+	if err := h.db.SaveTask(ctx, loop.TaskRecord{ID: "t3", ContextID: "c1", Owner: "alice", Status: loop.TaskWorking,
+		CreatedAt: now.Add(2 * time.Second), UpdatedAt: now, Metadata: map[string]any{"broken": true},
+		History: []loop.Message{{Role: loop.RoleUser, Content: "hello"}}, TurnInput: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// t2 ended, its end not announced.
@@ -71,11 +78,29 @@ func TestRecoverSettlesAnUndecodableTask(t *testing.T) {
 			t.Fatalf("%s: last event %+v, want its failed end", id, evs[len(evs)-1])
 		}
 	}
-	if leases, _ := h.db.ListLeases(ctx); len(leases) != 0 {
-		t.Fatalf("leases after recovery = %+v, want none", leases)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		rec, err := h.db.LoadTask(ctx, "t3")
+		if err != nil || strings.Contains(rec.Message, "could not be read back") || rec.Status == loop.TaskFailed {
+			t.Fatalf("t3 (sound, a client's metadata key \"broken\") after recovery: %v %+v", err, rec)
+		}
+		if rec.Status == loop.TaskCompleted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("t3 not resumed to its end: %+v", rec)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		leases, _ := h.db.ListLeases(ctx) // t3's is released just after its end
+		if len(leases) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leases after recovery = %+v, want none", leases)
+		}
 	}
 	list, err := h.db.ListTasks(ctx, loop.TaskFilter{Owner: "alice"})
-	if err != nil || len(list) != 2 {
+	if err != nil || len(list) != 3 {
 		t.Fatalf("ListTasks after recovery: %v %+v", err, list)
 	}
 }

@@ -125,7 +125,7 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 	}
 	for _, rec := range todo {
 		g.Go(func() error {
-			if rec.Metadata["broken"] == true {
+			if rec.Broken {
 				rt.log.LogAttrs(gctx, slog.LevelError, "task record does not decode; the task is failed", slog.String("task_id", rec.ID))
 				return rt.failBroken(gctx, rec)
 			}
@@ -216,7 +216,7 @@ func (rt *Runtime) settleEnded(ctx context.Context, l loop.Lease) error {
 			return err
 		}
 		for _, b := range recs {
-			if b.ID == l.Key && b.Metadata["broken"] == true {
+			if b.ID == l.Key && b.Broken {
 				rt.log.LogAttrs(ctx, slog.LevelError, "task record does not decode; the task is failed", slog.String("task_id", b.ID))
 				return rt.failBroken(ctx, b)
 			}

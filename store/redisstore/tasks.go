@@ -313,7 +313,7 @@ func (s *Store) brokenTask(ctx context.Context, id, m string, err error) (loop.T
 	return loop.TaskRecord{ID: id, ContextID: str(1), Owner: str(2), AgentID: str(3), Status: loop.TaskStatus(str(4)),
 		Message:   "the task's record does not decode: " + err.Error(),
 		CreatedAt: time.Unix(0, int64(created)), UpdatedAt: time.Unix(0, int64(updated)),
-		Metadata: map[string]any{"broken": true}}, true, nil
+		Metadata: map[string]any{"broken": true}, Broken: true}, true, nil
 }
 
 // brokenMatch is match for a broken task. One whose status is unknown
