@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -69,7 +71,11 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 		opts.SaveDir = "."
 	}
 	s := &session{opts: opts, p: &printer{w: out, color: opts.Color}, contextID: opts.ContextID, arts: map[string]*artifact{}}
-	s.hc = &http.Client{Transport: authTransport{base: opts.Transport, key: opts.APIKey, header: opts.APIKeyHeader}}
+	origin, err := originOf(opts.URL)
+	if err != nil {
+		return fmt.Errorf("agent URL %q: %w", opts.URL, err)
+	}
+	s.hc = &http.Client{Transport: authTransport{base: opts.Transport, key: opts.APIKey, header: opts.APIKeyHeader, origin: origin}}
 	if err := s.connect(ctx); err != nil {
 		return err
 	}
@@ -85,11 +91,30 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 	return s.loop(ctx)
 }
 
-// authTransport adds the API key to every request.
+// authTransport adds the API key to every request for the origin the
+// user typed, and to no other: not to an interface a card names elsewhere,
+// nor to a redirect's target.
 type authTransport struct {
 	base   http.RoundTripper
 	key    string
 	header string
+	origin string
+}
+
+// originOf is a URL's scheme://host:port, the port made explicit.
+func originOf(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return "", fmt.Errorf("want an http:// or https:// URL")
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return u.Scheme + "://" + strings.ToLower(net.JoinHostPort(u.Hostname(), port)), nil
 }
 
 func (t authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -97,7 +122,7 @@ func (t authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	if t.key == "" {
+	if o, err := originOf(r.URL.String()); t.key == "" || err != nil || o != t.origin {
 		return base.RoundTrip(r)
 	}
 	r = r.Clone(r.Context())
@@ -154,6 +179,9 @@ func (s *session) connect(ctx context.Context) error {
 		return fmt.Errorf("read the agent card of %s: %w", s.opts.URL, err)
 	}
 	s.card = card
+	if moved := s.keepToOrigin(card); moved != "" {
+		s.p.line(styleDim, "(the agent card names %s; talking to %s instead)", moved, s.opts.URL)
+	}
 	s.client, err = a2aclient.NewFromCard(cctx, card,
 		a2aclient.WithJSONRPCTransport(s.hc),
 		a2aclient.WithRESTTransport(s.hc),
@@ -173,6 +201,35 @@ func (s *session) connect(ctx context.Context) error {
 		s.p.line(styleDim, "%s", sanitize(card.Description))
 	}
 	return nil
+}
+
+// keepToOrigin points every interface of the card at the origin the user
+// typed, keeping its path: a card (the agent's own, or one a proxy
+// rewrote) must not send the conversation, and with it the API key, to
+// another origin. It returns the first other origin the card named.
+func (s *session) keepToOrigin(card *a2a.AgentCard) string {
+	typed, _ := originOf(s.opts.URL)
+	moved := ""
+	for i := range card.SupportedInterfaces {
+		iface := card.SupportedInterfaces[i]
+		if iface == nil {
+			continue
+		}
+		u, err := url.Parse(iface.URL)
+		if err != nil {
+			continue
+		}
+		if o, err := originOf(iface.URL); err == nil && o == typed {
+			continue
+		}
+		if moved == "" {
+			moved = u.Scheme + "://" + u.Host
+		}
+		t, _ := url.Parse(s.opts.URL)
+		u.Scheme, u.Host, u.User = t.Scheme, t.Host, nil
+		iface.URL = u.String()
+	}
+	return moved
 }
 
 // parseCard reads a 1.0 card, or a 0.3 one (which names no

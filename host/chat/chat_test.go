@@ -146,20 +146,30 @@ func serve(t *testing.T, v03 bool) (string, *executor) {
 // serveCard is serve with extensions listed on the card.
 func serveCard(t *testing.T, v03 bool, exts []a2a.AgentExtension) (string, *executor) {
 	t.Helper()
+	return serveNaming(t, v03, exts, "")
+}
+
+// serveNaming is serveCard with a card whose interface is on base (the
+// server's own URL when empty) rather than where it is served.
+func serveNaming(t *testing.T, v03 bool, exts []a2a.AgentExtension, base string) (string, *executor) {
+	t.Helper()
 	ex := &executor{release: make(chan struct{})}
 	handler := a2asrv.NewHandler(ex)
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(breaker.wrap(mux))
 	t.Cleanup(srv.Close)
+	if base == "" {
+		base = srv.URL
+	}
 	card := &a2a.AgentCard{Name: "Trivial", Description: "a2asrv with a trivial executor", Version: "1",
 		Capabilities: a2a.AgentCapabilities{Streaming: true, Extensions: exts}, DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
 		Skills: []a2a.AgentSkill{{ID: "hello", Name: "hello", Description: "says hello", Tags: []string{"hello"}}}}
 	if v03 {
-		card.SupportedInterfaces = []*a2a.AgentInterface{{URL: srv.URL + "/rpc", ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version}}
+		card.SupportedInterfaces = []*a2a.AgentInterface{{URL: base + "/rpc", ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version}}
 		mux.Handle("/rpc", a2av0.NewJSONRPCHandler(handler))
 		mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewAgentCardHandler(a2av0.NewStaticAgentCardProducer(card)))
 	} else {
-		card.SupportedInterfaces = []*a2a.AgentInterface{a2a.NewAgentInterface(srv.URL+"/rpc", a2a.TransportProtocolJSONRPC)}
+		card.SupportedInterfaces = []*a2a.AgentInterface{a2a.NewAgentInterface(base+"/rpc", a2a.TransportProtocolJSONRPC)}
 		mux.Handle("/rpc", a2asrv.NewJSONRPCHandler(handler))
 		mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(card))
 	}
@@ -450,6 +460,44 @@ func TestChatNeverPrintsControlSequencesFromTheServer(t *testing.T) {
 	for _, c := range []string{"\x1b", "\x07", "\x9b", "\u202e"} {
 		if strings.Contains(out, c) {
 			t.Fatalf("the chat printed %q from the server:\n%q", c, out)
+		}
+	}
+}
+
+// A card that names an interface on another origin (another host, port or
+// scheme) never gets the API key sent there: the chat talks to the origin
+// it was given, where the key belongs, and says so; a redirect elsewhere
+// gets no key either.
+func TestChatKeepsTheKeyToItsOrigin(t *testing.T) {
+	var mu sync.Mutex
+	var elsewhere []string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		elsewhere = append(elsewhere, r.Method+" "+r.URL.Path+" auth="+r.Header.Get("Authorization"))
+		mu.Unlock()
+		http.Error(w, "not here", http.StatusTeapot)
+	}))
+	defer other.Close()
+	for _, v03 := range []bool{false, true} {
+		url, _ := serveNaming(t, v03, nil, other.URL)
+		s := start(t, chat.Options{URL: url, APIKey: "sk-secret"})
+		s.expect("(the agent card names " + other.URL + "; talking to " + url + " instead)")
+		s.expect("you> ")
+		s.say("hi there")
+		s.expect("Hello, world]0;pwned (hi there)") // answered at the typed origin
+	}
+	// A redirect to another origin: followed, without the key.
+	redir := httptest.NewServer(http.RedirectHandler(other.URL+"/card", http.StatusFound))
+	defer redir.Close()
+	_ = chat.Run(context.Background(), chat.Options{URL: redir.URL, APIKey: "sk-secret"}, strings.NewReader(""), io.Discard)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(elsewhere) == 0 {
+		t.Fatal("the redirect was not followed: nothing checked")
+	}
+	for _, r := range elsewhere {
+		if strings.Contains(r, "sk-secret") {
+			t.Fatalf("the key went to another origin: %q", elsewhere)
 		}
 	}
 }
