@@ -128,6 +128,9 @@ type Scope struct {
 }
 
 // Check returns ErrForeign (wrapped) unless the artifact belongs to s.
+// The error reads, and matches, as the artifact not being found (it also
+// matches ErrNotFound): a writer, a model or a plugin trying ids must not
+// learn that an id exists in another task, context or principal.
 func (s Scope) Check(i Info) error {
 	if i.ContextID != s.ContextID || i.TaskID != s.TaskID || (i.Owner != "" && i.Owner != s.Owner) {
 		return &foreignError{id: i.ID}
@@ -137,10 +140,10 @@ func (s Scope) Check(i Info) error {
 
 type foreignError struct{ id string }
 
-func (e *foreignError) Error() string {
-	return "artifact " + `"` + e.id + `"` + " belongs to another task or context"
+func (e *foreignError) Error() string { return notFound(e.id).Error() }
+func (e *foreignError) Is(target error) bool {
+	return target == ErrForeign || target == ErrNotFound || target == loop.ErrNotFound
 }
-func (e *foreignError) Is(target error) bool { return target == ErrForeign }
 
 // NewID returns a new artifact id: "art-" and 24 hex digits (milliseconds
 // since the epoch, a per-process counter, random bits), so ids made by one

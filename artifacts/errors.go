@@ -29,6 +29,7 @@ var (
 	// error is a *RowError naming the row and column.
 	ErrSchemaMismatch = errors.New("row does not match the dataset schema")
 	// ErrForeign: the artifact belongs to another task, context or owner.
+	// An error matching it matches ErrNotFound too and reads the same.
 	ErrForeign = errors.New("artifact belongs to another task or context")
 	// ErrTooLarge: a part larger than Config.MaxPartSize.
 	ErrTooLarge = errors.New("artifact part too large")
