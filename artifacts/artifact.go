@@ -3,6 +3,7 @@ package artifacts
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -128,21 +129,34 @@ type Scope struct {
 }
 
 // Check returns ErrForeign (wrapped) unless the artifact belongs to s.
-// The error reads, and matches, as the artifact not being found (it also
-// matches ErrNotFound): a writer, a model or a plugin trying ids must not
-// learn that an id exists in another task, context or principal.
+// An artifact of another context or principal reads, and matches, as not
+// found (get artifact: ErrNotFound, as a store answers for a missing id):
+// a writer, a model or a plugin trying ids must not learn that an id
+// exists elsewhere. One of another task of the same conversation (which
+// list_artifacts shows the model anyway) says so.
 func (s Scope) Check(i Info) error {
-	if i.ContextID != s.ContextID || i.TaskID != s.TaskID || (i.Owner != "" && i.Owner != s.Owner) {
+	if i.ContextID != s.ContextID || (i.Owner != "" && i.Owner != s.Owner) {
+		return fmt.Errorf("get artifact: %w", &foreignError{id: i.ID, hidden: true})
+	}
+	if i.TaskID != s.TaskID {
 		return &foreignError{id: i.ID}
 	}
 	return nil
 }
 
-type foreignError struct{ id string }
+type foreignError struct {
+	id     string
+	hidden bool // reads as not found
+}
 
-func (e *foreignError) Error() string { return notFound(e.id).Error() }
+func (e *foreignError) Error() string {
+	if e.hidden {
+		return notFound(e.id).Error()
+	}
+	return "artifact " + `"` + e.id + `"` + " belongs to another task of this conversation"
+}
 func (e *foreignError) Is(target error) bool {
-	return target == ErrForeign || target == ErrNotFound || target == loop.ErrNotFound
+	return target == ErrForeign || (e.hidden && (target == ErrNotFound || target == loop.ErrNotFound))
 }
 
 // NewID returns a new artifact id: "art-" and 24 hex digits (milliseconds

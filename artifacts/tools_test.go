@@ -319,7 +319,7 @@ func TestToolErrors(t *testing.T) {
 		{"schema mismatch", env, "append_dataset_rows", map[string]any{"artifactId": ds, "rows": []any{map[string]any{"n": 1}, map[string]any{"n": "two"}}}, []string{"row 1", `column "n"`, "want an integer"}},
 		{"unknown column", env, "append_dataset_rows", map[string]any{"artifactId": ds, "rows": []any{map[string]any{"m": 1}}}, []string{"row 0", `column "m"`, "no such column"}},
 		{"another task", env, "append_artifact", map[string]any{"artifactId": foreign, "content": "x"}, []string{"another task"}},
-		{"another principal", mallory, "append_artifact", map[string]any{"artifactId": file, "content": "x"}, []string{"another task"}},
+		{"another principal", mallory, "append_artifact", map[string]any{"artifactId": file, "content": "x"}, []string{"artifact not found"}},
 		{"wrong kind", env, "append_dataset_rows", map[string]any{"artifactId": file, "rows": []any{map[string]any{"n": 1}}}, []string{"does not apply", "is a file"}},
 		{"missing argument", env, "append_artifact", map[string]any{"content": "x"}, []string{"invalid arguments", "artifactId"}},
 		{"wrong argument type", env, "replace_artifact_part", map[string]any{"artifactId": file, "partIndex": "one", "content": "x"}, []string{"invalid arguments", "partIndex"}},

@@ -197,14 +197,18 @@ func TestApplyOps(t *testing.T) {
 				t.Fatalf("csv header with an unknown column: %v", err)
 			}
 			other := NewWriter(b.store, Scope{ContextID: "c", TaskID: "t2"}, rec.emit)
-			_, foreign := other.ApplyJSON(ctxb, []byte(fmt.Sprintf(`{"op":"append","artifactId":%q,"rows":[{"n":1}]}`, ds2)))
-			if !errors.Is(foreign, ErrForeign) || !errors.Is(foreign, ErrNotFound) {
-				t.Fatalf("write from another task: %v", foreign)
+			if _, err := other.ApplyJSON(ctxb, []byte(fmt.Sprintf(`{"op":"append","artifactId":%q,"rows":[{"n":1}]}`, ds2))); !errors.Is(err, ErrForeign) {
+				t.Fatalf("write from another task: %v", err)
 			}
-			// Another task's artifact and no artifact read alike, so a
-			// writer trying ids learns nothing of other tasks'.
+			// Another conversation's artifact and no artifact read alike,
+			// so a writer trying ids learns nothing of others'.
+			stranger := NewWriter(b.store, Scope{ContextID: "c2", TaskID: "t3"}, rec.emit)
+			_, foreign := stranger.ApplyJSON(ctxb, []byte(fmt.Sprintf(`{"op":"append","artifactId":%q,"rows":[{"n":1}]}`, ds2)))
+			if !errors.Is(foreign, ErrForeign) || !errors.Is(foreign, ErrNotFound) {
+				t.Fatalf("write from another context: %v", foreign)
+			}
 			missing := "art-000000000000000000000000"
-			_, absent := other.ApplyJSON(ctxb, []byte(fmt.Sprintf(`{"op":"append","artifactId":%q,"rows":[{"n":1}]}`, missing)))
+			_, absent := stranger.ApplyJSON(ctxb, []byte(fmt.Sprintf(`{"op":"append","artifactId":%q,"rows":[{"n":1}]}`, missing)))
 			if !errors.Is(absent, ErrNotFound) || strings.ReplaceAll(foreign.Error(), ds2, "ID") != strings.ReplaceAll(absent.Error(), missing, "ID") {
 				t.Fatalf("another task's artifact: %q; a missing one: %q: they must read alike", foreign, absent)
 			}
