@@ -30,6 +30,12 @@ type MCPConfig struct {
 	AgentTool string `json:"agentTool,omitempty"`
 	// SessionTimeout ends MCP sessions idle for that long (default 30m).
 	SessionTimeout Duration `json:"sessionTimeout,omitempty"`
+	// MaxSessions bounds the /mcp sessions open at once (default 1024);
+	// past it a new one is refused (503, Retry-After).
+	MaxSessions int `json:"maxSessions,omitempty"`
+	// MaxSessionsPerPrincipal bounds one principal's (default 64); a new
+	// session past it ends that principal's oldest.
+	MaxSessionsPerPrincipal int `json:"maxSessionsPerPrincipal,omitempty"`
 	// Servers are outside MCP servers whose tools the agent may use. They
 	// are NOT sandboxed: a command runs as a child process of the host with
 	// the host's rights, a URL is whatever service answers there.
@@ -118,6 +124,9 @@ func (c MCPConfig) validate() error {
 	if c.SessionTimeout < 0 {
 		return errors.New("config: mcp.sessionTimeout must not be negative")
 	}
+	if c.MaxSessions < 0 || c.MaxSessionsPerPrincipal < 0 {
+		return errors.New("config: mcp.maxSessions and mcp.maxSessionsPerPrincipal must not be negative")
+	}
 	return nil
 }
 
@@ -169,7 +178,8 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 // host's API keys, through Fiber's net/http adaptor (which streams: a
 // response the handler flushes goes out as it is written).
 func (s *Server) mcpHandler() fiber.Handler {
-	opts := mcp.HTTPOptions{SessionTimeout: time.Duration(s.cfg.MCP.SessionTimeout), MaxBodyBytes: int64(s.cfg.Limits.MaxBodyBytes)}
+	opts := mcp.HTTPOptions{SessionTimeout: time.Duration(s.cfg.MCP.SessionTimeout), MaxBodyBytes: int64(s.cfg.Limits.MaxBodyBytes),
+		MaxSessions: s.cfg.MCP.MaxSessions, MaxSessionsPerPrincipal: s.cfg.MCP.MaxSessionsPerPrincipal}
 	if s.cfg.Auth.Enabled {
 		opts.Authenticate = s.auth.principal
 	}

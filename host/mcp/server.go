@@ -409,6 +409,12 @@ type HTTPOptions struct {
 	SessionTimeout time.Duration
 	// MaxBodyBytes bounds a request (default 4 MiB).
 	MaxBodyBytes int64
+	// MaxSessions bounds the sessions open at once (default 1024): past
+	// it a new session is refused with 503 and Retry-After.
+	MaxSessions int
+	// MaxSessionsPerPrincipal bounds one principal's (default 64): a new
+	// session past it ends that principal's oldest.
+	MaxSessionsPerPrincipal int
 }
 
 // Handler serves MCP over streamable HTTP (one endpoint: POST for
@@ -425,6 +431,7 @@ func (s *Server) Handler(opts HTTPOptions) http.Handler {
 		// another name (a proxy, a container) must still be served.
 		DisableLocalhostProtection: true,
 	})
+	h = newSessionLimiter(s.srv, opts.MaxSessions, opts.MaxSessionsPerPrincipal, opts.MaxBodyBytes).wrap(h)
 	if opts.Authenticate == nil {
 		return h
 	}
