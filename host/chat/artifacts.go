@@ -241,14 +241,7 @@ func (s *session) save(args []string) {
 	if len(args) > 1 {
 		path = strings.Join(args[1:], " ")
 	} else {
-		name := filepath.Base(filepath.Clean("/" + oneLine(sanitize(a.label()))))
-		if name == "/" || name == "." {
-			name = "artifact"
-		}
-		if filepath.Ext(name) == "" {
-			name += ext
-		}
-		path = filepath.Join(s.opts.SaveDir, name)
+		path = filepath.Join(s.opts.SaveDir, saveName(n, a.label(), ext))
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -306,4 +299,28 @@ func (a *artifact) content() ([]byte, string, error) {
 		return nil, "", fmt.Errorf("it holds nothing to save")
 	}
 	return raw, ".txt", nil
+}
+
+// saveName is the file name /save gives artifact n when no path is typed:
+// "artifact-N-" and the agent's name for it, its folders, leading dots and
+// control characters removed, at most 100 bytes: the agent chooses no
+// dotfile (.bash_login, .envrc) and no name a tool reads (Makefile), and
+// the name stays within what a file system takes.
+func saveName(n int, label, ext string) string {
+	name := filepath.Base(filepath.Clean("/" + oneLine(sanitize(label))))
+	name = strings.TrimLeft(name, ". ")
+	if name == "/" || name == "" {
+		name = "artifact"
+	}
+	if filepath.Ext(name) == "" {
+		name += ext
+	}
+	if len(name) > 100 {
+		e := filepath.Ext(name)
+		if len(e) > 20 {
+			e = ""
+		}
+		name = strings.ToValidUTF8(name[:100-len(e)], "") + e
+	}
+	return fmt.Sprintf("artifact-%d-%s", n, name)
 }

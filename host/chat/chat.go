@@ -326,7 +326,7 @@ const helpText = `Commands:
   /quit, /exit        leave (so does Ctrl-D, or Ctrl-C twice)
   /cancel             cancel the paused task
   /artifacts          list the artifacts received
-  /save N [path]      save artifact N (to path, or to its name in the save folder)
+  /save N [path]      save artifact N (to path, or to artifact-N-<its name> here)
   /context            show the conversation's context id
   /new                start a new conversation
 Anything else is sent to the agent. While a turn runs, Ctrl-C cancels it.

@@ -277,8 +277,8 @@ func TestChatWithA2ASrv(t *testing.T) {
 				t.Fatalf("a control sequence from the server reached the terminal: %q", o)
 			}
 			s.say("/save 1")
-			s.expect("saved artifact #1 to " + filepath.Join(s.saved, "note.txt"))
-			if b, err := os.ReadFile(filepath.Join(s.saved, "note.txt")); err != nil || string(b) != "line one\nline two\n" {
+			s.expect("saved artifact #1 to " + filepath.Join(s.saved, "artifact-1-note.txt"))
+			if b, err := os.ReadFile(filepath.Join(s.saved, "artifact-1-note.txt")); err != nil || string(b) != "line one\nline two\n" {
 				t.Fatalf("saved artifact = %q (%v)", b, err)
 			}
 			s.say("/save 1")
