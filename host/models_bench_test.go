@@ -32,10 +32,16 @@ import (
 // host's work per chunk delays the server's own timers, so the whole
 // answer takes longer even when each chunk is handled within its gap) and
 // of how long the client waited after the server's last flush
-// (after-server-ms: the latency the host adds at the end).
+// (after-server-ms: the latency the host adds at the end), and the CPU
+// time of this process per turn (cpu-ms/turn: user and system, every
+// thread: the client, the host, and the server unless it runs apart),
+// which a loaded machine moves far less than the latencies.
 // LOOOPY_BENCH_CHUNKS and LOOOPY_BENCH_CHUNK_DELAY (a Go duration, 0 for
 // none) change the answer's shape: 400 chunks with no delay measure the
-// host's cost per chunk when the model is faster than the host.
+// host's cost per chunk when the model is faster than the host. The
+// "-server-process" variants run the same server in a child process (this
+// test binary, see TestMain), so that its timers and goroutines share only
+// the machine's cores with the host, not its Go scheduler and collector.
 func BenchmarkRealModelOverhead(b *testing.B) {
 	chunks, delay := 40, 2*time.Millisecond
 	if v, err := strconv.Atoi(os.Getenv("LOOOPY_BENCH_CHUNKS")); err == nil && v > 0 {
@@ -44,21 +50,32 @@ func BenchmarkRealModelOverhead(b *testing.B) {
 	if v, err := time.ParseDuration(os.Getenv("LOOOPY_BENCH_CHUNK_DELAY")); err == nil {
 		delay = v
 	}
-	text := make([]string, chunks)
-	for i := range text {
-		text[i] = fmt.Sprintf(" w%d", i)
-	}
+	text := benchWords(chunks)
 	reply := chatserver.Reply{Text: text, ChunkDelay: delay}
-	for _, mode := range []string{"direct", "looopy", "looopy-mem"} {
+	for _, mode := range []string{"direct", "looopy", "looopy-mem",
+		"direct-server-process", "looopy-server-process", "looopy-mem-server-process"} {
 		b.Run(mode, func(b *testing.B) {
-			srv := chatserver.Start(b.Cleanup)
-			srv.Default = reply
-			var turn func(ctx context.Context) (first, end time.Duration, err error)
-			if mode == "direct" {
-				turn = directTurn(srv.BaseURL(), text[len(text)-1])
+			var base string
+			var lastStream func() (time.Time, time.Time, error)
+			kind, apart := strings.CutSuffix(mode, "-server-process")
+			if apart {
+				p := startChatProcess(b, chunks, delay)
+				base, lastStream = p.base, p.LastStream
 			} else {
-				h := openAIHost(b, srv, "LOOOPY_BENCH_OPENAI_KEY", "sk-bench", func(cfg *host.Config) {
-					cfg.InMemory = mode == "looopy-mem"
+				srv := chatserver.Start(b.Cleanup)
+				srv.Default = reply
+				base = srv.BaseURL()
+				lastStream = func() (time.Time, time.Time, error) {
+					f, d := srv.LastStream()
+					return f, d, nil
+				}
+			}
+			var turn func(ctx context.Context) (first, end time.Duration, err error)
+			if kind == "direct" {
+				turn = directTurn(base, text[len(text)-1])
+			} else {
+				h := openAIHostAt(b, base, "LOOOPY_BENCH_OPENAI_KEY", "sk-bench", func(cfg *host.Config) {
+					cfg.InMemory = kind == "looopy-mem"
 				})
 				turn = a2aTurn(b, h.URL())
 			}
@@ -70,6 +87,7 @@ func BenchmarkRealModelOverhead(b *testing.B) {
 			}
 			firsts, ends := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 			paces, afters := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for range b.N {
 				t0 := time.Now()
@@ -78,10 +96,14 @@ func BenchmarkRealModelOverhead(b *testing.B) {
 					b.Fatal(err)
 				}
 				firsts, ends = append(firsts, first), append(ends, end)
-				from, done := srv.LastStream()
+				from, done, err := lastStream()
+				if err != nil {
+					b.Fatal(err)
+				}
 				paces, afters = append(paces, done.Sub(from)), append(afters, t0.Add(end).Sub(done))
 			}
 			b.StopTimer()
+			cpu := processCPU(b) - cpu0
 			median := func(d []time.Duration) float64 {
 				slices.Sort(d)
 				return float64(d[len(d)/2].Microseconds()) / 1000
@@ -90,6 +112,7 @@ func BenchmarkRealModelOverhead(b *testing.B) {
 			b.ReportMetric(median(ends), "end-ms")
 			b.ReportMetric(median(paces), "server-ms")
 			b.ReportMetric(median(afters), "after-server-ms")
+			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/turn")
 		})
 	}
 }

@@ -21,10 +21,16 @@ import (
 // environment variable env.
 func openAIHost(t testing.TB, srv *chatserver.Server, env, key string, edit func(cfg *host.Config)) *testHost {
 	t.Helper()
+	return openAIHostAt(t, srv.BaseURL(), env, key, edit)
+}
+
+// openAIHostAt is openAIHost for a server at baseURL.
+func openAIHostAt(t testing.TB, baseURL, env, key string, edit func(cfg *host.Config)) *testHost {
+	t.Helper()
 	t.Setenv(env, key)
 	root := t.TempDir()
 	copyPlugin(t, root, "openai", func(m map[string]any) {
-		m["config"] = map[string]any{"baseUrl": srv.BaseURL(), "model": "manifest-model"}
+		m["config"] = map[string]any{"baseUrl": baseURL, "model": "manifest-model"}
 		m["secrets"] = map[string]any{"apiKey": env}
 		caps := m["capabilities"].(map[string]any)
 		caps["allowedHosts"] = []string{"127.0.0.1"}

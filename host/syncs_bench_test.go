@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,25 @@ func (toolThenAnswer) Generate(_ context.Context, req *loop.ModelRequest, _ func
 		ToolCalls: []loop.ToolCall{{ID: "c1", Name: "noop", Arguments: []byte(`{}`)}}}, FinishReason: loop.FinishToolCalls}, nil
 }
 
+// streamedText streams 40 pieces of text 2 ms apart, as a model
+// generating, then answers them.
+type streamedText struct{}
+
+func (streamedText) Generate(ctx context.Context, _ *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
+	var text strings.Builder
+	for i := range 40 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+		piece := fmt.Sprintf(" w%d", i)
+		onDelta(loop.Delta{Content: piece})
+		text.WriteString(piece)
+	}
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: text.String()}, FinishReason: loop.FinishStop}, nil
+}
+
 type noopTools struct{}
 
 func (noopTools) Tools(context.Context) ([]loop.ToolDefinition, error) {
@@ -41,17 +61,24 @@ func (noopTools) Call(_ context.Context, c loop.ToolCall, _ *loop.ToolEnv) (loop
 // two tasks' writes; syncs/task is the figure, syncs-to-answer/task the
 // commits made before the SendMessage answer reached the client (the
 // blocking answer's path; with returnImmediately, the acknowledgement's),
-// reads-to-answer/task the store's reads in that time.
+// reads-to-answer/task the store's reads in that time. "streamed-text" is
+// a streamed task whose model streams 40 pieces of text 2 ms apart and
+// calls no tool: each piece is an event of the task's stream and of its
+// context's.
 func BenchmarkSyncsPerTask(b *testing.B) {
 	for _, leases := range []bool{true, false} {
-		for _, mode := range []string{"SendMessage", "streaming", "returnImmediately"} {
+		for _, mode := range []string{"SendMessage", "streaming", "returnImmediately", "streamed-text"} {
 			b.Run(fmt.Sprintf("%s/leases=%v", mode, leases), func(b *testing.B) {
 				st, err := store.Open(store.Options{Dir: b.TempDir()})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer st.Close()
-				opts := host.Options{Model: toolThenAnswer{}, Toolsets: []loop.Toolset{noopTools{}},
+				var model loop.Model = toolThenAnswer{}
+				if mode == "streamed-text" {
+					model = streamedText{}
+				}
+				opts := host.Options{Model: model, Toolsets: []loop.Toolset{noopTools{}},
 					Stores: host.Stores{Messages: st, Agents: st, Tasks: st, Events: st.Events(), Commit: st,
 						Checkpoints: st, Journal: st, Durable: st, KV: st}}
 				if leases {
@@ -110,7 +137,7 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 						toAnswer += st.Commits() - before
 						reads += st.Reads() - readsBefore
 						id = string(r.(*a2a.Task).ID)
-					case "streaming":
+					case "streaming", "streamed-text":
 						for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}) {
 							if err != nil {
 								b.Fatal(err)
@@ -134,7 +161,7 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 					commits += st.Commits() - before
 				}
 				b.ReportMetric(float64(commits)/float64(b.N), "syncs/task")
-				if mode != "streaming" {
+				if mode != "streaming" && mode != "streamed-text" {
 					b.ReportMetric(float64(toAnswer)/float64(b.N), "syncs-to-answer/task")
 					// Store reads before the answer (the task's lease and
 					// GetTask polling come after it).
