@@ -274,6 +274,24 @@ type EventLog interface {
 	Wait(ctx context.Context, stream string, after uint64) (last uint64, err error)
 }
 
+// StreamAppend is one stream's records in an AppendStreams.
+type StreamAppend struct {
+	Stream string
+	Data   [][]byte
+}
+
+// MultiStreamAppender is an EventLog that can append to several streams in
+// one durable write (an event of a task goes to its task's stream and to
+// its context's). The Hub uses it when the log offers it: one sync instead
+// of one per stream.
+type MultiStreamAppender interface {
+	// AppendStreams appends each entry's records to its stream as Append
+	// does, all of them in one write, durable together when it returns;
+	// it returns each stream's first sequence number, in the order given.
+	// The streams must be distinct and each entry must hold records.
+	AppendStreams(ctx context.Context, appends []StreamAppend) (first []uint64, err error)
+}
+
 // Lease is the right of one owner (a host process) to work on something
 // (a running task) until Expires. It is held by renewing it before it
 // lapses; another owner may take it only after it has. Token grows with

@@ -150,6 +150,21 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		report(b, start)
 	})
+	// The same on a log that writes both streams at once (Badger's own
+	// handle, which offers AppendStreams): one write per event; above it
+	// is Badger behind a wrapper that hides that, a writer per stream.
+	b.Run("badger/task-and-context-one-write", func(b *testing.B) {
+		log, _ := badgerMultiLog(b)
+		h := newHub(b, sse.Config{Log: log})
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			if _, err := h.PublishTask(context.Background(), ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b, start)
+	})
 	sink := func(b *testing.B, log loop.EventLog) {
 		h := newHub(b, sse.Config{Log: log})
 		sink := h.Sink(func(_ loop.Event, err error) { b.Error(err) })
@@ -166,6 +181,10 @@ func BenchmarkPublish(b *testing.B) {
 		report(b, start)
 	}
 	b.Run("badger/sink", func(b *testing.B) { sink(b, badgerLog(b)) })
+	b.Run("badger/sink-one-write", func(b *testing.B) {
+		log, _ := badgerMultiLog(b)
+		sink(b, log)
+	})
 	b.Run("sink", func(b *testing.B) { sink(b, memoryLog(b)) })
 	b.Run("badger/task-and-context-parallel", func(b *testing.B) {
 		h := newHub(b, sse.Config{Log: badgerLog(b)})

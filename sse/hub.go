@@ -210,13 +210,19 @@ func (h *Hub) PublishTask(ctx context.Context, e loop.Event) (uint64, error) {
 		return 0, fmt.Errorf("publish %s event: it names neither a task nor a context", hd.Kind)
 	}
 	var taskRes, ctxRes chan pubResult
-	if hd.TaskID != "" {
+	switch {
+	case hd.TaskID != "" && hd.ContextID != "":
+		taskRes, ctxRes = make(chan pubResult, 1), make(chan pubResult, 1)
+		if err := h.enqueuePair(TaskStream(hd.TaskID), pending{it: it, res: taskRes},
+			ContextStream(hd.ContextID), pending{it: it, res: ctxRes}); err != nil {
+			return 0, err
+		}
+	case hd.TaskID != "":
 		taskRes = make(chan pubResult, 1)
 		if err := h.enqueue(TaskStream(hd.TaskID), pending{it: it, res: taskRes}); err != nil {
 			return 0, err
 		}
-	}
-	if hd.ContextID != "" {
+	default:
 		ctxRes = make(chan pubResult, 1)
 		if err := h.enqueue(ContextStream(hd.ContextID), pending{it: it, res: ctxRes}); err != nil {
 			return 0, err
@@ -262,12 +268,17 @@ func (h *Hub) Sink(onErr func(loop.Event, error)) loop.EventSink {
 			report(fmt.Errorf("publish %s event: it names neither a task nor a context", hd.Kind))
 			return
 		}
-		if hd.TaskID != "" {
+		switch {
+		case hd.TaskID != "" && hd.ContextID != "":
+			if err := h.enqueuePair(TaskStream(hd.TaskID), pending{it: it, onErr: report},
+				ContextStream(hd.ContextID), pending{it: it, onErr: report}); err != nil {
+				report(err)
+			}
+		case hd.TaskID != "":
 			if err := h.enqueue(TaskStream(hd.TaskID), pending{it: it, onErr: report}); err != nil {
 				report(err)
 			}
-		}
-		if hd.ContextID != "" {
+		default:
 			if err := h.enqueue(ContextStream(hd.ContextID), pending{it: it, onErr: report}); err != nil {
 				report(err)
 			}

@@ -101,3 +101,41 @@ func eachLog(t *testing.T, f func(t *testing.T, newLog func(testing.TB) *spyLog)
 	t.Run("memory", func(t *testing.T) { f(t, memoryLog) })
 	t.Run("badger", func(t *testing.T) { f(t, badgerLog) })
 }
+
+// multiSpyLog is a spyLog over a log that appends to several streams in one
+// write (Badger's): it counts those writes, and can make them fail.
+type multiSpyLog struct {
+	*spyLog
+	multi loop.MultiStreamAppender
+	mu    sync.Mutex
+	pairs int
+	fail  error
+}
+
+var _ loop.MultiStreamAppender = (*multiSpyLog)(nil)
+
+func (s *multiSpyLog) AppendStreams(ctx context.Context, appends []loop.StreamAppend) ([]uint64, error) {
+	s.mu.Lock()
+	s.pairs++
+	fail := s.fail
+	s.mu.Unlock()
+	if fail != nil {
+		return nil, fail
+	}
+	return s.multi.AppendStreams(ctx, appends)
+}
+
+func (s *multiSpyLog) pairCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pairs
+}
+
+// badgerMultiLog is Badger's event log seen through a multiSpyLog, with the
+// store (for its commit count).
+func badgerMultiLog(t testing.TB) (*multiSpyLog, *store.Badger) {
+	t.Helper()
+	b := openBadger(t, t.TempDir())
+	t.Cleanup(func() { _ = b.Close() })
+	return &multiSpyLog{spyLog: spy(b.Events()), multi: b.Events()}, b
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/looopy-go/looopy/loop"
 )
 
 // maxAppend bounds the records of one append to the log.
@@ -77,28 +79,207 @@ func (h *Hub) write(st *stream) {
 			h.release(st)
 			return
 		}
-		batch := st.queue
-		if len(batch) > maxAppend {
-			st.queue = append(st.spare[:0], batch[maxAppend:]...)
-			batch = batch[:maxAppend]
-		} else {
-			st.queue = st.spare[:0]
-		}
+		batch := st.take()
 		st.qcond.Broadcast()
 		st.qmu.Unlock()
 
 		h.appendBatch(st, batch)
-		clear(batch)
-		st.qmu.Lock()
-		st.spare = batch[:0]
-		st.qmu.Unlock()
+		st.giveBack(batch)
 	}
+}
+
+// take removes up to maxAppend events from the head of the queue and
+// returns them. Caller holds st.qmu.
+func (st *stream) take() []pending {
+	batch := st.queue
+	if len(batch) > maxAppend {
+		st.queue = append(st.spare[:0], batch[maxAppend:]...)
+		batch = batch[:maxAppend]
+	} else {
+		st.queue = st.spare[:0]
+	}
+	return batch
+}
+
+// giveBack keeps the memory of an appended batch for the next queue.
+func (st *stream) giveBack(batch []pending) {
+	if batch == nil {
+		return
+	}
+	clear(batch)
+	st.qmu.Lock()
+	st.spare = batch[:0]
+	st.qmu.Unlock()
+}
+
+// enqueuePair queues p for stream a and q for stream b (an event of a task,
+// for its task's stream and its context's). On a log that appends to
+// several streams in one write (loop.MultiStreamAppender), when neither
+// stream has a writer, one writer takes both: it appends what both queues
+// hold in one write to the log, one sync for the two instead of one each.
+// Otherwise each is queued for its own stream's writer.
+func (h *Hub) enqueuePair(an string, p pending, bn string, q pending) error {
+	ml, ok := h.log.(loop.MultiStreamAppender)
+	if ok && an != "" && bn != "" && an != bn {
+		started, err := h.startPair(ml, an, p, bn, q)
+		if started || err != nil {
+			return err
+		}
+	}
+	if err := h.enqueue(an, p); err != nil {
+		return err
+	}
+	return h.enqueue(bn, q)
+}
+
+// startPair queues p and q when neither queue is full and both streams
+// have a writer, or neither has one: then it starts one writer for the two.
+// It reports whether it queued them.
+func (h *Hub) startPair(ml loop.MultiStreamAppender, an string, p pending, bn string, q pending) (bool, error) {
+	a, err := h.acquire(an)
+	if err != nil {
+		return false, fmt.Errorf("publish to %q: %w", an, err)
+	}
+	defer h.release(a)
+	b, err := h.acquire(bn)
+	if err != nil {
+		return false, fmt.Errorf("publish to %q: %w", bn, err)
+	}
+	defer h.release(b)
+	unlock := lockQueues(a, b)
+	defer unlock()
+	if len(a.queue) >= h.maxQueue || len(b.queue) >= h.maxQueue || a.writing != b.writing {
+		return false, nil
+	}
+	if a.writing {
+		// Both have writers (most often one for the two): whoever
+		// writes a stream appends everything its queue holds.
+		a.queue = append(a.queue, p)
+		b.queue = append(b.queue, q)
+		return true, nil
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return false, fmt.Errorf("publish to %q: %w", an, ErrClosed)
+	}
+	a.refs++ // the writer's
+	b.refs++
+	h.writers.Add(1)
+	h.mu.Unlock()
+	a.writing, b.writing = true, true
+	a.queue = append(a.queue, p)
+	b.queue = append(b.queue, q)
+	go h.writePair(ml, a, b)
+	return true, nil
+}
+
+// lockQueues locks the queues of two streams, always in the same order
+// (by name), and returns the unlock.
+func lockQueues(a, b *stream) func() {
+	if b.name < a.name {
+		a, b = b, a
+	}
+	a.qmu.Lock()
+	b.qmu.Lock()
+	return func() {
+		b.qmu.Unlock()
+		a.qmu.Unlock()
+	}
+}
+
+// writePair appends the queues of a and b, together, until both are empty.
+func (h *Hub) writePair(ml loop.MultiStreamAppender, a, b *stream) {
+	defer h.writers.Done()
+	for {
+		unlock := lockQueues(a, b)
+		if len(a.queue) == 0 && len(b.queue) == 0 {
+			for _, st := range []*stream{a, b} {
+				st.writing = false
+				st.queue, st.spare = nil, nil
+				st.qcond.Broadcast()
+			}
+			unlock()
+			h.release(a)
+			h.release(b)
+			return
+		}
+		var ba, bb []pending
+		if len(a.queue) > 0 {
+			ba = a.take()
+		}
+		if len(b.queue) > 0 {
+			bb = b.take()
+		}
+		a.qcond.Broadcast()
+		b.qcond.Broadcast()
+		unlock()
+
+		switch {
+		case len(ba) == 0:
+			h.appendBatch(b, bb)
+		case len(bb) == 0:
+			h.appendBatch(a, ba)
+		default:
+			h.appendPair(ml, a, ba, b, bb)
+		}
+		a.giveBack(ba)
+		b.giveBack(bb)
+	}
+}
+
+// appendPair appends ba to a and bb to b in one write to the log, then
+// publishes each to its tail and wakes the subscribers, then answers the
+// publishers. A finished stream is appended alone (its batch refused).
+func (h *Hub) appendPair(ml loop.MultiStreamAppender, a *stream, ba []pending, b *stream, bb []pending) {
+	first, second := a, b
+	if b.name < a.name {
+		first, second = b, a
+	}
+	first.pub.Lock()
+	second.pub.Lock()
+	a.mu.RLock()
+	finA := a.finished
+	a.mu.RUnlock()
+	b.mu.RLock()
+	finB := b.finished
+	b.mu.RUnlock()
+	if finA || finB {
+		second.pub.Unlock()
+		first.pub.Unlock()
+		h.appendBatch(a, ba)
+		h.appendBatch(b, bb)
+		return
+	}
+	ids, err := ml.AppendStreams(context.Background(), []loop.StreamAppend{
+		{Stream: a.name, Data: records(ba)}, {Stream: b.name, Data: records(bb)}})
+	if err == nil && len(ids) != 2 {
+		err = fmt.Errorf("the log answered %d first ids for 2 streams", len(ids))
+	}
+	if err != nil {
+		second.pub.Unlock()
+		first.pub.Unlock()
+		answer(ba, 0, fmt.Errorf("publish to %q: append: %w", a.name, err))
+		answer(bb, 0, fmt.Errorf("publish to %q: append: %w", b.name, err))
+		return
+	}
+	h.published(a, ba, ids[0])
+	h.published(b, bb, ids[1])
+	second.pub.Unlock()
+	first.pub.Unlock()
+	answer(ba, ids[0], nil)
+	answer(bb, ids[1], nil)
 }
 
 // appendBatch appends batch to the log, then publishes it to the tail and
 // wakes the subscribers, then answers the publishers.
 func (h *Hub) appendBatch(st *stream, batch []pending) {
 	first, err := h.appendLog(st, batch)
+	answer(batch, first, err)
+}
+
+// answer tells the publishers of batch their ids (from first) or err.
+func answer(batch []pending, first uint64, err error) {
 	for i, p := range batch {
 		var r pubResult
 		if err != nil {
@@ -124,17 +305,27 @@ func (h *Hub) appendLog(st *stream, batch []pending) (uint64, error) {
 	if fin {
 		return 0, fmt.Errorf("publish to %q: %w", st.name, ErrFinished)
 	}
+	// The append is not cancelled with any one publisher: it is theirs
+	// together, and the Hub waits for it on Close.
+	first, err := h.log.Append(context.Background(), st.name, records(batch)...)
+	if err != nil {
+		return 0, fmt.Errorf("publish to %q: append: %w", st.name, err)
+	}
+	h.published(st, batch, first)
+	return first, nil
+}
+
+func records(batch []pending) [][]byte {
 	data := make([][]byte, len(batch))
 	for i := range batch {
 		data[i] = batch[i].it.Data
 	}
-	// The append is not cancelled with any one publisher: it is theirs
-	// together, and the Hub waits for it on Close.
-	first, err := h.log.Append(context.Background(), st.name, data...)
-	if err != nil {
-		return 0, fmt.Errorf("publish to %q: append: %w", st.name, err)
-	}
+	return data
+}
 
+// published puts batch, appended to the log from seq first on, in the tail
+// of st and wakes its subscribers. Caller holds st.pub.
+func (h *Hub) published(st *stream, batch []pending, first uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	last := first + uint64(len(batch)) - 1
@@ -150,7 +341,7 @@ func (h *Hub) appendLog(st *stream, batch []pending) (uint64, error) {
 		// again after them; subscribers read the rest from the log.
 		st.clearTail(max(st.last, last))
 		st.notifyAll()
-		return first, nil
+		return
 	}
 	if len(st.subs) > 0 {
 		for i := range batch {
@@ -169,7 +360,6 @@ func (h *Hub) appendLog(st *stream, batch []pending) (uint64, error) {
 	}
 	st.last = last
 	st.notifyAll()
-	return first, nil
 }
 
 // idle waits until no events of st wait to be appended.

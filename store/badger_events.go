@@ -53,6 +53,58 @@ func (e *BadgerEvents) Append(ctx context.Context, stream string, data ...[]byte
 	return first, nil
 }
 
+var _ loop.MultiStreamAppender = (*BadgerEvents)(nil)
+
+// AppendStreams implements loop.MultiStreamAppender: the records of every
+// stream in one transaction, one sync.
+func (e *BadgerEvents) AppendStreams(ctx context.Context, appends []loop.StreamAppend) ([]uint64, error) {
+	if len(appends) == 0 {
+		return nil, fmt.Errorf("append events: %w: no streams", loop.ErrInvalid)
+	}
+	seen := make(map[string]bool, len(appends))
+	for _, a := range appends {
+		if err := e.b.limits.checkID("stream", a.Stream); err != nil {
+			return nil, fmt.Errorf("append events: %w", err)
+		}
+		if len(a.Data) == 0 {
+			return nil, fmt.Errorf("append events to %q: %w: no records", a.Stream, loop.ErrInvalid)
+		}
+		if seen[a.Stream] {
+			return nil, fmt.Errorf("append events to %q: %w: stream named twice", a.Stream, loop.ErrInvalid)
+		}
+		seen[a.Stream] = true
+	}
+	first := make([]uint64, len(appends))
+	err := e.b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		var ms []mutation
+		for i, a := range appends {
+			prefix, hk := evtPrefix(a.Stream), evtHeadKey(a.Stream)
+			h, _, err := readHead(txn, hk) // absent (or expired): a new stream
+			if err != nil {
+				return nil, err
+			}
+			first[i] = h.a + 1
+			for j, d := range a.Data {
+				ms = append(ms, mutation{key: msgKey(prefix, first[i]+uint64(j)), value: d, expiresAt: h.b})
+			}
+			h.a += uint64(len(a.Data))
+			ms = append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b})
+		}
+		return ms, nil
+	}})
+	if err != nil {
+		names := make([]string, len(appends))
+		for i, a := range appends {
+			names[i] = a.Stream
+		}
+		return nil, fmt.Errorf("append events to %q: %w", names, err)
+	}
+	for _, a := range appends {
+		e.waiters.wake(a.Stream)
+	}
+	return first, nil
+}
+
 // Wait implements loop.EventLog. Appends through this store wake it; the
 // database is opened by one process at a time, so no append is missed.
 func (e *BadgerEvents) Wait(ctx context.Context, stream string, after uint64) (uint64, error) {

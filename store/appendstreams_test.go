@@ -1,0 +1,110 @@
+package store_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/store"
+)
+
+// AppendStreams writes several streams in one commit, each continuing its
+// own sequence (also after a plain Append, and after a reopen), keeps a
+// stream's expiry, and refuses a call it cannot do whole.
+func TestAppendStreams(t *testing.T) {
+	dir := t.TempDir()
+	b, err := store.Open(store.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	ev := b.Events()
+	if _, err := ev.Append(ctx, "task/a", []byte("a1")); err != nil {
+		t.Fatal(err)
+	}
+	before := b.Commits()
+	first, err := ev.AppendStreams(ctx, []loop.StreamAppend{
+		{Stream: "task/a", Data: [][]byte{[]byte("a2"), []byte("a3")}},
+		{Stream: "ctx/c", Data: [][]byte{[]byte("c1")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 2 || first[0] != 2 || first[1] != 1 {
+		t.Fatalf("first seqs %v, want [2 1]", first)
+	}
+	if n := b.Commits() - before; n != 1 {
+		t.Fatalf("%d commits, want 1", n)
+	}
+	for _, bad := range [][]loop.StreamAppend{
+		nil,
+		{{Stream: "task/a", Data: [][]byte{[]byte("x")}}, {Stream: "task/a", Data: [][]byte{[]byte("y")}}},
+		{{Stream: "task/a", Data: [][]byte{[]byte("x")}}, {Stream: "ctx/c"}},
+		{{Stream: "", Data: [][]byte{[]byte("x")}}},
+	} {
+		if _, err := ev.AppendStreams(ctx, bad); !errors.Is(err, loop.ErrInvalid) {
+			t.Fatalf("AppendStreams(%v): %v, want ErrInvalid", bad, err)
+		}
+	}
+	// Nothing of a refused call was written.
+	if err := ev.Expire(ctx, "ctx/c", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if first, err = ev.AppendStreams(ctx, []loop.StreamAppend{
+		{Stream: "ctx/c", Data: [][]byte{[]byte("c2")}},
+		{Stream: "task/a", Data: [][]byte{[]byte("a4")}},
+	}); err != nil || first[0] != 2 || first[1] != 4 {
+		t.Fatalf("second AppendStreams: %v, %v; want [2 4]", first, err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err = store.Open(store.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	want := map[string][]string{"task/a": {"a1", "a2", "a3", "a4"}, "ctx/c": {"c1", "c2"}}
+	for stream, w := range want {
+		recs, err := b.Events().Read(ctx, stream, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for i, r := range recs {
+			if r.Seq != uint64(i+1) {
+				t.Fatalf("%s: record %d has seq %d", stream, i, r.Seq)
+			}
+			got = append(got, string(r.Data))
+		}
+		if !slices.Equal(got, w) {
+			t.Fatalf("%s holds %v, want %v", stream, got, w)
+		}
+	}
+	// ctx/c expires in an hour, the record appended after Expire too;
+	// task/a never does.
+	expiring := map[string]bool{}
+	if err := b.DB().View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			expiring[string(v)] = it.Item().ExpiresAt() > 0
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for v, exp := range map[string]bool{"c1": true, "c2": true, "a1": false, "a2": false, "a4": false} {
+		if got, ok := expiring[v]; !ok || got != exp {
+			t.Fatalf("record %s: found %v, expires %v, want %v", v, ok, got, exp)
+		}
+	}
+}
