@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -57,6 +58,9 @@ func (s *Server) handleArtifact(c *fiber.Ctx) error {
 type artifactBridge struct {
 	db    *artifacts.DB
 	tasks loop.TaskStore
+	// ttl is limits.taskTTL: how long an artifact written outside any
+	// stored task (an MCP call) is kept.
+	ttl time.Duration
 }
 
 var _ plugins.ArtifactWriter = (*artifactBridge)(nil)
@@ -65,9 +69,17 @@ func (b *artifactBridge) WriteArtifact(ctx context.Context, scope plugins.Artifa
 	if w == nil {
 		return "", fmt.Errorf("artifact write: %w: empty", loop.ErrInvalid)
 	}
-	sc := artifacts.Scope{ContextID: scope.ContextID, TaskID: scope.TaskID}
+	// An artifact always has an owner (the principal of the turn, so that
+	// it can download it) and, one way or another, an expiry.
+	sc := artifacts.Scope{ContextID: scope.ContextID, TaskID: scope.TaskID, Owner: scope.Owner}
+	orphan := false // written outside any stored task: an MCP call
 	if rec, err := b.tasks.LoadTask(ctx, scope.TaskID); err == nil {
-		sc.Owner = rec.Owner // the principal of the turn, so that it can download it
+		sc.Owner = rec.Owner // a task's end sets the expiry of its artifacts
+	} else {
+		orphan = true
+		if sc.Owner == "" {
+			sc.Owner = DefaultPrincipal
+		}
 	}
 	wr := artifacts.NewWriter(b.db, sc, scope.Emit)
 	id := w.ArtifactID
@@ -85,6 +97,13 @@ func (b *artifactBridge) WriteArtifact(ctx context.Context, scope plugins.Artifa
 			return "", err
 		}
 		id = res.ArtifactID
+		if orphan && b.ttl > 0 {
+			// No task's end will set its expiry: it gets one now (an MCP
+			// call's end renews it, from then, like a task's end).
+			if err := b.db.ExpireTask(context.WithoutCancel(ctx), scope.TaskID, b.ttl); err != nil {
+				return "", fmt.Errorf("artifact write: expiry: %w", err)
+			}
+		}
 	}
 	op := artifacts.Op{ArtifactID: id, Last: w.Complete}
 	switch {

@@ -201,7 +201,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	}
 	m.store = st
 
-	m.artifacts = &artifactBridge{db: arts, tasks: st}
+	m.artifacts = &artifactBridge{db: arts, tasks: st, ttl: time.Duration(cfg.Limits.TaskTTL)}
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	sweepDone := make(chan struct{})
 	go func() {

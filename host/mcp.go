@@ -161,6 +161,8 @@ func (s *Server) newMCPServer(tools loop.Toolset, model loop.Model) (*mcp.Server
 	if tools == nil {
 		return nil, nil
 	}
+	// Usage limits and artifact expiry, as for a turn (mcpusage.go).
+	tools = mcpMetered{s: s, inner: tools}
 	cfg := mcp.ServerConfig{Name: s.cfg.Agent.Name, Version: "0.1.0", Tools: tools, Model: model,
 		Instructions: s.cfg.Agent.Description + " Its tools run in a WebAssembly sandbox with deny-by-default grants.",
 		Principal:    DefaultPrincipal, Logger: s.log.With("component", "mcp")}

@@ -31,6 +31,8 @@ type ArtifactScope struct {
 	Plugin    string
 	ContextID string
 	TaskID    string
+	// Owner is the principal the call runs for ("" when it has none).
+	Owner string
 	// Emit sends the artifact's events of the task (may be nil).
 	Emit func(loop.Event)
 }
@@ -722,6 +724,9 @@ func artifactWrite(ctx context.Context, s *callState, data []byte) ([]byte, erro
 	scope := ArtifactScope{Plugin: s.p.Name()}
 	if s.env != nil {
 		scope.ContextID, scope.TaskID, scope.Emit = s.env.ContextID, s.env.TaskID, s.env.Emit
+		if s.env.Auth != nil {
+			scope.Owner = s.env.Auth.Principal
+		}
 	}
 	id, err := s.p.artifacts.WriteArtifact(ctx, scope, &w)
 	if err != nil {

@@ -360,3 +360,54 @@ func overLimit(p string, lim UsageLimit, cur PrincipalUsage) error {
 	}
 	return nil
 }
+
+// Allow returns the error of principal p when it reached its limit (nil:
+// it may go on). It is asked before work done for p outside a turn (an
+// MCP tool call, a model call of an agent plugin called over MCP).
+func (u *Usage) Allow(ctx context.Context, p string) error {
+	if u == nil {
+		return nil
+	}
+	if p == "" {
+		p = defaultPrincipal
+	}
+	lim, limited := u.limitOf(p)
+	if !limited {
+		return nil
+	}
+	return overLimit(p, lim, u.Usage(ctx, p))
+}
+
+// Charge counts, for principal p, tokens and tool calls used outside a
+// turn (MCP): into the same totals, metrics and saved record as a turn's.
+// It never refuses: Allow does, before the work.
+func (u *Usage) Charge(ctx context.Context, p string, used loop.Usage, toolCalls int64) {
+	if u == nil || (used == loop.Usage{} && toolCalls == 0) {
+		return
+	}
+	if p == "" {
+		p = defaultPrincipal
+	}
+	if u.shared != nil {
+		d := map[string]int64{cntPrompt: int64(used.PromptTokens), cntCompletion: int64(used.CompletionTokens),
+			cntTotal: int64(used.TotalTokens), cntToolCalls: toolCalls}
+		if _, err := u.shared.AddCounters(context.WithoutCancel(ctx), usageNamespace, p, d); err != nil {
+			u.log.LogAttrs(ctx, slog.LevelWarn, "usage not counted", slog.String("principal", p),
+				slog.String("error", err.Error()))
+		}
+	} else {
+		u.mu.Lock()
+		pu := u.get(ctx, p)
+		pu.PromptTokens += int64(used.PromptTokens)
+		pu.CompletionTokens += int64(used.CompletionTokens)
+		pu.TotalTokens += int64(used.TotalTokens)
+		pu.ToolCalls += toolCalls
+		if u.kv != nil {
+			u.saveLocked(p, *pu)
+		}
+		u.mu.Unlock()
+	}
+	attrs := metric.WithAttributes(attribute.String("principal", p))
+	u.tokens.Add(ctx, int64(used.TotalTokens), attrs)
+	u.toolCalls.Add(ctx, toolCalls, attrs)
+}

@@ -117,3 +117,44 @@ func TestTurnAnsweredAfterUsageSaved(t *testing.T) {
 		t.Fatalf("stored totals after the answer = %+v, want 1 turn", got)
 	}
 }
+
+// Work counted outside a turn (Charge: an MCP call) goes into the same
+// totals as turns and is saved; Allow refuses once a limit is reached,
+// and a turn's budget then refuses too.
+func TestChargeCountsIntoTheTurnsTotals(t *testing.T) {
+	t.Parallel()
+	db, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	u, err := NewUsage(db, map[string]UsageLimit{"alice": {ToolCalls: 2, Tokens: 100}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := u.Allow(ctx, "alice"); err != nil {
+		t.Fatalf("alice within her limit: %v", err)
+	}
+	u.Charge(ctx, "alice", loop.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}, 1)
+	if err := u.Allow(ctx, "alice"); err != nil {
+		t.Fatalf("alice after 1 of 2 tool calls: %v", err)
+	}
+	u.Charge(ctx, "alice", loop.Usage{}, 1)
+	if err := u.Allow(ctx, "alice"); err == nil {
+		t.Fatal("alice at 2 of 2 tool calls was allowed")
+	}
+	tr := &loop.Turn{TaskID: "t1", Auth: alice()}
+	if err := u.Budget(ctx, tr, loop.TurnUsage{}); err == nil {
+		t.Fatal("a turn of alice after her MCP calls was not refused")
+	}
+	if err := u.Allow(ctx, "bob"); err != nil {
+		t.Fatalf("bob, without a limit: %v", err)
+	}
+	gctx, cancel := context.WithTimeout(ctx, guard)
+	defer cancel()
+	u.Saved(gctx, "alice")
+	if got := storedUsage(t, db, "alice"); got.ToolCalls != 2 || got.TotalTokens != 7 || got.PromptTokens != 3 {
+		t.Fatalf("stored totals = %+v, want 2 tool calls and 7 tokens", got)
+	}
+}

@@ -1,0 +1,80 @@
+package host
+
+import (
+	"context"
+	"time"
+
+	"github.com/looopy-go/looopy/loop"
+)
+
+// mcpMetered is the toolset MCP clients call (/mcp, `looopy mcp`): the
+// calls run outside any turn, so what a turn's budget does is done here.
+// Every call, at any depth (an agent plugin's sub-agent calls tools
+// through it too), is refused once its principal reached its
+// observability.usageLimits and counted otherwise; the model lent to a
+// call is metered the same way (mcpModel). When a top-level call ends, the
+// artifacts it wrote get the expiry of a finished task's (limits.taskTTL
+// from then): a call is the task its artifacts belong to.
+type mcpMetered struct {
+	s     *Server
+	inner loop.Toolset
+}
+
+func (m mcpMetered) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
+	return m.inner.Tools(ctx)
+}
+
+func (m mcpMetered) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	p := envPrincipal(env)
+	if err := m.s.usage.Allow(ctx, p); err != nil {
+		m.s.log.WarnContext(ctx, "mcp: call refused by the usage limit", "tool", call.Name, "principal", p)
+		return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: "refused: " + err.Error()}, nil
+	}
+	m.s.usage.Charge(ctx, p, loop.Usage{}, 1)
+	top := env != nil && env.Depth == 0
+	if top && env.Model != nil {
+		// A sub-agent's model wraps this one: its calls are counted
+		// once, here, whatever the depth.
+		e := *env
+		e.Model = mcpModel{s: m.s, principal: p, inner: env.Model}
+		env = &e
+	}
+	res, err := m.inner.Call(ctx, call, env)
+	if ttl := time.Duration(m.s.cfg.Limits.TaskTTL); top && ttl > 0 && m.s.artifacts != nil && env.TaskID != "" {
+		if xerr := m.s.artifacts.ExpireTask(context.WithoutCancel(ctx), env.TaskID, ttl); xerr != nil {
+			m.s.log.WarnContext(ctx, "mcp: artifact expiry not set", "task_id", env.TaskID, "error", xerr.Error())
+		}
+	}
+	return res, err
+}
+
+func envPrincipal(env *loop.ToolEnv) string {
+	if env != nil && env.Auth != nil && env.Auth.Principal != "" {
+		return env.Auth.Principal
+	}
+	return DefaultPrincipal
+}
+
+// mcpModel is the host's model as a call made over MCP uses it (an agent
+// plugin's sub-agent): refused once the principal reached its limit, its
+// tokens counted into the principal's usage.
+type mcpModel struct {
+	s         *Server
+	principal string
+	inner     loop.Model
+}
+
+func (m mcpModel) Generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
+	if err := m.s.usage.Allow(ctx, m.principal); err != nil {
+		return nil, &loop.ModelError{Code: "budget", Message: err.Error(), Err: err}
+	}
+	resp, err := m.inner.Generate(ctx, req, onDelta)
+	if resp != nil {
+		u := resp.Usage
+		if u.TotalTokens == 0 {
+			u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		}
+		m.s.usage.Charge(ctx, m.principal, u, 0)
+	}
+	return resp, err
+}
