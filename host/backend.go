@@ -30,6 +30,11 @@ type StoreConfig struct {
 	// S3-compatible storage (with either backend). With Redis and no S3,
 	// every part of an artifact is kept in Redis.
 	S3 S3Config `json:"s3"`
+	// MemoryBytes is the memory Badger may use for its memtables, the
+	// tables it builds and its caches (default DefaultStoreMemory of the
+	// host's memory). A flood of writes past what it can flush waits for
+	// the disk instead of growing the host's memory.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 }
 
 // RedisConfig is the Redis server of the "redis" backend (7.0 or later,
@@ -133,7 +138,8 @@ func (m *Main) openBackend(ctx context.Context, cfg Config, dataDir string) (b b
 		// Artifacts share this database: values from store.ValueThreshold
 		// (64 KiB, an artifact's full chunk) go to the value log
 		// (RATIONALE.md, docs/PERFORMANCE.md).
-		st, err := store.Open(store.Options{Dir: dataDir, Logger: m.log.With("component", "badger")})
+		st, err := store.Open(store.Options{Dir: dataDir, Logger: m.log.With("component", "badger"),
+			Memory: storeMemory(cfg.Store)})
 		if err != nil {
 			return nil, nil, nil, false, dataDirError(dataDir, err)
 		}

@@ -50,6 +50,23 @@ func DefaultMaxRunningPerPrincipal(maxRunning int) int {
 	return max(maxRunning/4, 1)
 }
 
+// DefaultStoreMemory is the default of store.memoryBytes for a process that
+// may use mem bytes: a sixteenth of it, within [64 MiB, 512 MiB]. Badger's
+// own defaults let a flood of writes take 2.6 GiB (docs/PERFORMANCE.md,
+// "The store's memory under a flood"); this share sits inside the half of
+// the memory DefaultMaxRunning leaves to the host's own use.
+func DefaultStoreMemory(mem int64) int64 {
+	return min(max(mem/16, 64<<20), 512<<20)
+}
+
+// storeMemory is the memory budget of Badger the host opens.
+func storeMemory(sc StoreConfig) int64 {
+	if sc.MemoryBytes > 0 {
+		return sc.MemoryBytes
+	}
+	return DefaultStoreMemory(MemoryLimit())
+}
+
 // MemoryLimit is the memory this process may use: the Go runtime's soft
 // limit when one is set (GOMEMLIMIT; the host sets one when it starts,
 // setMemoryLimit), else systemMemory.

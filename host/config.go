@@ -315,6 +315,9 @@ func (c Config) Validate() error {
 		c.Limits.LeaseTTL < 0 {
 		return errors.New("config: limits must not be negative")
 	}
+	if c.Store.MemoryBytes < 0 {
+		return errors.New("config: store.memoryBytes must not be negative (0 is the default)")
+	}
 	if c.Limits.MaxRunning < -1 || c.Limits.MaxRunningPerPrincipal < -1 {
 		return errors.New("config: limits.maxRunning and limits.maxRunningPerPrincipal must not be negative (-1 is no bound)")
 	}

@@ -208,7 +208,13 @@ func TestDefaultTurnBounds(t *testing.T) {
 	if m := host.MemoryLimit(); m <= 0 {
 		t.Errorf("MemoryLimit() = %d", m)
 	}
-	for _, bad := range []string{`{"limits":{"maxRunning":-2}}`, `{"limits":{"maxRunningPerPrincipal":-2}}`} {
+	// Badger's memory: a sixteenth of the host's, within [64 MiB, 512 MiB].
+	for mem, want := range map[int64]int64{18 << 30: 512 << 20, 2 << 30: 128 << 20, 256 << 20: 64 << 20} {
+		if got := host.DefaultStoreMemory(mem); got != want {
+			t.Errorf("DefaultStoreMemory(%d MiB) = %d MiB, want %d MiB", mem>>20, got>>20, want>>20)
+		}
+	}
+	for _, bad := range []string{`{"limits":{"maxRunning":-2}}`, `{"limits":{"maxRunningPerPrincipal":-2}}`, `{"store":{"memoryBytes":-1}}`} {
 		if _, err := host.ParseConfig([]byte(bad)); err == nil {
 			t.Errorf("%s accepted", bad)
 		}

@@ -43,7 +43,9 @@ func BenchmarkDurableTurn(b *testing.B) {
 // benchTurns runs whole Agent turns on Badger on disk, one goroutine per
 // context, until b.N turns are done; set adjusts the loop's configuration.
 func benchTurns(b *testing.B, contexts int, set func(db *store.Badger, cfg *loop.Config)) {
-	db, err := store.Open(store.Options{Dir: b.TempDir()})
+	// The store's memory is the host's default on a machine of 8 GiB or
+	// more (host.DefaultStoreMemory).
+	db, err := store.Open(store.Options{Dir: b.TempDir(), Memory: 512 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}

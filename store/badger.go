@@ -39,7 +39,12 @@ type Options struct {
 	// CloseTimeout bounds how long Close waits for Badger to finish
 	// (default 1 minute; negative: no bound). See Close.
 	CloseTimeout time.Duration
-	// Tune, when set, adjusts Badger's options before Open. SyncWrites is
+	// Memory is the memory Badger may use for its memtables, table
+	// builders and caches, in bytes (badgermem.go; 0: Badger's own
+	// defaults, sized for a large machine). The host derives it from its
+	// memory (store.memoryBytes).
+	Memory int64
+	// Tune, when set, adjusts Badger's options before Open (after Memory). SyncWrites is
 	// forced on afterwards: acknowledged writes are durable.
 	Tune func(badger.Options) badger.Options
 }
@@ -107,6 +112,9 @@ func Open(opts Options) (*Badger, error) {
 		bo = badger.DefaultOptions("").WithInMemory(true)
 	}
 	bo = bo.WithLogger(badgerLogger{log}).WithMetricsEnabled(false).WithValueThreshold(ValueThreshold)
+	if opts.Memory > 0 {
+		bo = sizeForMemory(bo, opts.Memory)
+	}
 	if opts.Tune != nil {
 		bo = opts.Tune(bo)
 	}
