@@ -25,13 +25,19 @@ const (
 	// MinMemory is the smallest memory budget Open accepts; a smaller one
 	// is raised to it.
 	MinMemory = 32 << 20
+	// MinMemTable is the smallest memtable whatever the budget: Badger
+	// bounds one transaction at 15 % of a memtable (the store at half of
+	// that), and a batch of events appended at once (a model's burst of
+	// 2 KB thoughts) must fit: 2 MiB memtables refused a batch of 74 such
+	// thoughts.
+	MinMemTable = 16 << 20
 	// MaxMemTable caps the memtable size whatever the budget (Badger's
 	// default).
 	MaxMemTable = 64 << 20
 )
 
 // sizeForMemory sizes bo's memory from budget bytes: a memtable of a
-// thirty-second of it (2-64 MiB; the builders' pool keeps up to 8
+// thirty-second of it (16-64 MiB; the builders' pool keeps up to 8
 // allocators of about two tables each between flushes), three memtables, two compactors, level 0
 // stalling at 8 tables, tables of at most a quarter of a memtable (1-2 MiB)
 // below level 0, a block cache of a quarter of the budget and an index
@@ -39,7 +45,7 @@ const (
 // not all held in memory).
 func sizeForMemory(bo badger.Options, budget int64) badger.Options {
 	budget = max(budget, MinMemory)
-	mt := min(max(budget/32, 2<<20), MaxMemTable)
+	mt := min(max(budget/32, MinMemTable), MaxMemTable)
 	return bo.
 		WithMemTableSize(mt).
 		WithNumMemtables(3).

