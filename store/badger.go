@@ -65,10 +65,12 @@ type Badger struct {
 	dir      string        // the data folder ("" in memory)
 	closeBy  time.Duration // Options.CloseTimeout
 	maxSize  int64
-	maxCount int64
-	events   *BadgerEvents
-	commits  atomic.Int64 // transactions committed by the commit goroutine
-	reads    atomic.Int64 // read snapshots taken by view
+	// valueThreshold is Badger's: values from it on go to the value log.
+	valueThreshold int64
+	maxCount       int64
+	events         *BadgerEvents
+	commits        atomic.Int64 // transactions committed by the commit goroutine
+	reads          atomic.Int64 // read snapshots taken by view
 
 	mu     sync.RWMutex // held for reading while submitting, for writing by Close
 	closed bool
@@ -131,10 +133,11 @@ func Open(opts Options) (*Badger, error) {
 		closeBy:  opts.CloseTimeout,
 		// Leave Badger's own limits a wide margin: our size estimate is
 		// rough, and a transaction that overflows must never happen.
-		maxSize:  db.MaxBatchSize() / 2,
-		maxCount: db.MaxBatchCount() / 2,
-		ops:      make(chan *writeOp, 4096),
-		quit:     make(chan struct{}),
+		maxSize:        db.MaxBatchSize() / 2,
+		valueThreshold: bo.ValueThreshold,
+		maxCount:       db.MaxBatchCount() / 2,
+		ops:            make(chan *writeOp, 4096),
+		quit:           make(chan struct{}),
 	}
 	if b.maxBatch <= 0 {
 		b.maxBatch = 1024
@@ -374,9 +377,17 @@ type mutation struct {
 func set(key, value []byte) mutation { return mutation{key: key, value: value} }
 func del(key []byte) mutation        { return mutation{key: key, del: true} }
 
-func estimate(ms []mutation) (size, count int64) {
+// estimate is what ms weigh against Badger's bound on a transaction: as
+// Badger counts them, a value from its value threshold on (kept in the
+// value log) weighs a pointer, not its length; so a turn that saves a
+// message of 900 KB is not refused for a memtable of 16 MiB.
+func estimate(ms []mutation, threshold int64) (size, count int64) {
 	for _, m := range ms {
-		size += int64(len(m.key)+len(m.value)) + 64
+		v := int64(len(m.value))
+		if v >= threshold {
+			v = 16
+		}
+		size += int64(len(m.key)) + v + 64
 	}
 	return size, int64(len(ms))
 }
@@ -395,7 +406,7 @@ func (c *committer) add(op *writeOp) {
 		op.res <- err
 		return
 	}
-	size, count := estimate(es)
+	size, count := estimate(es, c.b.valueThreshold)
 	if c.size+size > c.b.maxSize || c.count+count > c.b.maxCount {
 		if len(c.pending) == 0 {
 			op.res <- fmt.Errorf("%w: write of %d entries, %d bytes is too large for one transaction", loop.ErrInvalid, count, size)
@@ -406,7 +417,7 @@ func (c *committer) add(op *writeOp) {
 			op.res <- err
 			return
 		}
-		size, count = estimate(es)
+		size, count = estimate(es, c.b.valueThreshold)
 		if size > c.b.maxSize || count > c.b.maxCount {
 			op.res <- fmt.Errorf("%w: write of %d entries, %d bytes is too large for one transaction", loop.ErrInvalid, count, size)
 			return
