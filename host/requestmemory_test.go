@@ -2,9 +2,12 @@ package host_test
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"strings"
@@ -120,16 +123,24 @@ func TestCompressedBodiesAreRefused(t *testing.T) {
 	cfg.Limits.MaxBodyBytes = 64 << 10
 	h := startHost(t, cfg)
 	// 64 MiB of JSON whitespace inside a valid request, about 64 KiB gzipped.
-	var raw bytes.Buffer
-	raw.WriteString(`{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"`)
-	raw.Write(bytes.Repeat([]byte(" "), 64<<20))
-	raw.WriteString(`}}`)
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
-	_, _ = zw.Write(raw.Bytes())
-	_ = zw.Close()
+	const prefix, spaces, suffix = `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"`, 64 << 20, `}}`
+	gz := bytes.NewBuffer(gzipSpaces(t, prefix, spaces, suffix))
 	if gz.Len() > int(cfg.Limits.MaxBodyBytes) {
 		t.Fatalf("compressed body %d bytes is over the limit: the test does not test", gz.Len())
+	}
+	// The bomb is what it says: it inflates to the whole request.
+	zr, err := gzip.NewReader(bytes.NewReader(gz.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, len(prefix))
+	if _, err := io.ReadFull(zr, head); err != nil || string(head) != prefix {
+		t.Fatalf("the compressed body starts %q (%v)", head, err)
+	}
+	var tail bytes.Buffer
+	n, err := io.Copy(io.MultiWriter(io.Discard, &lastBytes{buf: &tail, keep: len(suffix)}), zr)
+	if err != nil || n != spaces+int64(len(suffix)) || tail.String() != suffix {
+		t.Fatalf("the compressed body inflates to %d more bytes ending %q (%v), want %d", n, tail.String(), err, spaces+len(suffix))
 	}
 	for _, enc := range []string{"gzip", "deflate", "br", "gzip, identity"} {
 		code, r := rpc(t, h.URL(), "", gz.String(), "Content-Encoding", enc)
@@ -142,4 +153,63 @@ func TestCompressedBodiesAreRefused(t *testing.T) {
 	if r.Error == nil || r.Error.Code != -32001 {
 		t.Fatalf("identity encoding: %s, want task not found", r.raw)
 	}
+}
+
+// gzipSpaces gzips prefix, then n spaces, then suffix, compressing the
+// spaces only once per block: deflate blocks that start with a fresh
+// compressor refer to nothing before them, so one compressed block of
+// spaces can stand for each block of the run (the trailer's checksum and
+// size are of the whole). Compressing 64 MiB outright costs seconds of
+// CPU under the race detector.
+func gzipSpaces(t *testing.T, prefix string, n int, suffix string) []byte {
+	t.Helper()
+	// Under flate's block size (16384 matches of 258 bytes), so a block of
+	// the run is one deflate block, as when the whole is compressed at once.
+	const block = 4 << 20
+	part := func(data []byte, final bool) []byte {
+		var b bytes.Buffer
+		fw, err := flate.NewWriter(&b, flate.BestCompression)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = fw.Write(data)
+		if final {
+			err = fw.Close()
+		} else {
+			err = fw.Flush() // ends byte-aligned, not the last block
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	run := bytes.Repeat([]byte(" "), block)
+	out := []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff} // gzip header: deflate, no name, no time
+	out = append(out, part([]byte(prefix), false)...)
+	crc := crc32.Update(0, crc32.IEEETable, []byte(prefix))
+	whole := part(run, false)
+	left := n
+	for ; left > block; left -= block {
+		out = append(out, whole...)
+		crc = crc32.Update(crc, crc32.IEEETable, run)
+	}
+	last := append(run[:left:left], suffix...)
+	out = append(out, part(last, true)...)
+	crc = crc32.Update(crc, crc32.IEEETable, last)
+	out = binary.LittleEndian.AppendUint32(out, crc)
+	return binary.LittleEndian.AppendUint32(out, uint32(len(prefix)+n+len(suffix)))
+}
+
+// lastBytes keeps the last keep bytes written to it in buf.
+type lastBytes struct {
+	buf  *bytes.Buffer
+	keep int
+}
+
+func (l *lastBytes) Write(p []byte) (int, error) {
+	l.buf.Write(p)
+	if over := l.buf.Len() - l.keep; over > 0 {
+		l.buf.Next(over)
+	}
+	return len(p), nil
 }
