@@ -47,7 +47,10 @@ func runInspector(t *testing.T, bin string, args ...string) string {
 	return string(out)
 }
 
+// The inspector's four runs (a Node.js process each) wait on Node and on
+// the host: the test runs beside the others.
 func TestMCPInspectorCLI(t *testing.T) {
+	t.Parallel()
 	bin := inspector(t)
 	th := startHost(t, mcpHostConfig(t))
 	url := th.URL() + "/mcp"
