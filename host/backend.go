@@ -35,6 +35,16 @@ type StoreConfig struct {
 	// host's memory). A flood of writes past what it can flush waits for
 	// the disk instead of growing the host's memory.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// MinFreeBytes is the free space Badger's data folder's filesystem
+	// keeps (default 32 memtables: 512 MiB with the default memoryBytes on
+	// 8 GiB or more; -1: no check): below it new tasks are refused
+	// (-32000 STORAGE_FULL, HTTP 507), below half of it every write, so
+	// that Badger never meets a full disk (it writes its files through
+	// memory maps, and a full disk there kills the process).
+	MinFreeBytes int64 `json:"minFreeBytes,omitempty"`
+	// MaxBytes caps the data folder's size: at it new tasks are refused
+	// (STORAGE_FULL). 0: no cap.
+	MaxBytes int64 `json:"maxBytes,omitempty"`
 }
 
 // RedisConfig is the Redis server of the "redis" backend (7.0 or later,
@@ -139,7 +149,7 @@ func (m *Main) openBackend(ctx context.Context, cfg Config, dataDir string) (b b
 		// (64 KiB, an artifact's full chunk) go to the value log
 		// (RATIONALE.md, docs/PERFORMANCE.md).
 		st, err := store.Open(store.Options{Dir: dataDir, Logger: m.log.With("component", "badger"),
-			Memory: storeMemory(cfg.Store)})
+			Memory: storeMemory(cfg.Store), MinFreeBytes: cfg.Store.MinFreeBytes, MaxBytes: cfg.Store.MaxBytes})
 		if err != nil {
 			return nil, nil, nil, false, dataDirError(dataDir, err)
 		}

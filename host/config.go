@@ -315,8 +315,8 @@ func (c Config) Validate() error {
 		c.Limits.LeaseTTL < 0 {
 		return errors.New("config: limits must not be negative")
 	}
-	if c.Store.MemoryBytes < 0 {
-		return errors.New("config: store.memoryBytes must not be negative (0 is the default)")
+	if c.Store.MemoryBytes < 0 || c.Store.MaxBytes < 0 || c.Store.MinFreeBytes < -1 {
+		return errors.New("config: store.memoryBytes and store.maxBytes must not be negative (0 is the default), store.minFreeBytes neither (-1 is no check)")
 	}
 	if c.Limits.MaxRunning < -1 || c.Limits.MaxRunningPerPrincipal < -1 {
 		return errors.New("config: limits.maxRunning and limits.maxRunningPerPrincipal must not be negative (-1 is no bound)")

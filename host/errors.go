@@ -12,6 +12,7 @@ import (
 	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
+	"github.com/looopy-go/looopy/store"
 )
 
 // Errors of the host itself. Each is in the table below.
@@ -62,6 +63,7 @@ var errorTable = []errorCode{
 	{ErrShuttingDown, -32000, http.StatusServiceUnavailable, "SHUTTING_DOWN"},
 	{taskrt.ErrQuota, -32000, http.StatusTooManyRequests, "QUOTA_EXCEEDED"},
 	{taskrt.ErrHostBusy, -32000, http.StatusTooManyRequests, "HOST_BUSY"},
+	{store.ErrNoSpace, -32000, http.StatusInsufficientStorage, "STORAGE_FULL"},
 	{a2a.ErrUnauthenticated, -31401, http.StatusUnauthorized, "UNAUTHENTICATED"},
 	{a2a.ErrUnauthorized, -31403, http.StatusForbidden, "UNAUTHORIZED"},
 	{context.DeadlineExceeded, -32000, http.StatusGatewayTimeout, "TIMEOUT"},

@@ -272,6 +272,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	// The backend holds the tasks and the leases: a starting task and its
 	// lease are one write where it can.
 	stores.TaskLeases, _ = st.(loop.LeasedTaskSaver)
+	stores.Space, _ = st.(StoreSpace)
 	if shared {
 		// Cancels and usage counters reach every host (the Redis backend
 		// has both).

@@ -44,6 +44,16 @@ type Stores struct {
 	// Shared says that other hosts use the same stores: the event Hub
 	// then follows appends made by them.
 	Shared bool
+	// Space, when set (Badger), refuses new tasks while its disk is
+	// nearly full and says when refused writes are taken again.
+	Space StoreSpace
+}
+
+// StoreSpace is a store that watches its disk (store.Badger).
+type StoreSpace interface {
+	Admit() error
+	Writable() error
+	RefusedWrites() int64
 }
 
 func (st Stores) runtime() taskrt.Stores {

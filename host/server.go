@@ -172,6 +172,22 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log,
 		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery(),
 		KeepDebugThoughts: cfg.Thoughts.Debug, Credentials: creds, Usage: usage}
+	if w := st.Space; w != nil {
+		// New tasks are refused while the store's disk is nearly full
+		// or its folder at its cap (store.minFreeBytes, store.maxBytes).
+		rtc.Admit = w.Admit
+		// A turn that ended while the store refused its writes left its
+		// task working: once writes are taken again, recover it.
+		var seen int64
+		rtc.RecoverWhen = func() bool {
+			n := w.RefusedWrites()
+			if n == seen || w.Writable() != nil {
+				return false
+			}
+			seen = n
+			return true
+		}
+	}
 	if st.Shared {
 		// Other hosts may die with tasks in flight: look for lapsed
 		// leases as often as one can lapse.

@@ -44,6 +44,16 @@ type Options struct {
 	// defaults, sized for a large machine). The host derives it from its
 	// memory (store.memoryBytes).
 	Memory int64
+	// MinFreeBytes is the free space the data folder's filesystem keeps:
+	// below it new work is refused (Admit), below half of it every write
+	// (ErrNoSpace), so that Badger, which writes its files through memory
+	// maps and dies of SIGBUS on a full disk, always has room for what it
+	// writes on its own (space.go). 0: 32 memtables (512 MiB with the
+	// host's default memory); -1: no check.
+	MinFreeBytes int64
+	// MaxBytes caps the data folder's size: at it new work is refused
+	// (Admit). 0: no cap.
+	MaxBytes int64
 	// Tune, when set, adjusts Badger's options before Open (after Memory). SyncWrites is
 	// forced on afterwards: acknowledged writes are durable.
 	Tune func(badger.Options) badger.Options
@@ -69,6 +79,11 @@ type Badger struct {
 	valueThreshold int64
 	maxCount       int64
 	events         *BadgerEvents
+	minFree        int64        // Options.MinFreeBytes (0: no check)
+	maxBytes       int64        // Options.MaxBytes
+	free           atomic.Int64 // the free space last measured
+	used           atomic.Int64 // the data folder's size last measured
+	refused        atomic.Int64 // batches of writes refused for want of space
 	commits        atomic.Int64 // transactions committed by the commit goroutine
 	reads          atomic.Int64 // read snapshots taken by view
 
@@ -144,6 +159,16 @@ func Open(opts Options) (*Badger, error) {
 	}
 	if !opts.InMemory {
 		b.dir = opts.Dir
+		b.maxBytes = max(opts.MaxBytes, 0)
+		switch {
+		case opts.MinFreeBytes > 0:
+			b.minFree = opts.MinFreeBytes
+		case opts.MinFreeBytes == 0:
+			b.minFree = defaultMinFree(bo.MemTableSize)
+		}
+		b.used.Store(measureUsed(b.dir))
+		b.wg.Add(1)
+		go b.usedLoop()
 	}
 	if b.closeBy == 0 {
 		b.closeBy = time.Minute
@@ -342,6 +367,22 @@ func (b *Badger) commitLoop() {
 // each). This is scheduling, not waiting: with nothing else runnable it
 // returns at once.
 func (b *Badger) batch(first *writeOp) {
+	if err := b.checkSpace(); err != nil {
+		b.refused.Add(1)
+		// Refuse the writes waiting now too: each would hit the same
+		// wall, and the check is made once per batch.
+		first.res <- err
+		for n := 1; n < b.maxBatch; n++ {
+			select {
+			case op := <-b.ops:
+				op.res <- err
+				continue
+			default:
+			}
+			break
+		}
+		return
+	}
 	c := committer{b: b, txn: b.db.NewTransaction(true)}
 	c.add(first)
 	runtime.Gosched()

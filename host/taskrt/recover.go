@@ -282,6 +282,9 @@ func (rt *Runtime) resume(ctx context.Context, rec loop.TaskRecord, gate <-chan 
 	return nil
 }
 
+// RecoverCheckEvery is how often Config.RecoverWhen is asked.
+const RecoverCheckEvery = 2 * time.Second
+
 // StartBackground begins the runtime's background work: the cleanup of what
 // finished tasks leave behind and, with leases and Config.TakeoverEvery,
 // the periodic takeover of tasks whose owner died. Shutdown stops it.
@@ -306,6 +309,12 @@ func (rt *Runtime) StartBackground() {
 			defer t.Stop()
 			expire = t.C
 		}
+		var recheck <-chan time.Time
+		if rt.cfg.RecoverWhen != nil {
+			t := time.NewTicker(RecoverCheckEvery)
+			defer t.Stop()
+			recheck = t.C
+		}
 		var takeover <-chan time.Time
 		if rt.st.Leases != nil && rt.cfg.TakeoverEvery > 0 {
 			t := time.NewTicker(rt.cfg.TakeoverEvery)
@@ -316,6 +325,13 @@ func (rt *Runtime) StartBackground() {
 			select {
 			case <-ctx.Done():
 				return
+			case <-recheck:
+				if rt.cfg.RecoverWhen() {
+					rt.log.LogAttrs(ctx, slog.LevelInfo, "the store takes writes again: recovering the tasks whose end it refused")
+					if err := rt.Recover(ctx); err != nil && ctx.Err() == nil {
+						rt.log.LogAttrs(ctx, slog.LevelWarn, "recovery after refused writes", slog.String("error", err.Error()))
+					}
+				}
 			case <-tick.C:
 				if n, err := rt.Sweep(ctx); err != nil && ctx.Err() == nil {
 					rt.log.LogAttrs(ctx, slog.LevelWarn, "cleanup of finished tasks", slog.String("error", err.Error()))

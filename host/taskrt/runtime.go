@@ -167,6 +167,15 @@ type Config struct {
 	// resumed after a restart, or going on after its requests expired, is
 	// never refused (it was acknowledged) but counts.
 	MaxRunning int
+	// Admit, when set, is asked before a new turn is admitted (after the
+	// bounds above): an error refuses the turn before anything of it is
+	// stored, e.g. the store's disk is nearly full (store.ErrNoSpace).
+	Admit func() error
+	// RecoverWhen, when set, is asked every RecoverCheckEvery: true runs
+	// Recover again, for the tasks whose turn ended while the store
+	// refused its writes (a full disk): their end was not written, and
+	// once the store takes writes again Recover resumes or fails them.
+	RecoverWhen func() bool
 	// SweepEvery is how often the cleanup runs. Default: TaskTTL/10
 	// within [1s, 10m].
 	SweepEvery time.Duration
@@ -782,6 +791,11 @@ func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner str
 	if admit {
 		if err := rt.admitsLocked(owner); err != nil {
 			return nil, err
+		}
+		if rt.cfg.Admit != nil {
+			if err := rt.cfg.Admit(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	causeCtx, cancelCause := context.WithCancelCause(rt.base)

@@ -1,0 +1,134 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+)
+
+// ErrNoSpace: the store refuses a write, or new work, because the data
+// folder's filesystem is nearly full or the folder has reached its cap.
+// Nothing of a refused write is stored.
+var ErrNoSpace = errors.New("storage full")
+
+// Space is what the store knows of its disk: the free space on the data
+// folder's filesystem (available to the process), the folder's size
+// (allocated blocks, sampled every second), and the thresholds.
+type Space struct {
+	Free, Used int64
+	// MinFree: below it new work is refused (Admit); below half of it
+	// every write is.
+	MinFree int64
+	// MaxBytes caps Used (0: no cap); at it new work is refused.
+	MaxBytes int64
+}
+
+// spaceEvery is how often the data folder's size is measured.
+const spaceEvery = time.Second
+
+// defaultMinFree is Options.MinFreeBytes's default for a memtable of mt
+// bytes: 32 memtables. Below half of it (16 memtables) Badger still has
+// room for what it writes on its own after the last write it accepted:
+// the rest of the write-ahead log of the memtables it holds (each file
+// reserves twice a memtable; 3 memtables), a level-0 table of each of them
+// flushed before its log is removed, and compactions' output written
+// before their input is removed (level 0 stalls at 8 tables).
+func defaultMinFree(mt int64) int64 { return 32 * mt }
+
+// checkSpace refuses a write when the filesystem has less than half of
+// MinFree left. Badger maps its log and table files and writes them
+// through memory: a write into a file whose filesystem is full is a
+// SIGBUS, which kills the process, so the store stops writing before.
+func (b *Badger) checkSpace() error {
+	if b.dir == "" || b.minFree <= 0 {
+		return nil
+	}
+	free, err := freeSpace(b.dir)
+	if err != nil {
+		return nil // not measurable here: Badger's own errors stand
+	}
+	b.free.Store(free)
+	if floor := b.minFree / 2; free < floor {
+		return fmt.Errorf("%w: %d MiB free on the data folder's filesystem, writes stop below %d MiB (store.minFreeBytes / 2)",
+			ErrNoSpace, free>>20, floor>>20)
+	}
+	return nil
+}
+
+// Writable says whether the store takes writes now (nil), or refuses them
+// for want of space (ErrNoSpace).
+func (b *Badger) Writable() error { return b.checkSpace() }
+
+// RefusedWrites counts the batches of writes refused for want of space.
+func (b *Badger) RefusedWrites() int64 { return b.refused.Load() }
+
+// Admit says whether the store takes new work (a new task): not when the
+// data folder's filesystem has less than MinFree left, nor when the folder
+// has reached MaxBytes. Work already accepted goes on until checkSpace
+// stops the writes.
+func (b *Badger) Admit() error {
+	if b.dir == "" {
+		return nil
+	}
+	if b.minFree > 0 {
+		free, err := freeSpace(b.dir)
+		if err == nil {
+			b.free.Store(free)
+			if free < b.minFree {
+				return fmt.Errorf("%w: %d MiB free on the data folder's filesystem, new tasks need %d MiB (store.minFreeBytes)",
+					ErrNoSpace, free>>20, b.minFree>>20)
+			}
+		}
+	}
+	if b.maxBytes > 0 {
+		if used := b.used.Load(); used >= b.maxBytes {
+			return fmt.Errorf("%w: the data folder holds %d MiB, its cap is %d MiB (store.maxBytes)",
+				ErrNoSpace, used>>20, b.maxBytes>>20)
+		}
+	}
+	return nil
+}
+
+// Space reports the store's disk figures (zero in memory).
+func (b *Badger) Space() Space {
+	if b.dir == "" {
+		return Space{}
+	}
+	free, err := freeSpace(b.dir)
+	if err != nil {
+		free = b.free.Load()
+	}
+	return Space{Free: free, Used: b.used.Load(), MinFree: b.minFree, MaxBytes: b.maxBytes}
+}
+
+// measureUsed sums the blocks the data folder's files take.
+func measureUsed(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			n += allocated(fi)
+		}
+		return nil
+	})
+	return n
+}
+
+// usedLoop measures the data folder's size every spaceEvery.
+func (b *Badger) usedLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(spaceEvery)
+	defer t.Stop()
+	for {
+		b.used.Store(measureUsed(b.dir))
+		select {
+		case <-b.quit:
+			return
+		case <-t.C:
+		}
+	}
+}
