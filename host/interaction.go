@@ -105,15 +105,8 @@ func (s *Server) approvalGate() loop.ApprovalGate {
 		return nil
 	}
 	return func(ctx context.Context, t *loop.Turn, call loop.ToolCall) *loop.InputRequest {
-		if t.Auth != nil && slices.Contains(ac.ExemptPrincipals, t.Auth.Principal) {
-			return nil
-		}
-		byName := matchAny(ac.Tools, call.Name)
-		if !byName && len(ac.Plugins) == 0 {
-			return nil // no need to find the tool's plugin
-		}
-		src := s.toolSource(ctx, call.Name)
-		if !byName && (src.plugin == "" || !matchAny(ac.Plugins, src.plugin)) {
+		src, marked := s.needsApproval(ctx, t.Auth, call.Name)
+		if !marked {
 			return nil
 		}
 		req := &loop.InputRequest{RequireUser: !ac.AgentMayApprove, Tool: src.view,
@@ -132,6 +125,30 @@ func (s *Server) approvalGate() loop.ApprovalGate {
 		}
 		return req
 	}
+}
+
+// needsApproval says whether the operator's approval rules mark a call of
+// the tool name by who (nil: no principal): its tool or the plugin that
+// serves it matches, and who is not exempt. Every path that runs a tool
+// asks it: the loop's gate (a turn's calls, and its sub-agents'), and the
+// MCP server (approvalGuard). It returns what serves the tool when marked.
+func (s *Server) needsApproval(ctx context.Context, who *loop.AuthContext, name string) (toolSrc, bool) {
+	ac := s.cfg.Interaction.Approval
+	if !ac.active() {
+		return toolSrc{}, false
+	}
+	if who != nil && slices.Contains(ac.ExemptPrincipals, who.Principal) {
+		return toolSrc{}, false
+	}
+	byName := matchAny(ac.Tools, name)
+	if !byName && len(ac.Plugins) == 0 {
+		return toolSrc{}, false // no need to find the tool's plugin
+	}
+	src := s.toolSource(ctx, name)
+	if !byName && (src.plugin == "" || !matchAny(ac.Plugins, src.plugin)) {
+		return toolSrc{}, false
+	}
+	return src, true
 }
 
 func argsText(b json.RawMessage) string {

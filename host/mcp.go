@@ -163,6 +163,12 @@ func (s *Server) newMCPServer(tools loop.Toolset, model loop.Model) (*mcp.Server
 	}
 	// Usage limits and artifact expiry, as for a turn (mcpusage.go).
 	tools = mcpMetered{s: s, inner: tools}
+	if s.cfg.Interaction.Approval.active() {
+		// Served tools, and the tools lent to the agent plugins called
+		// over MCP (their sub-agents' calls), pass the approval rules
+		// first: a refused call is not metered.
+		tools = approvalGuard{s: s, inner: tools}
+	}
 	cfg := mcp.ServerConfig{Name: s.cfg.Agent.Name, Version: "0.1.0", Tools: tools, Model: model,
 		Instructions: s.cfg.Agent.Description + " Its tools run in a WebAssembly sandbox with deny-by-default grants.",
 		Principal:    DefaultPrincipal, Logger: s.log.With("component", "mcp")}
@@ -170,6 +176,48 @@ func (s *Server) newMCPServer(tools loop.Toolset, model loop.Model) (*mcp.Server
 		cfg.Agent, cfg.AgentTool = mcpAgent{s}, s.cfg.MCP.AgentTool
 	}
 	return mcp.NewServer(cfg)
+}
+
+// approvalGuard is the toolset MCP clients get: a call the operator's
+// approval rules mark (interaction.approval) is refused, unless its
+// principal is exempt. MCP has no durable pause a person answers later
+// (RATIONALE.md): such a call is made over A2A, where it waits for one.
+// The refusal is a tool error the client (or a sub-agent's model) reads,
+// and a warning in the log.
+type approvalGuard struct {
+	s     *Server
+	inner loop.Toolset
+}
+
+func (g approvalGuard) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
+	return g.inner.Tools(ctx)
+}
+
+func (g approvalGuard) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	var who *loop.AuthContext
+	if env != nil {
+		who = env.Auth
+	}
+	if _, marked := g.s.needsApproval(ctx, who, call.Name); marked {
+		principal := ""
+		if who != nil {
+			principal = who.Principal
+		}
+		g.s.log.WarnContext(ctx, "mcp: a call that needs an approval was refused", "tool", call.Name,
+			"principal", principal, "depth", envDepth(env))
+		return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf(
+			"tool %q needs a person's approval (interaction.approval) and is not run over MCP, which cannot wait for one: "+
+				"send the request over A2A, where the call waits for an approval, or have the operator exempt your principal "+
+				"(interaction.approval.exemptPrincipals)", call.Name)}, nil
+	}
+	return g.inner.Call(ctx, call, env)
+}
+
+func envDepth(env *loop.ToolEnv) int {
+	if env == nil {
+		return 0
+	}
+	return env.Depth
 }
 
 // MCP returns the server of the host's sandboxed tools over MCP (nil when
@@ -259,6 +307,12 @@ func (a mcpAgent) Ask(ctx context.Context, auth *loop.AuthContext, contextID, pr
 	text := rec.Content
 	if text == "" && rec.Message != "" {
 		text = rec.Message
+	}
+	if open := rec.OpenRequests(); rec.Status.Interrupted() && len(open) > 0 {
+		// Paused (an approval, a credential): MCP cannot carry the
+		// answer; the task waits for it over A2A, as any paused task.
+		text = fmt.Sprintf("The task %s waits for input: %s\nAnswer it over A2A (SendMessage with taskId %s, docs/A2A_EXTENSION.md); the call does not run before.",
+			rec.ID, loop.RequestsPrompt(open), rec.ID)
 	}
 	return mcp.AgentAnswer{Text: text, ContextID: loop.ClientContextID(rec.ContextID), TaskID: rec.ID, State: string(rec.Status)}, nil
 }

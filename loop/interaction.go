@@ -161,6 +161,11 @@ func openIDs(rec *TaskRecord) string {
 // checkAnswer checks the fields of a against the type of r (schemas are
 // the host's to check).
 func checkAnswer(r InputRequest, a InputAnswer) error {
+	if r.RequireUser && a.ProvidedBy == "agent" {
+		// requireUser: a person must answer; an answer that says an
+		// agent gave it is not one.
+		return fmt.Errorf("this request must be answered by a person (requireUser): an answer providedBy \"agent\" is refused")
+	}
 	switch r.InputType {
 	case InputApproval:
 		if a.Decision != DecisionApprove && a.Decision != DecisionReject {

@@ -171,3 +171,22 @@ func TestAnswerChecksBeforeRecording(t *testing.T) {
 		t.Fatalf("an answer to a finished task: %v", err)
 	}
 }
+
+// A request a person must answer (requireUser) refuses an answer that says
+// an agent gave it; one an agent may answer takes it.
+func TestAnswerProvidedByAgentWhereAPersonMustAnswer(t *testing.T) {
+	now := time.Now()
+	base := loop.TaskRecord{ID: "t", Status: loop.TaskWaitingInput, Requests: []loop.InputRequest{
+		{InputID: "approval:a", InputType: loop.InputApproval, RequireUser: true, Call: &loop.ToolCall{ID: "a", Name: "x"}},
+		{InputID: "approval:b", InputType: loop.InputApproval, Call: &loop.ToolCall{ID: "b", Name: "x"}},
+	}}
+	rec := base
+	_, err := rec.Answer([]loop.InputAnswer{{InputID: "approval:a", Decision: loop.DecisionApprove, ProvidedBy: "agent", AgentID: "bot"}}, now)
+	if !errors.Is(err, loop.ErrInvalid) || !strings.Contains(err.Error(), "requireUser") || len(rec.OpenRequests()) != 2 {
+		t.Fatalf("an agent's answer to a requireUser request: %v, open %d", err, len(rec.OpenRequests()))
+	}
+	if _, err := rec.Answer([]loop.InputAnswer{{InputID: "approval:b", Decision: loop.DecisionApprove, ProvidedBy: "agent"},
+		{InputID: "approval:a", Decision: loop.DecisionApprove, ProvidedBy: "user", UserID: "alice"}}, now); err != nil {
+		t.Fatalf("a person's answer, and an agent's where one may answer: %v", err)
+	}
+}

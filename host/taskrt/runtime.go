@@ -399,6 +399,15 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 		if contextID != "" && contextID != rec.ContextID {
 			return nil, fmt.Errorf("%w: task %q belongs to another context", loop.ErrInvalid, taskID)
 		}
+		if rec.ParentTaskID != "" {
+			// A sub-task runs under its parent's call only: a request it
+			// waits for is passed up and answered on the parent, where
+			// the decision is recorded once. An answer or a message here
+			// would be a second route to the same call (run twice, or
+			// run though the parent rejects it).
+			return nil, fmt.Errorf("%w: task %q is a sub-task of %q and takes no messages of its own; "+
+				"its requests are passed up: answer them on task %q", loop.ErrInvalid, taskID, rec.ParentTaskID, rec.ParentTaskID)
+		}
 		if !rec.Status.Interrupted() {
 			return nil, fmt.Errorf("%w: task %q is %s and takes no more messages; send without taskId to start a new task",
 				loop.ErrInvalid, taskID, rec.Status)

@@ -465,6 +465,16 @@ function inputRequest(t, ev, fromStatus) {
   more.append(el("summary", "", (type || "request") + (ev.call && ev.call.name ? ": " + ev.call.name : "")),
     el("pre", "request-data", JSON.stringify(details, null, 2)));
   r.append(more);
+  if (ev.parentTaskId) {
+    // A sub-agent's request: passed up to its parent task, whose own
+    // request carries the form, or answered by the parent's model. The
+    // host refuses an answer sent to the sub-task itself.
+    r.append(el("div", "note", "Answered on the parent task " + ev.parentTaskId + "."));
+    if (old) old.replaceWith(r);
+    else t.body.append(r);
+    t.text = null;
+    return;
+  }
   const answer = (resp) => {
     const parts = [{ data: { responses: [resp] }, metadata: { [EXT]: "responses" } }];
     sendMessage(parts, ev.taskId).catch((e) => showError(e.message));
