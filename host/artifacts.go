@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"mime"
 	"strings"
 	"time"
 
@@ -44,12 +45,50 @@ func (s *Server) handleArtifact(c *fiber.Ctx) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", loop.ErrInvalid, err)
 	}
-	rc, mime, _, err := artifacts.Export(c.UserContext(), s.artifacts, id, f)
+	rc, typ, info, err := artifacts.Export(c.UserContext(), s.artifacts, id, f)
 	if err != nil {
 		return err
 	}
-	c.Set(fiber.HeaderContentType, mime)
+	// The content is a plugin's or the model's: a browser must never
+	// render it on the host's origin (where its script could call the
+	// host as the user). It is a download (attachment), of the type it
+	// says or none, never sniffed, and the policy forbids everything
+	// should a browser render it anyway (setSafeHeaders: nosniff, the
+	// sandbox CSP).
+	c.Set(fiber.HeaderContentType, downloadType(typ))
+	c.Set(fiber.HeaderContentDisposition, attachment(info.Name, id))
 	return c.SendStream(rc) // fasthttp closes rc when the body is sent
+}
+
+// downloadType is the Content-Type of a download of type typ: typ when it
+// parses as a media type, else application/octet-stream.
+func downloadType(typ string) string {
+	mt, params, err := mime.ParseMediaType(typ)
+	if err != nil {
+		return fiber.MIMEOctetStream
+	}
+	if out := mime.FormatMediaType(mt, params); out != "" {
+		return out
+	}
+	return fiber.MIMEOctetStream
+}
+
+// attachment is the Content-Disposition of a download named name (the
+// artifact's name, or its id).
+func attachment(name, id string) string {
+	name = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' {
+			return '_'
+		}
+		return r
+	}, name)
+	if strings.TrimSpace(name) == "" {
+		name = id
+	}
+	if v := mime.FormatMediaType("attachment", map[string]string{"filename": name}); v != "" {
+		return v
+	}
+	return "attachment"
 }
 
 // artifactBridge lets plugins write artifacts (the artifact_write host

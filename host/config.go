@@ -35,6 +35,10 @@ type Config struct {
 	// http://<Addr>).
 	PublicURL string `json:"publicUrl,omitempty"`
 
+	// Server: who may reach the host from a web browser (Host names,
+	// origins of other web pages).
+	Server ServerConfig `json:"server"`
+
 	// Store selects the engine of the host's state: Badger in DataDir
 	// (default) or Redis shared by several hosts, with S3 for artifacts.
 	Store StoreConfig `json:"store"`
@@ -128,6 +132,46 @@ type APIKey struct {
 	Key       string   `json:"key"`
 	Principal string   `json:"principal"`
 	Scopes    []string `json:"scopes,omitempty"`
+}
+
+// ServerConfig says which browsers' requests the host serves
+// (docs/SECURITY.md, "Browsers"). Requests without an Origin header (the
+// A2A SDKs, looopy chat, curl) are unaffected by AllowedOrigins.
+type ServerConfig struct {
+	// AllowedHosts are the host names (the Host header, without the port)
+	// the host answers to besides localhost, IP addresses and publicUrl's
+	// host. While it is empty the Host is checked only when Addr is a
+	// loopback address (the default); set, it is checked whatever Addr.
+	// Behind a proxy that passes the public name on, list that name (or
+	// set publicUrl to the public URL). "*" answers to any name: only
+	// with auth on, since a web page can then reach the host through DNS
+	// rebinding.
+	AllowedHosts []string `json:"allowedHosts,omitempty"`
+	// AllowedOrigins are the origins (scheme://host[:port]) of other web
+	// pages that may call the host from a browser, besides its own and
+	// publicUrl's. A request from any other origin is refused (HTTP 403).
+	// "*" lets every page call it.
+	AllowedOrigins []string `json:"allowedOrigins,omitempty"`
+}
+
+func (c ServerConfig) validate() error {
+	for i, h := range c.AllowedHosts {
+		if h == "*" {
+			continue
+		}
+		if h == "" || strings.ContainsAny(h, "/:@ ") && !strings.HasPrefix(h, "[") {
+			return fmt.Errorf("config: server.allowedHosts[%d] %q: want a host name without scheme, port or path (or \"*\")", i, h)
+		}
+	}
+	for i, o := range c.AllowedOrigins {
+		if o == "*" {
+			continue
+		}
+		if _, ok := normOrigin(o); !ok {
+			return fmt.Errorf("config: server.allowedOrigins[%d] %q: want an origin, scheme://host[:port] (or \"*\")", i, o)
+		}
+	}
+	return nil
 }
 
 // WebConfig is the web page's: served at GET / and /ui/ unless Disabled.
@@ -325,6 +369,9 @@ func (c Config) Validate() error {
 		return errors.New("config: agent.historyLimit, agent.historyBytes and limits.maxAgentBytes must not be negative (-1 is no bound for the bytes)")
 	}
 	if err := c.Observability.validate(); err != nil {
+		return err
+	}
+	if err := c.Server.validate(); err != nil {
 		return err
 	}
 	if err := c.Store.validate(); err != nil {

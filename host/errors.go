@@ -44,6 +44,8 @@ type errorCode struct {
 var errorTable = []errorCode{
 	{a2a.ErrParseError, -32700, http.StatusBadRequest, "PARSE_ERROR"},
 	{ErrBodyTooLarge, -32600, http.StatusRequestEntityTooLarge, "INVALID_REQUEST"},
+	{ErrForeignOrigin, -32600, http.StatusForbidden, "FOREIGN_ORIGIN"},
+	{ErrNotJSON, -32600, http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE"},
 	{a2a.ErrInvalidRequest, -32600, http.StatusBadRequest, "INVALID_REQUEST"},
 	{a2a.ErrMethodNotFound, -32601, http.StatusNotFound, "METHOD_NOT_FOUND"},
 	{a2a.ErrInvalidParams, -32602, http.StatusBadRequest, "INVALID_PARAMS"},

@@ -211,6 +211,9 @@ func openSSE(t testing.TB, ctx context.Context, url, token, body string, hdr ...
 	}
 	req, _ := http.NewRequestWithContext(ctx, method, url, rd)
 	req.Header.Set("Accept", "text/event-stream")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

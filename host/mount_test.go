@@ -60,7 +60,25 @@ func TestMountedRoutesKeepTheHostsRules(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"error"`) {
 		t.Fatalf("mounted /events of an unknown context: %d %s", resp.StatusCode, b)
 	}
-	resp, err = http.Get("http://" + ln.Addr().String() + "/own")
+	// The browser guard holds on mounted routes, in the route's version.
+	st, r := rpc(t, base+"/a2a/v0.3", "", `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"nope"}}`, "Origin", "http://attacker.example")
+	if st != http.StatusForbidden || r.Error == nil || r.Error.Code != -32600 {
+		t.Fatalf("a foreign origin on the mounted 0.3 route: %d %s", st, r.raw)
+	}
+	st, r = rpc(t, base, "", `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"nope"}}`, "Content-Type", "text/plain")
+	if st != http.StatusUnsupportedMediaType || r.Error == nil {
+		t.Fatalf("a text/plain body on the mounted 1.0 route: %d %s", st, r.raw)
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/healthz", nil)
+	req.Host = "attacker.example"
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a foreign Host on a mounted route: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	req, _ = http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/own", nil)
+	req.Header.Set("Origin", "http://attacker.example")
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

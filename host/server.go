@@ -68,6 +68,7 @@ type Server struct {
 	log       *slog.Logger
 	ready     atomic.Bool
 	mcp       *mcp.Server
+	browser   *browserGuard
 
 	// lnMu guards ln and stopping: Shutdown closes the listener Serve was
 	// given itself, since Fiber's shutdown misses one whose Serve had not
@@ -152,7 +153,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, stores: st, hub: hub, auth: auth,
 		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log,
-		tel: tel, ownTel: ownTel, usage: usage, creds: creds}
+		tel: tel, ownTel: ownTel, usage: usage, creds: creds, browser: newBrowserGuard(cfg)}
 	if tok := cfg.Observability.MetricsToken; tok != "" {
 		v, err := resolveSecret(tok)
 		if err != nil {
@@ -243,14 +244,19 @@ func (s *Server) routes() { s.register(s.app, false) }
 // prefix): A2A 1.0 at "" and "/a2a/v1", A2A 0.3 at "/a2a/v0.3", the agent
 // card, /events, /artifacts, /healthz, /readyz, /metrics and /admin.
 // Errors are answered by the host's own rules, whatever the application's
-// error handler; request bodies are held to Limits.MaxBodyBytes. The
+// error handler; request bodies are held to Limits.MaxBodyBytes, and the
+// browser guard (Origin, Host, JSON bodies; docs/SECURITY.md, "Browsers")
+// holds on every route, judging Host by Addr and Server.AllowedHosts. The
 // caller's application keeps its own settings: the handlers copy whatever
 // they keep past their return. Start the host with Main.Start (or
 // NewServer) and stop it with Close (or Shutdown), not the application.
 func (s *Server) Register(r fiber.Router) { s.register(r, true) }
 
 func (s *Server) register(r fiber.Router, mounted bool) {
-	h := func(fn fiber.Handler) fiber.Handler {
+	// Every route is behind the browser guard (browserguard.go); rpc is
+	// the route's JSON-RPC version, for the form of a refusal.
+	route := func(rpc int, json bool, fn fiber.Handler) fiber.Handler {
+		fn = s.guard(rpc, json, fn)
 		if !mounted {
 			return fn
 		}
@@ -261,13 +267,14 @@ func (s *Server) register(r fiber.Router, mounted bool) {
 			return nil
 		}
 	}
+	h := func(fn fiber.Handler) fiber.Handler { return route(0, false, fn) }
 	root := "/"
 	if mounted {
 		root = ""
 	}
-	r.Post(root, h(s.limitBody(mounted, false, s.handleRPC10)))
-	r.Post("/a2a/v1", h(s.limitBody(mounted, false, s.handleRPC10)))
-	r.Post("/a2a/v0.3", h(s.limitBody(mounted, true, s.handleRPC03)))
+	r.Post(root, route(10, true, s.limitBody(mounted, false, s.handleRPC10)))
+	r.Post("/a2a/v1", route(10, true, s.limitBody(mounted, false, s.handleRPC10)))
+	r.Post("/a2a/v0.3", route(3, true, s.limitBody(mounted, true, s.handleRPC03)))
 	r.Get("/.well-known/agent-card.json", h(s.handleCard))
 	if !s.cfg.Web.Disabled {
 		r.Get(root, h(s.handlePage))
@@ -279,7 +286,8 @@ func (s *Server) register(r fiber.Router, mounted bool) {
 	r.Get("/readyz", h(s.handleReady))
 	r.Get("/metrics", h(s.handleMetrics))
 	if s.mcp != nil {
-		r.All("/mcp", s.mcpHandler())
+		mh := s.mcpHandler()
+		r.All("/mcp", s.guard(10, true, mh))
 	}
 	admin := r.Group("/admin")
 	if mounted {
@@ -290,6 +298,7 @@ func (s *Server) register(r fiber.Router, mounted bool) {
 			return nil
 		})
 	}
+	admin.Use(s.guard(0, false, func(c *fiber.Ctx) error { return c.Next() }))
 	s.adminRoutes(admin)
 }
 
@@ -393,6 +402,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		}
 	}
 	setRetryAfter(c, err)
+	setSafeHeaders(c)
 	if c.Method() == fiber.MethodPost && (c.Path() == "/" || c.Path() == "/a2a/v1" || c.Path() == "/a2a/v0.3") {
 		return s.rpcErrorAnswer(c, c.Path() == "/a2a/v0.3", status, err)
 	}

@@ -427,8 +427,9 @@ func (s *Server) Handler(opts HTTPOptions) http.Handler {
 		Logger:              s.log,
 		SessionTimeout:      opts.SessionTimeout,
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
-		// The host's listener decides who may connect; a host reached by
-		// another name (a proxy, a container) must still be served.
+		// The host's browser guard (host/browserguard.go) checks Host and
+		// Origin on every route, /mcp included, against the names the
+		// operator configured; the SDK's check knows none of them.
 		DisableLocalhostProtection: true,
 	})
 	h = newSessionLimiter(s.srv, opts.MaxSessions, opts.MaxSessionsPerPrincipal, opts.MaxBodyBytes).wrap(h)

@@ -725,4 +725,16 @@ func TestPageClientToolForm(t *testing.T) {
 		t.Fatalf("text and auth forms drawn as %v", forms)
 	}
 	screenshot(t, ctx, "text-and-auth-forms")
+
+	// A sign-in URL that is not a web address (a plugin's or the model's
+	// javascript: URL) is shown as text, never made a link.
+	eval[bool](t, ctx, `render('task-status', {kind: 'task-status', taskId: 'forms-task-2', contextId: '`+contextID+`',
+		status: 'waiting-auth', metadata: {requests: [
+			{inputId: 'auth:a2', inputType: 'auth', requireUser: true, prompt: 'Sign in',
+			 auth: {provider: 'mail', authType: 'oauth2', authUrl: 'javascript:document.title="owned"'}}]}}) || true`)
+	bad := eval[map[string]any](t, ctx, `(() => { const r = document.querySelector('.request[data-input-id="auth:a2"]');
+		return {drawn: !!r, links: r ? r.querySelectorAll('a').length : -1, text: r ? r.textContent : ''}; })()`)
+	if bad["drawn"] != true || bad["links"] != float64(0) || !strings.Contains(bad["text"].(string), "javascript:") {
+		t.Fatalf("a javascript: sign-in URL drawn as %v", bad)
+	}
 }

@@ -425,6 +425,14 @@ function datasetRows(a, ev) {
   }
 }
 
+// webAddress reports whether u is an absolute http or https URL.
+function webAddress(u) {
+  try {
+    const p = new URL(String(u)).protocol;
+    return p === "http:" || p === "https:";
+  } catch (e) { return false; }
+}
+
 async function download(id, name) {
   try {
     const res = await fetch("artifacts/" + encodeURIComponent(id), { headers: authHeaders(key()) });
@@ -551,12 +559,16 @@ function inputRequest(t, ev, fromStatus) {
     const what = [a.provider && "provider " + a.provider, a.authType && "type " + a.authType,
       a.scopes && a.scopes.length && "scopes " + a.scopes.join(" ")].filter(Boolean).join(", ");
     if (what) form.append(el("div", "note", what));
-    if (a.authUrl) {
+    // Only a web address becomes a link: a javascript: or data: URL from
+    // a plugin or the model must not run on the page's origin.
+    if (a.authUrl && webAddress(a.authUrl)) {
       const link = el("a", "auth-url", "Sign in at " + a.authUrl);
       link.href = a.authUrl;
       link.target = "_blank";
       link.rel = "noopener noreferrer";
       form.append(link);
+    } else if (a.authUrl) {
+      form.append(el("div", "note", "Sign in at " + a.authUrl + " (not a web address: not a link)"));
     }
     if (a.provider === "caller") {
       submit("Use my credentials");
