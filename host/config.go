@@ -225,7 +225,8 @@ type LimitsConfig struct {
 	// TurnTimeout bounds one turn (default 10m).
 	TurnTimeout Duration `json:"turnTimeout,omitempty"`
 	// ShutdownGrace is how long running turns may go on after a shutdown
-	// begins before they are cancelled (default 10s).
+	// begins (default 10s); those still running then are handed on as a
+	// crash leaves them: working, for the next start or another host.
 	ShutdownGrace Duration `json:"shutdownGrace,omitempty"`
 	// Heartbeat is the interval of SSE comments on idle streams (default
 	// 15s). At each, an idle task stream also checks that the store still

@@ -76,7 +76,7 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
 		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, 0, f, enc)
-		if err != nil && !errors.Is(err, errClientGone) {
+		if err != nil && !errors.Is(err, errClientGone) && !errors.Is(err, errStreamShutdown) {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "event stream ended with an error",
 				slog.String("context_id", contextID), slog.String("error", err.Error()))
 		}

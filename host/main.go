@@ -319,7 +319,8 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 func (m *Main) Done() <-chan error { return m.served }
 
 // Close shuts down gracefully: no new requests or turns, running turns get
-// Limits.ShutdownGrace to finish and are then cancelled, open streams end,
+// Limits.ShutdownGrace to finish and are then handed on (left working, as
+// a crash leaves them, for the next start or another host), open streams end,
 // plugins are closed and Badger is closed cleanly. Every wait is bounded:
 // a part that does not stop in time is named in the error and left behind.
 func (m *Main) Close() error {

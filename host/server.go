@@ -345,8 +345,9 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops taking requests and turns, lets running turns go on until
-// ctx ends, cancels the rest, ends the open streams and waits for the
-// connections to close.
+// ctx ends, hands the rest on (taskrt.Runtime.Shutdown), ends the open
+// streams (one whose task did not end with SHUTTING_DOWN: subscribe again)
+// and waits for the connections to close.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	s.lnMu.Lock()
@@ -509,8 +510,10 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 			if err == nil || errors.Is(err, errClientGone) {
 				return
 			}
-			s.log.LogAttrs(context.Background(), slog.LevelWarn, "stream ended with an error",
-				slog.String("task_id", stream.taskID), slog.String("error", err.Error()))
+			if !errors.Is(err, errStreamShutdown) {
+				s.log.LogAttrs(context.Background(), slog.LevelWarn, "stream ended with an error",
+					slog.String("task_id", stream.taskID), slog.String("error", err.Error()))
+			}
 		}
 		_ = writeFrame(w, marshalResponse(req.ID, nil, call.toError(err)))
 	})
@@ -545,6 +548,11 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 		Alive: s.taskAlive(stream),
 	})
 	switch {
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// The host shuts down before the stream's end: the client is told
+		// to subscribe again (a turn cut by the shutdown resumes on the
+		// next start or on another host), never given a final status.
+		return errStreamShutdown
 	case err == nil, errors.Is(err, sse.ErrFinished), errors.Is(err, sse.ErrClosed), errors.Is(err, context.Canceled):
 		return nil
 	case errors.Is(err, sse.ErrStalled), errors.Is(err, sse.ErrClientWrite):
@@ -558,6 +566,10 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 	}
 	return err
 }
+
+// errStreamShutdown ends a stream the host's shutdown cut before its end.
+var errStreamShutdown = fmt.Errorf("%w: the stream ended before its task did; subscribe again with Last-Event-ID "+
+	"(SubscribeToTask, tasks/resubscribe, /events) to another host or once this one is back: a turn cut by the shutdown resumes there", ErrShuttingDown)
 
 // errTaskGone ends the stream of a task whose record the store no longer
 // has: no one will write its end.

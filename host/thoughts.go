@@ -123,7 +123,7 @@ func (s *Server) adminEvents(c *fiber.Ctx) error {
 	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
 		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, 0, f, sse.LooopyEncoder{})
-		if err != nil && !errors.Is(err, errClientGone) {
+		if err != nil && !errors.Is(err, errClientGone) && !errors.Is(err, errStreamShutdown) {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "admin event stream ended with an error",
 				slog.String("context_id", contextID), slog.String("error", err.Error()))
 		}

@@ -389,3 +389,55 @@ func TestResumeCallResumer(t *testing.T) {
 		}
 	})
 }
+
+// A turn the host suspends (a StopError with Suspend: its shutdown) is left
+// exactly as a crash at that moment leaves it: the task working, the cut
+// call "started" in the journal (no "stopped" result), no end saved or
+// announced; resumed, it goes on from its checkpoint as after a crash. A
+// StopError without Suspend (a time limit) ends it failed instead.
+func TestSuspendedTurnIsLeftAsACrashLeavesIt(t *testing.T) {
+	durableBackends(t, func(t *testing.T, db durableBackend) {
+		reached := make(chan struct{})
+		var once sync.Once
+		tools := toolsMap{"charge": func(ctx context.Context, c loop.ToolCall, _ *loop.ToolEnv) (loop.ToolResult, error) {
+			once.Do(func() { close(reached) })
+			<-ctx.Done()
+			return loop.ToolResult{}, ctx.Err()
+		}}
+		l := durableLoop(t, db, toolThenAnswer(nil, call("b", "charge", `{}`)), tools)
+		a := newAgent(t, db, l, func(c *loop.AgentConfig) { c.ContextID = "ctx-d" })
+		ctx, stop := context.WithCancelCause(context.Background())
+		defer stop(nil)
+		go func() {
+			<-reached
+			stop(&loop.StopError{Reason: loop.ReasonShutdown, Message: "shut down", Suspend: true})
+		}()
+		rec := &recorder{}
+		out, err := a.Turn(ctx, loop.TurnInput{TaskID: "task-d", Sink: rec, Messages: []loop.Message{{Role: loop.RoleUser, Content: "pay"}}})
+		var se *loop.StopError
+		if err != nil || out.Status != loop.TaskWorking || out.Reason != loop.ReasonShutdown || !errors.As(out.Err, &se) || !se.Suspend {
+			t.Fatalf("suspended turn: %+v, %v", out, err)
+		}
+		for _, k := range []loop.EventKind{loop.KindTaskComplete, loop.KindToolComplete} {
+			if n := rec.count(k); n != 0 {
+				t.Fatalf("the suspended turn announced %d %s events", n, k)
+			}
+		}
+		task, err := db.LoadTask(context.Background(), "task-d")
+		if err != nil || task.Status != loop.TaskWorking {
+			t.Fatalf("after the suspension the task is %+v, %v", task, err)
+		}
+		entries, _ := db.Calls(context.Background(), "task-d")
+		if len(entries) != 1 || entries[0].State != loop.CallStarted || entries[0].Result != nil {
+			t.Fatalf("the cut call's journal entry is %+v, want started without a result", entries)
+		}
+		cp, err := db.LoadCheckpoint(context.Background(), "task-d")
+		if err != nil || cp.Stage != loop.StageTools {
+			t.Fatalf("checkpoint %+v, %v; want the one before the tools ran", cp, err)
+		}
+		res := resume(t, db, l, &recorder{})
+		if res.Status != loop.TaskCompleted || !strings.Contains(res.Content, `tool "charge" was interrupted by a restart`) {
+			t.Fatalf("resumed: %s %q", res.Status, res.Content)
+		}
+	})
+}

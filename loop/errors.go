@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -112,6 +113,24 @@ type StopError struct {
 	Reason string
 	// Message says what stopped the turn, for the task's status.
 	Message string
+	// Suspend says the host hands the turn on instead of ending it (its
+	// shutdown): the turn stops where it stands and writes nothing more
+	// (no tool result in the journal, no checkpoint, no end, no event),
+	// so that its task is left exactly as a crash at that moment leaves
+	// it, working, and resumes from its last checkpoint on the next start
+	// or on another host. The Outcome says TaskWorking, Reason the
+	// StopError's, Err the StopError.
+	Suspend bool
 }
 
 func (e *StopError) Error() string { return e.Message }
+
+// Suspended reports whether ctx was stopped by a StopError that suspends
+// its turn (StopError.Suspend).
+func Suspended(ctx context.Context) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	var se *StopError
+	return errors.As(context.Cause(ctx), &se) && se.Suspend
+}

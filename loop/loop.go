@@ -288,7 +288,8 @@ const (
 	ReasonCanceled = "canceled"
 	// ReasonTimeout: the turn ran past its time limit (a StopError, or a
 	// deadline of its context); ReasonShutdown: the host shut down before
-	// the turn ended. Both end the turn failed.
+	// the turn ended. Both end the turn failed, unless the StopError
+	// suspends the turn (StopError.Suspend): then it is left working.
 	ReasonTimeout  = "timeout"
 	ReasonShutdown = "shutdown"
 	// ReasonLength and ReasonContentFilter: the model stopped before its
@@ -445,6 +446,15 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	}
 
 	out = tr.run(ctx)
+	if Suspended(ctx) {
+		// The host hands the turn on (its shutdown): nothing of its end
+		// is saved or announced; the task resumes from its checkpoint.
+		se := &StopError{}
+		_ = errors.As(context.Cause(ctx), &se)
+		out.Status, out.Reason, out.Err = TaskWorking, se.Reason, se
+		span.RecordError(se)
+		return out
+	}
 	out.Retries = tr.retries
 	out.Usage = out.Usage.Add(tr.takeSubUsage())
 	tr.subMu.Lock()
@@ -793,6 +803,9 @@ func (tr *turn) checkpoint(ctx context.Context, iter int, stage Stage, out *Outc
 	cs := tr.l.checkpoints
 	if cs == nil {
 		return nil
+	}
+	if Suspended(ctx) {
+		return context.Cause(ctx) // handed on: the last checkpoint stands
 	}
 	cp := Checkpoint{TaskID: tr.t.TaskID, ContextID: tr.t.ContextID, AgentID: tr.t.AgentID,
 		ParentTaskID: tr.t.ParentTaskID, Iteration: iter, Stage: stage, Produced: out.Messages,
@@ -1162,6 +1175,11 @@ func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) (Me
 	emit(&ToolStart{Header: Header{Kind: KindToolStart}, ToolCallID: call.ID, ToolName: call.Name, Arguments: call.Arguments})
 	start := time.Now()
 	res, need := tr.callTool(ctx, call, sub)
+	if Suspended(ctx) {
+		// The host hands the turn on: the call stays "started" in the
+		// journal, as a crash leaves it, and the next run settles it.
+		return toolMessage(call, res), nil
+	}
 	if need != nil {
 		// The call stopped before acting, to ask for a credential (or to
 		// pass a sub-agent's request up): the journal says so (it runs

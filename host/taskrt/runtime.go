@@ -284,6 +284,11 @@ func (r *Run) Saved() (loop.TaskRecord, bool) {
 // task now.
 func (r *Run) lost() bool { return errors.Is(context.Cause(r.ctx), loop.ErrLeaseLost) }
 
+// handedOn reports that the turn was suspended (the shutdown's grace ran
+// out): it writes nothing more, and its task resumes elsewhere or at the
+// next start.
+func (r *Run) handedOn() bool { return loop.Suspended(r.ctx) }
+
 // New returns a runtime; StartBackground begins its background work.
 func New(cfg Config) (*Runtime, error) {
 	switch {
@@ -873,8 +878,10 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		if k := e.Head().Kind; k.Internal() && !(rt.cfg.KeepDebugThoughts && k == loop.KindInternalThoughtProcess) {
 			return // internal events are for tracing, not for the log clients read
 		}
-		if r.lost() {
-			return // the task is another process's now: its stream is theirs
+		if r.lost() || r.handedOn() {
+			// The task is another process's now (or will be, or the next
+			// start's): its stream is theirs.
+			return
 		}
 		if isFinal(r, e) {
 			// The turn is saved (the loop announces its end only after
@@ -929,6 +936,22 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 			stopRenew = g.stopRenew
 		}
 		stopRenew()
+		if r.handedOn() && !r.lost() {
+			// Suspended by the shutdown: nothing of the turn's end was
+			// written or published, as in a crash at this moment. The
+			// leases go at once, so that another host (or the next start)
+			// takes the task up without waiting for them to lapse.
+			rt.mu.Lock()
+			rt.dropAgentLocked(contextID)
+			rt.starting.Delete(contextID)
+			rt.mu.Unlock()
+			rt.unregister(r)
+			close(r.done)
+			rt.disown(r)
+			rt.log.LogAttrs(context.Background(), slog.LevelInfo, "turn handed on: its task resumes at the next start or on another host",
+				slog.String("task_id", taskID))
+			return
+		}
 		if r.lost() {
 			// Nothing of the turn was saved (its commit is fenced by the
 			// lease) and its end belongs to the new owner.
@@ -1524,7 +1547,9 @@ func (rt *Runtime) announce(ctx context.Context, rec loop.TaskRecord, last loop.
 }
 
 // Shutdown stops new turns, lets running ones finish until ctx ends, then
-// cancels the rest and waits for them to record their end.
+// suspends the rest (loop.StopError.Suspend) and waits for them to stop:
+// their tasks stay working, their leases released, and resume from their
+// last checkpoint at the next start or on another host, as after a crash.
 func (rt *Runtime) Shutdown(ctx context.Context) {
 	rt.mu.Lock()
 	rt.closing = true
@@ -1546,6 +1571,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) {
 }
 
 // errShutdown stops the turns still running when a shutdown's grace ran
-// out: they end failed, saying so, never as if a client cancelled them.
-var errShutdown = &loop.StopError{Reason: loop.ReasonShutdown,
-	Message: "the host shut down before the turn ended (limits.shutdownGrace ran out)"}
+// out. It suspends them: a graceful stop is never worse than a crash, so
+// such a turn writes nothing more and its task stays working, its leases
+// released, for the next start or another host to resume from its last
+// checkpoint (never failed, never as if a client cancelled it).
+var errShutdown = &loop.StopError{Reason: loop.ReasonShutdown, Suspend: true,
+	Message: "the host shut down before the turn ended (limits.shutdownGrace ran out); the task resumes on the next start or on another host"}
