@@ -12,6 +12,7 @@ import (
 
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/pdk"
+	"github.com/looopy-go/looopy/sse"
 )
 
 // Config is the whole configuration of the host. A zero field means its
@@ -244,6 +245,16 @@ type LimitsConfig struct {
 	// hold together (default 256 MiB; -1: no bound): past it the least
 	// needed ones are dropped from memory (their history is in the store).
 	MaxAgentBytes int64 `json:"maxAgentBytes,omitempty"`
+	// StreamQueueBytes bounds, per event stream, the bytes of events
+	// waiting to be written to the event log (default 16 MiB), as 4,096
+	// events bound their count: a turn emitting large events faster than
+	// the log takes them waits there. One event is always taken.
+	StreamQueueBytes int64 `json:"streamQueueBytes,omitempty"`
+	// StreamTailBytes bounds, per event stream with live readers, the
+	// bytes of its recent events kept in memory (default 4 MiB), as 256
+	// events bound their count; older events are read back from the log,
+	// a client loses none.
+	StreamTailBytes int64 `json:"streamTailBytes,omitempty"`
 	// MaxConnections bounds the HTTP connections open at once (default 0:
 	// three eighths of the process's open-file limit, which is also the
 	// most it may be); a connection past it is closed at once, so that a
@@ -357,7 +368,7 @@ func (c Config) Validate() error {
 		seen[k.Key] = true
 	}
 	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 || c.Limits.MaxAgents < 0 ||
-		c.Limits.LeaseTTL < 0 {
+		c.Limits.LeaseTTL < 0 || c.Limits.StreamQueueBytes < 0 || c.Limits.StreamTailBytes < 0 {
 		return errors.New("config: limits must not be negative")
 	}
 	if c.Store.MemoryBytes < 0 || c.Store.MaxBytes < 0 || c.Store.MinFreeBytes < -1 {
@@ -457,6 +468,12 @@ func (c Config) withDefaults() Config {
 	}
 	if l.MaxAgentBytes == 0 {
 		l.MaxAgentBytes = DefaultMaxAgentBytes
+	}
+	if l.StreamQueueBytes == 0 {
+		l.StreamQueueBytes = sse.DefaultMaxPendingBytes
+	}
+	if l.StreamTailBytes == 0 {
+		l.StreamTailBytes = sse.DefaultTailBytes
 	}
 	if l.MaxRunning == 0 {
 		l.MaxRunning = DefaultMaxRunning(MemoryLimit(), runtime.GOMAXPROCS(0))

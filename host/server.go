@@ -147,7 +147,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	hub, err := sse.New(sse.Config{Log: st.Events, Retention: time.Duration(cfg.Limits.TaskTTL), Logger: log, Follow: st.Shared})
+	hub, err := sse.New(sse.Config{Log: st.Events, Retention: time.Duration(cfg.Limits.TaskTTL), Logger: log, Follow: st.Shared,
+		MaxPendingBytes: cfg.Limits.StreamQueueBytes, TailBytes: cfg.Limits.StreamTailBytes})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}

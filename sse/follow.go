@@ -58,5 +58,5 @@ func (st *stream) clearTail(last uint64) {
 	if st.n > 0 {
 		clear(st.tail)
 	}
-	st.head, st.n, st.from, st.last = 0, 0, last, last
+	st.head, st.n, st.from, st.last, st.tbytes = 0, 0, last, last, 0
 }

@@ -58,6 +58,23 @@ type Config struct {
 	// MaxPending is how many events of one stream may wait to be appended
 	// before publishers block. Default 4096.
 	MaxPending int
+	// MaxPendingBytes bounds the same queue by the events' size: past it
+	// publishers block too (a turn's Sink waits), so a task emitting large
+	// events faster than the log takes them cannot make the host hold
+	// MaxPending of them. One event is always taken when nothing of the
+	// stream waits, whatever its size. Default 16 MiB.
+	MaxPendingBytes int64
+	// TailBytes bounds the in-memory tail of a stream by size as TailSize
+	// does by count: the oldest events leave it first (subscribers read
+	// them back from the log; nothing is lost). The newest event always
+	// stays. Default 4 MiB.
+	TailBytes int64
+	// ReadBatchBytes bounds what a subscriber holds at once by size: a
+	// batch from the tail stops past it, and a batch read back from the
+	// log asks for as many records as fit it at the mean size of the last
+	// ones read (of the tail's at first, or one record when neither is
+	// known), at most ReadBatch. Default 1 MiB.
+	ReadBatchBytes int64
 	// Retention is how long the log of a finished stream is kept before it
 	// expires. Default 24h; negative keeps it forever.
 	Retention time.Duration
@@ -68,6 +85,41 @@ type Config struct {
 	// subscribers with EventLog.Wait, so that they get events whichever
 	// host published them. Off for a log only this process writes.
 	Follow bool
+}
+
+// The defaults of the Hub's bounds by size (Config).
+const (
+	DefaultMaxPendingBytes = 16 << 20
+	DefaultTailBytes       = 4 << 20
+	DefaultReadBatchBytes  = 1 << 20
+)
+
+// Pending returns how many events of stream wait to be appended to the log
+// and their bytes (with those of an append under way).
+func (h *Hub) Pending(streamName string) (events int, bytes int64) {
+	h.mu.Lock()
+	st := h.streams[streamName]
+	h.mu.Unlock()
+	if st == nil {
+		return 0, 0
+	}
+	st.qmu.Lock()
+	defer st.qmu.Unlock()
+	return len(st.queue), st.qbytes
+}
+
+// TailLen returns how many events of stream the in-memory tail holds and
+// their bytes.
+func (h *Hub) TailLen(streamName string) (events int, bytes int64) {
+	h.mu.Lock()
+	st := h.streams[streamName]
+	h.mu.Unlock()
+	if st == nil {
+		return 0, 0
+	}
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return st.n, st.tbytes
 }
 
 // Hub appends events to the durable log and wakes the subscribers of each
@@ -83,6 +135,9 @@ type Hub struct {
 	batch     int
 	retention time.Duration
 	maxQueue  int
+	maxQBytes int64
+	tailBytes int64
+	readBytes int64
 	logger    *slog.Logger
 	done      chan struct{}
 	writers   sync.WaitGroup // one per stream with events waiting
@@ -110,6 +165,7 @@ type stream struct {
 	qmu     sync.Mutex
 	qcond   sync.Cond // L is &qmu: the queue shrank, or the writer stopped
 	queue   []pending // events waiting to be appended, in order
+	qbytes  int64     // bytes of the queue and of the batch being appended
 	spare   []pending
 	writing bool // a writer goroutine owns the queue
 
@@ -120,6 +176,7 @@ type stream struct {
 	tail     []Item // ring buffer of the most recent records, oldest at head
 	head     int
 	n        int
+	tbytes   int64 // bytes of the tail's records
 	finished bool
 	subs     map[*Subscription]struct{}
 	unfollow context.CancelFunc // stops the follower (Config.Follow); nil when none runs
@@ -133,12 +190,19 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.TailSize < 0 || cfg.ReadBatch < 0 || cfg.MaxPending < 0 {
 		return nil, fmt.Errorf("new sse hub: negative TailSize (%d), ReadBatch (%d) or MaxPending (%d)", cfg.TailSize, cfg.ReadBatch, cfg.MaxPending)
 	}
+	if cfg.MaxPendingBytes < 0 || cfg.TailBytes < 0 || cfg.ReadBatchBytes < 0 {
+		return nil, fmt.Errorf("new sse hub: negative MaxPendingBytes (%d), TailBytes (%d) or ReadBatchBytes (%d)",
+			cfg.MaxPendingBytes, cfg.TailBytes, cfg.ReadBatchBytes)
+	}
 	h := &Hub{
 		log:       cfg.Log,
 		tailSize:  cfg.TailSize,
 		batch:     cfg.ReadBatch,
 		retention: cfg.Retention,
 		maxQueue:  cfg.MaxPending,
+		maxQBytes: cfg.MaxPendingBytes,
+		tailBytes: cfg.TailBytes,
+		readBytes: cfg.ReadBatchBytes,
 		logger:    cfg.Logger,
 		follow:    cfg.Follow,
 		done:      make(chan struct{}),
@@ -153,6 +217,15 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if h.maxQueue == 0 {
 		h.maxQueue = 4096
+	}
+	if h.maxQBytes == 0 {
+		h.maxQBytes = DefaultMaxPendingBytes
+	}
+	if h.tailBytes == 0 {
+		h.tailBytes = DefaultTailBytes
+	}
+	if h.readBytes == 0 {
+		h.readBytes = DefaultReadBatchBytes
 	}
 	if h.retention == 0 {
 		h.retention = 24 * time.Hour
@@ -448,28 +521,44 @@ func (h *Hub) load(ctx context.Context, st *stream) error {
 	return nil
 }
 
-// push adds it to the tail ring. Caller holds st.mu.
-func (st *stream) push(it Item, size int) {
+// push adds it to the tail ring, which keeps at most size records and,
+// past the newest, maxBytes of them. Caller holds st.mu.
+func (st *stream) push(it Item, size int, maxBytes int64) {
 	if st.tail == nil {
 		st.tail = make([]Item, size)
 	}
 	if st.n == len(st.tail) {
-		st.from = st.tail[st.head].ID
-		st.tail[st.head] = Item{}
-		st.head = (st.head + 1) % len(st.tail)
-		st.n--
+		st.dropOldest()
 	}
 	st.tail[(st.head+st.n)%len(st.tail)] = it
 	st.n++
+	st.tbytes += int64(len(it.Data))
+	for st.n > 1 && st.tbytes > maxBytes {
+		st.dropOldest()
+	}
 }
 
-// tailAfter appends to dst up to max items of the tail with ID > after.
-// Caller holds st.mu (read) and has checked after >= st.from.
-func (st *stream) tailAfter(dst []Item, after uint64, max int) []Item {
+// dropOldest removes the oldest record of the tail: it is read back from
+// the log. Caller holds st.mu.
+func (st *stream) dropOldest() {
+	old := &st.tail[st.head]
+	st.from = old.ID
+	st.tbytes -= int64(len(old.Data))
+	*old = Item{}
+	st.head = (st.head + 1) % len(st.tail)
+	st.n--
+}
+
+// tailAfter appends to dst up to max items of the tail with ID > after,
+// stopping once they hold maxBytes (one at least). Caller holds st.mu
+// (read) and has checked after >= st.from.
+func (st *stream) tailAfter(dst []Item, after uint64, max int, maxBytes int64) []Item {
 	at := func(i int) *Item { return &st.tail[(st.head+i)%len(st.tail)] }
 	i := sort.Search(st.n, func(i int) bool { return at(i).ID > after })
-	for ; i < st.n && max > 0; i, max = i+1, max-1 {
+	var n int64
+	for ; i < st.n && max > 0 && (n == 0 || n < maxBytes); i, max = i+1, max-1 {
 		dst = append(dst, *at(i))
+		n += int64(len(at(i).Data))
 	}
 	return dst
 }

@@ -16,6 +16,7 @@ type spyLog struct {
 	mu      sync.Mutex
 	expires map[string]time.Duration
 	reads   int
+	readMax int64 // the most bytes one Read returned
 	appends int
 	gate    chan struct{} // when set, Append waits for it to close
 }
@@ -44,10 +45,22 @@ func spy(l loop.EventLog) *spyLog {
 }
 
 func (s *spyLog) Read(ctx context.Context, stream string, after uint64, limit int) ([]loop.LogRecord, error) {
+	recs, err := s.EventLog.Read(ctx, stream, after, limit)
+	var n int64
+	for _, r := range recs {
+		n += int64(len(r.Data))
+	}
 	s.mu.Lock()
 	s.reads++
+	s.readMax = max(s.readMax, n)
 	s.mu.Unlock()
-	return s.EventLog.Read(ctx, stream, after, limit)
+	return recs, err
+}
+
+func (s *spyLog) largestRead() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readMax
 }
 
 func (s *spyLog) Expire(ctx context.Context, stream string, ttl time.Duration) error {

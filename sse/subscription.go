@@ -87,11 +87,14 @@ type Subscription struct {
 	filter Filter
 	wake   chan struct{} // size 1: "there may be something new"
 
-	cursor   uint64 // id of the last record read
-	stopAt   uint64 // > 0: the subscription ends after this id (see StopAt)
-	buf      []Item
-	pos      int
-	lastTask string // interned task id of replayed records
+	cursor uint64 // id of the last record read
+	stopAt uint64 // > 0: the subscription ends after this id (see StopAt)
+	buf    []Item
+	pos    int
+	// readLimit is how many records the next read of the log asks for
+	// (0: ReadBatch), from the size of the last ones.
+	readLimit int
+	lastTask  string // interned task id of replayed records
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -261,16 +264,36 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 			}
 			return false, nil
 		}
-		s.buf = st.tailAfter(s.buf, s.cursor, s.hub.batch)
+		s.buf = st.tailAfter(s.buf, s.cursor, s.hub.batch, s.hub.readBytes)
 		st.mu.RUnlock()
 		return len(s.buf) > 0, nil
 	}
-	from := st.from
+	from, tn, tb := st.from, st.n, st.tbytes
 	st.mu.RUnlock()
 
-	recs, err := s.hub.log.Read(ctx, st.name, s.cursor, s.hub.batch)
+	// A read asks for as many records as fit ReadBatchBytes at the mean
+	// size of the last ones read (or of the tail's); the first, when
+	// neither is known, for one.
+	limit := s.readLimit
+	if limit == 0 {
+		limit = 1
+		if tn > 0 {
+			limit = int(min(max(s.hub.readBytes/max(tb/int64(tn), 1), 1), int64(s.hub.batch)))
+		}
+	}
+	recs, err := s.hub.log.Read(ctx, st.name, s.cursor, limit)
 	if err != nil {
 		return false, fmt.Errorf("read %q after %d: %w", st.name, s.cursor, err)
+	}
+	// The next batch from the log is sized to ReadBatchBytes from this
+	// one's mean record size (at most ReadBatch records, one at least).
+	var n int64
+	for _, r := range recs {
+		n += int64(len(r.Data))
+	}
+	if len(recs) > 0 {
+		mean := max(n/int64(len(recs)), 1)
+		s.readLimit = int(min(max(s.hub.readBytes/mean, 1), int64(s.hub.batch)))
 	}
 	if len(recs) == 0 {
 		// The log holds nothing the tail does not: what lay between the

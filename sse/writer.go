@@ -47,7 +47,8 @@ func (h *Hub) enqueue(name string, p pending) error {
 	defer h.release(st)
 	st.qmu.Lock()
 	defer st.qmu.Unlock()
-	for len(st.queue) >= h.maxQueue {
+	size := int64(len(p.it.Data))
+	for h.full(st, size) {
 		st.qcond.Wait()
 	}
 	if !st.writing {
@@ -63,6 +64,7 @@ func (h *Hub) enqueue(name string, p pending) error {
 		go h.write(st)
 	}
 	st.queue = append(st.queue, p)
+	st.qbytes += size
 	return nil
 }
 
@@ -101,15 +103,30 @@ func (st *stream) take() []pending {
 	return batch
 }
 
-// giveBack keeps the memory of an appended batch for the next queue.
+// giveBack keeps the memory of an appended batch for the next queue; its
+// bytes leave the bound (Config.MaxPendingBytes), and the publishers it
+// held go on.
 func (st *stream) giveBack(batch []pending) {
 	if batch == nil {
 		return
 	}
+	var n int64
+	for i := range batch {
+		n += int64(len(batch[i].it.Data))
+	}
 	clear(batch)
 	st.qmu.Lock()
 	st.spare = batch[:0]
+	st.qbytes -= n
+	st.qcond.Broadcast()
 	st.qmu.Unlock()
+}
+
+// full reports whether st's queue has no room for an event of size bytes:
+// MaxPending events, or MaxPendingBytes with one event at least waiting.
+// Caller holds st.qmu.
+func (h *Hub) full(st *stream, size int64) bool {
+	return len(st.queue) >= h.maxQueue || (st.qbytes > 0 && st.qbytes+size > h.maxQBytes)
 }
 
 // enqueuePair queues p for stream a and q for stream b (an event of a task,
@@ -148,9 +165,12 @@ func (h *Hub) startPair(ml loop.MultiStreamAppender, an string, p pending, bn st
 	defer h.release(b)
 	unlock := lockQueues(a, b)
 	defer unlock()
-	if len(a.queue) >= h.maxQueue || len(b.queue) >= h.maxQueue || a.writing != b.writing {
-		return false, nil
+	ps, qs := int64(len(p.it.Data)), int64(len(q.it.Data))
+	if h.full(a, ps) || h.full(b, qs) || a.writing != b.writing {
+		return false, nil // enqueue waits for room
 	}
+	a.qbytes += ps
+	b.qbytes += qs
 	if a.writing {
 		// Both have writers (most often one for the two): whoever
 		// writes a stream appends everything its queue holds.
@@ -161,6 +181,8 @@ func (h *Hub) startPair(ml loop.MultiStreamAppender, an string, p pending, bn st
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
+		a.qbytes -= ps
+		b.qbytes -= qs
 		return false, fmt.Errorf("publish to %q: %w", an, ErrClosed)
 	}
 	a.refs++ // the writer's
@@ -348,7 +370,7 @@ func (h *Hub) published(st *stream, batch []pending, first uint64) {
 			it := batch[i].it
 			it.ID = first + uint64(i)
 			it.memo = new(memo)
-			st.push(it, h.tailSize)
+			st.push(it, h.tailSize, h.tailBytes)
 		}
 	} else {
 		// Nobody reads the tail: keep it empty (no memory for streams
@@ -356,7 +378,7 @@ func (h *Hub) published(st *stream, batch []pending, first uint64) {
 		if st.n > 0 {
 			clear(st.tail)
 		}
-		st.head, st.n, st.from = 0, 0, last
+		st.head, st.n, st.from, st.tbytes = 0, 0, last, 0
 	}
 	st.last = last
 	st.notifyAll()
