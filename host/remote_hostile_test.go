@@ -1,8 +1,11 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"iter"
 	"net/http"
 	"net/http/httptest"
@@ -226,5 +229,86 @@ func TestRemoteAgentCardOtherOrigin(t *testing.T) {
 	}
 	if elsewhereCalls.Load() == 0 {
 		t.Fatal("the allowed origin got no request")
+	}
+}
+
+// TestRemoteAgentAnswerBounded: a remote agent whose task record is huge
+// (a 64 MiB artifact in the GetTask answer the call reads at its end,
+// while its stream was small) is held to the call's eventBytesPerCall: the
+// answer is read up to that bound and no further, the call ends with an
+// error result naming it, and the parent's turn completes. Without the
+// bound the whole record was read, decoded and became the tool result.
+func TestRemoteAgentAnswerBounded(t *testing.T) {
+	t.Parallel()
+	const huge = 64 << 20
+	var written atomic.Int64
+	served := make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	rpc := a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(floodExecutor{}))
+	mux.HandleFunc("/rpc", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ID string `json:"id"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(body, &req)
+		if req.Method != "GetTask" {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			rpc.ServeHTTP(w, r)
+			return
+		}
+		defer func() { served <- struct{}{} }()
+		task := &a2a.Task{ID: a2a.TaskID(req.Params.ID), ContextID: "c", Status: a2a.TaskStatus{State: a2a.TaskStateCompleted},
+			Artifacts: []*a2a.Artifact{{ID: "a", Parts: a2a.ContentParts{a2a.NewTextPart("HUGE")}}}}
+		tb, err := json.Marshal(task)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		head, tail, _ := bytes.Cut(tb, []byte("HUGE"))
+		w.Header().Set("Content-Type", "application/json")
+		write := func(b []byte) bool {
+			n, err := w.Write(b)
+			written.Add(int64(n))
+			return err == nil
+		}
+		if !write([]byte(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":`)) || !write(head) {
+			return
+		}
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for range huge / len(chunk) {
+			if !write(chunk) {
+				return
+			}
+		}
+		write(append(tail, '}'))
+	})
+	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(plainCard(srv.URL+"/rpc")))
+
+	parent := parentOf(t, host.RemoteAgentConfig{URL: srv.URL}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	task := send(t, client10(t, parent.URL(), ""), ctx, &a2a.SendMessageRequest{Message: userMsg("research owls")})
+	text := artifactText(task)
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(text, "over its event budget") || !strings.Contains(text, "eventBytesPerCall") {
+		t.Fatalf("parent: %s %.300q; want completed with the eventBytesPerCall error result", task.Status.State, text)
+	}
+	if len(text) > 64<<10 {
+		t.Fatalf("the parent's answer is %d bytes: the remote record reached it", len(text))
+	}
+	select {
+	case <-served:
+	case <-ctx.Done():
+		t.Fatal("the remote agent's answer was never cut off")
+	}
+	// The host stopped reading at the bound (4 MiB and the envelope); what
+	// the agent wrote past it is what the connection's buffers took.
+	if n := written.Load(); n >= huge/2 {
+		t.Fatalf("the remote agent wrote %d of its %d bytes: the host read on past the bound", n, huge)
 	}
 }

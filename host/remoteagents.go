@@ -36,7 +36,9 @@ type RemoteAgentConfig struct {
 	// EventsPerCall and EventBytesPerCall bound what one call forwards
 	// from the remote task into the calling task's durable log (1000
 	// events, 4 MiB); a call past either ends with an error result and
-	// its remote task is canceled. Negative: no limit.
+	// its remote task is canceled. EventBytesPerCall (plus 64 KiB) also
+	// bounds each answer that is not a stream (the task read back at the
+	// call's end). Negative: no limit.
 	EventsPerCall     int   `json:"eventsPerCall,omitempty"`
 	EventBytesPerCall int64 `json:"eventBytesPerCall,omitempty"`
 	// MaxCardBytes (1 MiB), MaxSkills (128) and MaxDescriptionBytes

@@ -64,6 +64,8 @@ type Config struct {
 	// sub-task (default 1000), EventBytesPerCall their bytes (default
 	// 4 MiB): every event is kept in the durable log. A call past either
 	// ends, its remote task is canceled, and the model reads an error.
+	// EventBytesPerCall (plus 64 KiB) also bounds each answer that is not
+	// a stream (GetTask's task, ListTasks), read before it is decoded.
 	EventsPerCall     int
 	EventBytesPerCall int64
 	// MaxCardBytes bounds the agent card's body (default 1 MiB);
@@ -167,7 +169,11 @@ func New(cfg Config, rt http.RoundTripper, prop propagation.TextMapPropagator, l
 	a := &Agent{cfg: cfg, prop: prop, log: log, origins: origins}
 	origin := u.Scheme + "://" + u.Host
 	a.hc = &http.Client{
-		Transport: &transport{base: rt, headers: cfg.Headers, prop: prop, origin: origin},
+		// An answer that is not a stream (GetTask's task, ListTasks, a
+		// blocking reply) is read up to the call's event bytes: the remote
+		// task's record could otherwise be any size.
+		Transport: &capAnswers{base: &transport{base: rt, headers: cfg.Headers, prop: prop, origin: origin},
+			max: cfg.EventBytesPerCall + answerEnvelope, name: cfg.Name},
 		// A redirect elsewhere would take the credentials along (or the
 		// request where the operator did not point it): refused.
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
@@ -191,6 +197,66 @@ func New(cfg Config, rt http.RoundTripper, prop propagation.TextMapPropagator, l
 func originOf(u *url.URL) string {
 	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host)
 }
+
+// answerEnvelope is what an answer may hold past the call's event bytes:
+// the JSON-RPC envelope, the task's ids, status and metadata.
+const answerEnvelope = 64 << 10
+
+// capAnswers reads a response that is not an event stream (a task record,
+// a list, a blocking reply) up to max bytes: past it the read fails with
+// errEventBudget (eventBytesPerCall), before anything is decoded. Event
+// streams are bounded event by event by the call's budget instead.
+type capAnswers struct {
+	base http.RoundTripper
+	max  int64
+	name string
+}
+
+func (c *capAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := c.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if mt, _, _ := strings.Cut(res.Header.Get("Content-Type"), ";"); strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+		return res, nil
+	}
+	over := fmt.Errorf("%w: an answer of remote agent %q is over %d bytes (eventBytesPerCall and its envelope)", errEventBudget, c.name, c.max)
+	if res.ContentLength > c.max {
+		res.Body.Close()
+		return nil, over
+	}
+	res.Body = &overReader{rc: res.Body, left: c.max, over: over}
+	return res, nil
+}
+
+// overReader reads up to left bytes; one more is the error over.
+type overReader struct {
+	rc   io.ReadCloser
+	left int64
+	over error
+}
+
+func (o *overReader) Read(p []byte) (int, error) {
+	if o.left <= 0 {
+		var one [1]byte
+		n, err := o.rc.Read(one[:])
+		if n > 0 {
+			return 0, o.over
+		}
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	if int64(len(p)) > o.left {
+		p = p[:o.left]
+	}
+	n, err := o.rc.Read(p)
+	o.left -= int64(n)
+	return n, err
+}
+
+func (o *overReader) Close() error { return o.rc.Close() }
 
 // capBody cuts responses at max bytes: reading past it is an error.
 type capBody struct {
@@ -575,6 +641,10 @@ type run struct {
 	over       error
 }
 
+// noHistory asks GetTask for the task without its history: the call
+// reads its status and artifacts only.
+var noHistory = 0
+
 // errEventBudget: a remote agent sent more events, or more bytes of them,
 // in one call than its bounds allow.
 var errEventBudget = errors.New("remote agent over its event budget")
@@ -679,12 +749,16 @@ func (r *run) follow(ctx context.Context) (string, loop.TaskStatus, error) {
 		return nil
 	}
 	for {
-		task, err := r.client.GetTask(ctx, &a2a.GetTaskRequest{ID: r.remoteID})
+		task, err := r.client.GetTask(ctx, &a2a.GetTaskRequest{ID: r.remoteID, HistoryLength: &noHistory})
 		if ctx.Err() != nil {
 			return "", loop.TaskCanceled, ctx.Err()
 		}
 		if errors.Is(err, a2a.ErrTaskNotFound) {
 			return "", "", fmt.Errorf("the remote agent no longer knows its task %s", r.remoteID)
+		}
+		if errors.Is(err, errEventBudget) {
+			r.over = err // an answer past the bound: not asked again
+			return "", "", err
 		}
 		if err != nil {
 			if downSince.IsZero() {
@@ -757,7 +831,10 @@ func (r *run) forward(ctx context.Context, events iter.Seq2[a2a.Event, error]) (
 			if r.remoteID == "" {
 				return "", "", false, errors.New("the remote task ended before it was named")
 			}
-			task, gerr := r.client.GetTask(ctx, &a2a.GetTaskRequest{ID: r.remoteID})
+			task, gerr := r.client.GetTask(ctx, &a2a.GetTaskRequest{ID: r.remoteID, HistoryLength: &noHistory})
+			if errors.Is(gerr, errEventBudget) {
+				r.over = gerr
+			}
 			if gerr != nil {
 				return "", "", false, gerr
 			}
