@@ -36,6 +36,11 @@ type MCPConfig struct {
 	// MaxSessionsPerPrincipal bounds one principal's (default 64); a new
 	// session past it ends that principal's oldest.
 	MaxSessionsPerPrincipal int `json:"maxSessionsPerPrincipal,omitempty"`
+	// MaxMessageBytes bounds one message an MCP client sends to the host's
+	// MCP server over stdio (`looopy mcp`; default 8 MiB): a longer line
+	// ends the session. Over HTTP a request is bounded by
+	// limits.maxBodyBytes, as every request.
+	MaxMessageBytes int `json:"maxMessageBytes,omitempty"`
 	// Servers are outside MCP servers whose tools the agent may use. They
 	// are NOT sandboxed: a command runs as a child process of the host with
 	// the host's rights, a URL is whatever service answers there.
@@ -77,13 +82,19 @@ type MCPServerConfig struct {
 	// MaxRestarts in a row that do not come up before giving up (0: no
 	// bound).
 	MaxRestarts int `json:"maxRestarts,omitempty"`
+	// MaxMessageBytes bounds one message the server sends (default 8 MiB,
+	// mcp.DefaultMaxMessageBytes), counted as it is read, before it is
+	// decoded: past it the call fails saying so and the server is
+	// restarted.
+	MaxMessageBytes int `json:"maxMessageBytes,omitempty"`
 }
 
 // clientConfig resolves secrets and converts to the mcp package's form.
 func (c MCPServerConfig) clientConfig() (mcp.ClientConfig, error) {
 	out := mcp.ClientConfig{Name: c.Name, Command: c.Command, Dir: c.Dir, URL: c.URL,
 		Allow: c.Allow, Deny: c.Deny, Prefix: c.Prefix, CallTimeout: time.Duration(c.CallTimeout),
-		StartTimeout: time.Duration(c.StartTimeout), Restart: c.Restart, MaxRestarts: c.MaxRestarts}
+		StartTimeout: time.Duration(c.StartTimeout), Restart: c.Restart, MaxRestarts: c.MaxRestarts,
+		MaxMessageBytes: c.MaxMessageBytes}
 	resolve := func(what string, in map[string]string) (map[string]string, error) {
 		if len(in) == 0 {
 			return nil, nil
@@ -113,7 +124,7 @@ func (c MCPConfig) validate() error {
 	for _, s := range c.Servers {
 		if err := (mcp.ClientConfig{Name: s.Name, Command: s.Command, URL: s.URL, Allow: s.Allow, Deny: s.Deny,
 			Restart: s.Restart, CallTimeout: time.Duration(s.CallTimeout), StartTimeout: time.Duration(s.StartTimeout),
-			MaxRestarts: s.MaxRestarts}).Validate(); err != nil {
+			MaxRestarts: s.MaxRestarts, MaxMessageBytes: s.MaxMessageBytes}).Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
 		if seen[s.Name] {
@@ -126,6 +137,9 @@ func (c MCPConfig) validate() error {
 	}
 	if c.MaxSessions < 0 || c.MaxSessionsPerPrincipal < 0 {
 		return errors.New("config: mcp.maxSessions and mcp.maxSessionsPerPrincipal must not be negative")
+	}
+	if c.MaxMessageBytes < 0 {
+		return errors.New("config: mcp.maxMessageBytes must not be negative (0: the default, 8 MiB)")
 	}
 	return nil
 }
@@ -171,7 +185,7 @@ func (s *Server) newMCPServer(tools loop.Toolset, model loop.Model) (*mcp.Server
 	}
 	cfg := mcp.ServerConfig{Name: s.cfg.Agent.Name, Version: "0.1.0", Tools: tools, Model: model,
 		Instructions: s.cfg.Agent.Description + " Its tools run in a WebAssembly sandbox with deny-by-default grants.",
-		Principal:    DefaultPrincipal, Logger: s.log.With("component", "mcp")}
+		Principal:    DefaultPrincipal, Logger: s.log.With("component", "mcp"), MaxMessageBytes: s.cfg.MCP.MaxMessageBytes}
 	if s.cfg.MCP.ExposeAgent {
 		cfg.Agent, cfg.AgentTool = mcpAgent{s}, s.cfg.MCP.AgentTool
 	}

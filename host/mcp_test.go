@@ -309,3 +309,33 @@ func (l *logTail) String() string {
 	defer l.mu.Unlock()
 	return string(l.buf)
 }
+
+// mcp.servers[].maxMessageBytes is the bound of one message from that
+// server: an answer of 500 KB past a bound of 64 KiB is refused as it is
+// read, and the model reads the tool error naming the bound (the default,
+// 8 MiB, would have taken it).
+func TestMCPServerMessageBoundIsASetting(t *testing.T) {
+	_, mcpServer := binaries(t)
+	root := t.TempDir()
+	plugins := filepath.Join(root, "plugins")
+	grantedPlugin(t, plugins, "scripted-model", map[string]any{"script": json.RawMessage(`{"rules":[
+		{"name":"flood","match":"^flood$","steps":[
+			{"toolCall":{"name":"outside_flood","arguments":{"bytes":500000}}},
+			{"text":"flood said: {{lastToolResult}}"}]}],
+		"default":{"steps":[{"text":"ok"}]}}`)}, nil)
+	cfg := baseConfig(filepath.Join(root, "data"))
+	cfg.PluginDir = plugins
+	cfg.Plugins.Only = []string{"scripted-model"}
+	cfg.Plugins.NoWatch = true
+	cfg.MCP = host.MCPConfig{Servers: []host.MCPServerConfig{
+		{Name: "outside", Command: []string{mcpServer}, Allow: []string{"flood"}, MaxMessageBytes: 64 << 10},
+	}}
+	h := startHost(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	task := send(t, client10(t, h.URL(), ""), ctx, &a2a.SendMessageRequest{Message: userMsg("flood")})
+	text := artifactText(task)
+	if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(text, "larger than 65536 bytes") {
+		t.Fatalf("%s %.300q; want the tool error naming the 65536-byte bound", task.Status.State, text)
+	}
+}

@@ -277,7 +277,7 @@ func TestRemoteAgentAnswerBounded(t *testing.T) {
 			written.Add(int64(n))
 			return err == nil
 		}
-		if !write([]byte(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":`)) || !write(head) {
+		if !write([]byte(`{"jsonrpc":"2.0","id":`+string(req.ID)+`,"result":`)) || !write(head) {
 			return
 		}
 		chunk := bytes.Repeat([]byte("x"), 64<<10)

@@ -2,10 +2,13 @@ package mcp
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -68,4 +71,38 @@ func TestClientRefusesAMessagePastTheLimitHTTP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The host as an MCP server over stdio reads one client message up to
+// ServerConfig.MaxMessageBytes (mcp.maxMessageBytes): a longer line ends
+// the session before it is decoded; one within the bound is answered.
+func TestServerStdioRefusesAMessagePastTheLimit(t *testing.T) {
+	s, err := NewServer(ServerConfig{Tools: newGoTools(), Principal: "me", MaxMessageBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr, str := io.Pipe()
+	srd, cwr := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- s.ServeStdio(context.Background(), srd, str) }()
+	go func() { _, _ = io.Copy(io.Discard, ctr) }() // the answers
+	ping := func(pad int) error {
+		_, err := fmt.Fprintf(cwr, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"pad":%q}}}`+"\n", strings.Repeat("x", pad))
+		return err
+	}
+	if err := ping(1 << 10); err != nil {
+		t.Fatalf("a message within the bound: %v", err)
+	}
+	// 64 KiB: past the 4 KiB bound (and far under the default 8 MiB).
+	go func() { _ = ping(64 << 10) }() // the server may stop reading it halfway
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the session ended without saying why")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a message past the bound did not end the session")
+	}
+	_ = srd.Close()
+	_ = cwr.Close()
 }

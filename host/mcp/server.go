@@ -65,7 +65,11 @@ type ServerConfig struct {
 	// Principal is who a call runs as when the transport authenticates no
 	// one (stdio, or HTTP with auth off). Default "local".
 	Principal string
-	Logger    *slog.Logger // nil: discard
+	// MaxMessageBytes bounds one message a client sends over stdio
+	// (ServeStdio); default DefaultMaxMessageBytes. Over HTTP the body
+	// limit (HTTPOptions.MaxBodyBytes) bounds it.
+	MaxMessageBytes int
+	Logger          *slog.Logger // nil: discard
 }
 
 // Server serves a toolset (and optionally the agent) over MCP. Safe for
@@ -456,7 +460,11 @@ func (s *Server) Handler(opts HTTPOptions) http.Handler {
 // ServeStdio serves one session over r and w (newline-delimited JSON-RPC)
 // until the client closes r or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser) error {
-	err := s.srv.Run(ctx, &sdk.IOTransport{Reader: r, Writer: w})
+	limit := s.cfg.MaxMessageBytes
+	if limit <= 0 {
+		limit = DefaultMaxMessageBytes
+	}
+	err := s.srv.Run(ctx, &sdk.IOTransport{Reader: r, Writer: w, MaxLineLength: limit})
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, sdk.ErrConnectionClosed) {
 		return nil
 	}
