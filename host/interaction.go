@@ -639,18 +639,27 @@ func checkAnswers(creds map[string]string) func(rec loop.TaskRecord, answers []l
 
 // keepCredentials hands the credentials of accepted answers to the holder
 // each auth request names, for this task only, in memory only.
-func (s *Server) keepCredentials(creds map[string]string) func(rec loop.TaskRecord) {
+func (s *Server) keepCredentials(creds map[string]string) func(rec loop.TaskRecord) func() {
 	if len(creds) == 0 {
 		return nil
 	}
-	return func(rec loop.TaskRecord) {
+	return func(rec loop.TaskRecord) func() {
+		var kept []loop.InputRequest
 		for _, r := range rec.Requests {
 			tok, ok := creds[r.InputID]
 			if !ok || r.Auth == nil || r.InputType != loop.InputAuth {
 				continue
 			}
 			s.creds.Put(rec.ID, r.Auth.Holder, r.Auth.Provider, tok, max(s.cfg.Interaction.timeout(), time.Duration(s.cfg.Limits.TurnTimeout)))
+			kept = append(kept, r)
 		}
 		clear(creds)
+		// The continuation refused (a turn bound, a failed write): the
+		// credentials go now; the client sends them again with its retry.
+		return func() {
+			for _, r := range kept {
+				s.creds.Drop(rec.ID, r.Auth.Holder, r.Auth.Provider)
+			}
+		}
 	}
 }

@@ -158,6 +158,17 @@ func (c *Credentials) Copy(fromTask, toTask, holder, provider string) {
 	c.m[credKey{toTask, holder, provider}] = e
 }
 
+// Drop drops the credential of holder in taskID (nothing when there is
+// none).
+func (c *Credentials) Drop(taskID, holder, provider string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, credKey{taskID, holder, provider})
+}
+
 // Forget drops every credential of taskID and of its sub-tasks.
 func (c *Credentials) Forget(taskID string) {
 	if c == nil {

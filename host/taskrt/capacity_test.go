@@ -84,3 +84,54 @@ func TestRecoverResumesPastTheBounds(t *testing.T) {
 		}
 	}
 }
+
+// A continuation refused by a turn bound after its answers were accepted
+// (OnAnswered kept the credential they carried) leaves nothing of them in
+// memory: the credential goes at once, not when the task ends, and the
+// task still waits for it. Admitted later, the same answer is kept.
+func TestRefusedContinuationDropsItsCredential(t *testing.T) {
+	t.Parallel()
+	m := &scriptModel{gate: make(chan struct{})}
+	h := newHarness(t, t.TempDir(), m, func(c *Config) { c.MaxRunningPerPrincipal = 1 })
+	ctx := context.Background()
+	now := time.Now().UTC()
+	call := loop.ToolCall{ID: "c1", Name: "profile_read", Arguments: []byte(`{}`)}
+	paused := loop.TaskRecord{ID: "paused", ContextID: "ctx-paused", Owner: "alice", Status: loop.TaskWaitingAuth,
+		History: []loop.Message{user("profile")}, CreatedAt: now, UpdatedAt: now,
+		Requests: []loop.InputRequest{{InputID: "auth:c1", InputType: loop.InputAuth, RequireUser: true, Call: &call,
+			Auth: &loop.AuthNeed{Provider: "example-oauth", Holder: "tool:profile_read"}}}}
+	if err := h.db.SaveTask(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+	// alice's one turn runs (the model waits): her bound is reached.
+	busy, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user("hold")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := loop.NewCredentials()
+	keep := func(rec loop.TaskRecord) func() {
+		creds.Put(rec.ID, "tool:profile_read", "example-oauth", "secret-token", time.Hour)
+		return func() { creds.Drop(rec.ID, "tool:profile_read", "example-oauth") }
+	}
+	answer := StartRequest{Auth: alice(), TaskID: "paused", Answers: []loop.InputAnswer{{InputID: "auth:c1"}}, OnAnswered: keep}
+	if _, err := h.rt.Start(ctx, answer); !errors.Is(err, ErrQuota) {
+		t.Fatalf("the continuation past alice's bound: err = %v, want ErrQuota", err)
+	}
+	if n := creds.Len(); n != 0 {
+		t.Fatalf("the refused continuation left %d credential(s) in memory", n)
+	}
+	if rec, err := h.db.LoadTask(ctx, "paused"); err != nil || rec.Status != loop.TaskWaitingAuth {
+		t.Fatalf("after the refusal the task is %s (%v), want still waiting for its credential", rec.Status, err)
+	}
+	close(m.gate)
+	_ = h.rt.Wait(ctx, busy.Run)
+	waitFor(t, "alice's turn ends", func() bool { n, _ := h.rt.Stats(); return n == 0 })
+	st, err := h.rt.Start(ctx, answer)
+	if err != nil {
+		t.Fatalf("the continuation once alice's turn ended: %v", err)
+	}
+	if _, ok := creds.Get("paused", "tool:profile_read", "example-oauth"); !ok {
+		t.Fatal("the admitted continuation's credential was not kept")
+	}
+	_ = h.rt.Wait(ctx, st.Run)
+}

@@ -360,8 +360,11 @@ type StartRequest struct {
 	CheckAnswers func(rec loop.TaskRecord, answers []loop.InputAnswer) error
 	// OnAnswered, when set, is called with the task once the answers are
 	// accepted, before the task is saved or goes on (the host keeps the
-	// credentials they carried).
-	OnAnswered func(rec loop.TaskRecord)
+	// credentials they carried). The func it returns, when not nil, is
+	// called when Start then fails (a turn bound refuses the continuation,
+	// the task cannot be stored...): what it kept goes at once, not when
+	// the task ends.
+	OnAnswered func(rec loop.TaskRecord) (undo func())
 	Metadata   map[string]any
 	// NewTaskID and NewContextID make ids; nil: random.
 	NewID func() string
@@ -381,7 +384,13 @@ type Started struct {
 // Start begins a turn and returns once its task and input are durable (a
 // client told about the task can always find it, across a crash); the
 // turn runs on in the background.
-func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error) {
+func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err error) {
+	var undo func()
+	defer func() {
+		if err != nil && undo != nil {
+			undo() // refused: nothing the answers carried stays behind
+		}
+	}()
 	if req.Auth == nil || req.Auth.Principal == "" {
 		return nil, fmt.Errorf("start task: %w: no principal", loop.ErrInvalid)
 	}
@@ -431,7 +440,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (*Started, error
 				return nil, err
 			}
 			if req.OnAnswered != nil {
-				req.OnAnswered(rec)
+				undo = req.OnAnswered(rec)
 			}
 			if !complete {
 				return rt.recordAnswers(ctx, rec, req.Answers)
