@@ -136,9 +136,11 @@ type moduleStats struct {
 // admit refuses a module over a limit, naming the limit, its value and the
 // module's. It does not validate the module (wazero does): it reads just
 // enough to measure it, and a module it cannot read is left to wazero.
-func admit(bin []byte, lim ModuleLimits) error {
+func admit(bin []byte, lim ModuleLimits) error { return admitStats(measure(bin), lim) }
+
+// admitStats is admit of a module already measured.
+func admitStats(s moduleStats, lim ModuleLimits) error {
 	lim = lim.withDefaults()
-	s := measure(bin)
 	over := func(what string, have, max int64) error {
 		if have > max {
 			return fmt.Errorf("%s: %d, the limit is %d: %w", what, have, max, ErrModuleLimit)

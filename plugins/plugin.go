@@ -400,7 +400,8 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	}
 	// What the compiler is given is bounded first: wazero cannot be
 	// stopped inside a function (see compile).
-	if err := admit(bin, lim); err != nil {
+	facts, err := moduleFactsOf(sum, bin, lim)
+	if err != nil {
 		return nil, fmt.Errorf("refused before compiling: %w", err)
 	}
 	g := env.policy.Grant(m, env.lookupEnv)
@@ -430,7 +431,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 
 	// A guest is stopped by the checks addInterrupt compiles in, or, for a
 	// module it does not rewrite, by wazero's (see interrupt.go).
-	code, intr, why := interruptibleCode(bin)
+	code, intr, why := facts.code, facts.intr, facts.why
 	if code == nil {
 		return nil, why
 	}

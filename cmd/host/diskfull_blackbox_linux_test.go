@@ -106,21 +106,7 @@ func TestBlackBoxDiskFull(t *testing.T) {
 
 	// The flood: turns of 40 thoughts of 70 KB until the store refuses
 	// one.
-	var admitted []string
-	var refusal rpcAnswer
-	for len(admitted) < 500 {
-		id, a := h.startTurn(t, "", "bigflood 40")
-		if id != "" {
-			admitted = append(admitted, id)
-			continue
-		}
-		if a.reason() == "HOST_BUSY" {
-			time.Sleep(200 * time.Millisecond)
-			continue
-		}
-		refusal = a
-		break
-	}
+	admitted, refusal := floodUntilRefused(t, h, 500)
 	if refusal.Error == nil || refusal.Error.Code != -32000 || refusal.reason() != "STORAGE_FULL" {
 		t.Fatalf("after %d turns: refusal %+v (reason %q), want -32000 STORAGE_FULL", len(admitted), refusal.Error, refusal.reason())
 	}
@@ -249,21 +235,7 @@ func TestBlackBoxDataFolderCap(t *testing.T) {
 		"store":  map[string]any{"memoryBytes": 64 << 20, "maxBytes": 48 << 20},
 		"limits": map[string]any{"shutdownGrace": "2s", "maxRunning": 8},
 	})
-	var admitted []string
-	var refusal rpcAnswer
-	for len(admitted) < 1000 {
-		id, a := h.startTurn(t, "", "bigflood 40")
-		if id != "" {
-			admitted = append(admitted, id)
-			continue
-		}
-		if a.reason() == "HOST_BUSY" {
-			time.Sleep(200 * time.Millisecond)
-			continue
-		}
-		refusal = a
-		break
-	}
+	admitted, refusal := floodUntilRefused(t, h, 1000)
 	if refusal.Error == nil || refusal.reason() != "STORAGE_FULL" || !strings.Contains(refusal.Error.Message, "store.maxBytes") {
 		t.Fatalf("after %d turns: refusal %+v (reason %q), want STORAGE_FULL naming store.maxBytes", len(admitted), refusal.Error, refusal.reason())
 	}
@@ -286,4 +258,25 @@ func TestBlackBoxDataFolderCap(t *testing.T) {
 	if !h.ready() {
 		t.Fatal("the host is not ready at its cap")
 	}
+}
+
+// floodUntilRefused starts flooding turns (40 thoughts of 70 KB each) until
+// the host refuses one for another reason than being busy, or most have
+// been admitted: it returns the tasks admitted and the refusal.
+func floodUntilRefused(t *testing.T, h *sandboxHost, most int) ([]string, rpcAnswer) {
+	t.Helper()
+	var admitted []string
+	for len(admitted) < most {
+		id, a := h.startTurn(t, "", "bigflood 40")
+		if id != "" {
+			admitted = append(admitted, id)
+			continue
+		}
+		if a.reason() == "HOST_BUSY" {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		return admitted, a
+	}
+	return admitted, rpcAnswer{}
 }
