@@ -96,7 +96,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock, for tests. Nil: time.Now.
 	Now func() time.Time
+	// Writable, when set, is asked before every write the store makes (a
+	// record's transaction; a blob, before it and after each BlobCheckEvery
+	// bytes of it): an error refuses the write, and the call returns it
+	// with nothing of the write visible. The host gives the Badger store's
+	// check of its disk (store.ErrNoSpace below half of store.minFreeBytes
+	// free), so artifacts cannot fill the disk Badger writes through its
+	// memory maps.
+	Writable func() error
 }
+
+// BlobCheckEvery is how many bytes of a blob are written between two
+// questions to Config.Writable.
+const BlobCheckEvery = 1 << 20
 
 const (
 	defaultInlineMax   = 1 << 20
@@ -172,6 +184,10 @@ func NewMemory(blobs BlobStore, cfg Config) *DB {
 }
 
 func newDB(k kv, blobs BlobStore, cfg Config) *DB {
+	if cfg.Writable != nil {
+		k = guardedKV{kv: k, check: cfg.Writable}
+		blobs = guardedBlobs{BlobStore: blobs, check: cfg.Writable}
+	}
 	d := &DB{kv: k, blobs: blobs, inlineMax: cfg.InlineMax, maxPart: cfg.MaxPartSize, log: cfg.Logger, now: cfg.Now, seed: maphash.MakeSeed()}
 	if d.inlineMax <= 0 {
 		d.inlineMax = defaultInlineMax

@@ -257,7 +257,11 @@ func (m *Main) openArtifacts(st *store.Badger, dataDir string, blobs artifacts.B
 	if cfg.BlobDir == "" {
 		cfg.BlobDir = filepath.Join(dir, "artifact-blobs")
 	}
-	if err := migrateArtifactDB(dir, st.DB(), m.log); err != nil {
+	// Artifact records go into the store's database, their blob files
+	// into its folder: every write of them asks the store's check of its
+	// disk first (store.ErrNoSpace), as the store's own writes do.
+	cfg.Writable = st.Writable
+	if err := migrateArtifactDB(dir, st.DB(), st.Writable, m.log); err != nil {
 		return nil, err
 	}
 	adb, err := artifacts.Open(st.DB(), blobs, cfg)
@@ -289,13 +293,16 @@ func dataDirError(dir string, err error) error {
 // dir (an earlier layout) into db, then sets the old files aside and
 // removes them. Copying is idempotent: a start interrupted half-way copies
 // again.
-func migrateArtifactDB(dir string, db *badger.DB, log *slog.Logger) error {
+func migrateArtifactDB(dir string, db *badger.DB, writable func() error, log *slog.Logger) error {
 	aside := filepath.Join(dir, "old-artifact-db")
 	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
 		// nothing of the old layout (or what a start interrupted while
 		// removing it left)
 		_ = os.RemoveAll(aside)
 		return nil
+	}
+	if err := writable(); err != nil {
+		return fmt.Errorf("artifacts of an earlier version in %s are not moved: %w", dir, err)
 	}
 	old, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
 	if err != nil {

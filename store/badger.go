@@ -79,13 +79,14 @@ type Badger struct {
 	valueThreshold int64
 	maxCount       int64
 	events         *BadgerEvents
-	minFree        int64        // Options.MinFreeBytes (0: no check)
-	maxBytes       int64        // Options.MaxBytes
-	free           atomic.Int64 // the free space last measured
-	used           atomic.Int64 // the data folder's size last measured
-	refused        atomic.Int64 // batches of writes refused for want of space
-	commits        atomic.Int64 // transactions committed by the commit goroutine
-	reads          atomic.Int64 // read snapshots taken by view
+	minFree        int64                           // Options.MinFreeBytes (0: no check)
+	statFree       func(dir string) (int64, error) // freeSpace; tests replace it
+	maxBytes       int64                           // Options.MaxBytes
+	free           atomic.Int64                    // the free space last measured
+	used           atomic.Int64                    // the data folder's size last measured
+	refused        atomic.Int64                    // batches of writes refused for want of space
+	commits        atomic.Int64                    // transactions committed by the commit goroutine
+	reads          atomic.Int64                    // read snapshots taken by view
 
 	mu     sync.RWMutex // held for reading while submitting, for writing by Close
 	closed bool
@@ -152,6 +153,7 @@ func Open(opts Options) (*Badger, error) {
 		valueThreshold: bo.ValueThreshold,
 		maxCount:       db.MaxBatchCount() / 2,
 		ops:            make(chan *writeOp, 4096),
+		statFree:       freeSpace,
 		quit:           make(chan struct{}),
 	}
 	if b.maxBatch <= 0 {
@@ -578,7 +580,7 @@ func (b *Badger) purge(prefix []byte, bound uint64) error {
 		if err != nil || len(keys) == 0 {
 			return err
 		}
-		err = b.db.Update(func(txn *badger.Txn) error {
+		err = b.update(func(txn *badger.Txn) error {
 			for _, k := range keys {
 				if err := txn.Delete(k); err != nil {
 					return err

@@ -207,7 +207,7 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 	err := b.write(ctx, &writeOp{run: func() error {
 		var h head
 		var ok bool
-		err := b.db.Update(func(txn *badger.Txn) error {
+		err := b.update(func(txn *badger.Txn) error {
 			var err error
 			h, ok, err = readHead(txn, hk)
 			if err != nil || !ok {
@@ -314,7 +314,7 @@ func (b *Badger) setExpiry(prefix []byte, last, expiresAt uint64) error {
 		if len(es) == 0 {
 			return nil
 		}
-		err = b.db.Update(func(txn *badger.Txn) error {
+		err = b.update(func(txn *badger.Txn) error {
 			for _, e := range es {
 				if err := txn.SetEntry(e); err != nil {
 					return err

@@ -165,7 +165,7 @@ func (b *Badger) Replace(ctx context.Context, contextID string, msgs []loop.Mess
 	prefix, hk := msgPrefix(contextID), msgHeadKey(contextID)
 	err = b.write(ctx, &writeOp{run: func() error {
 		var bound uint64
-		err := b.db.Update(func(txn *badger.Txn) error {
+		err := b.update(func(txn *badger.Txn) error {
 			h, ok, err := readHead(txn, hk)
 			if err != nil {
 				return err
@@ -189,7 +189,7 @@ func (b *Badger) Replace(ctx context.Context, contextID string, msgs []loop.Mess
 			return fmt.Errorf("delete old messages: %w", err)
 		}
 		if len(vals) == 0 {
-			return b.db.Update(func(txn *badger.Txn) error { return txn.Delete(hk) })
+			return b.update(func(txn *badger.Txn) error { return txn.Delete(hk) })
 		}
 		return nil
 	}})
@@ -209,7 +209,7 @@ func (b *Badger) Delete(ctx context.Context, contextID string) error {
 		// Without a head the history is empty at once; a later Append
 		// rewrites every seq it makes visible, so keys left behind by a
 		// crash here never reappear.
-		if err := b.db.Update(func(txn *badger.Txn) error { return txn.Delete(hk) }); err != nil {
+		if err := b.update(func(txn *badger.Txn) error { return txn.Delete(hk) }); err != nil {
 			return err
 		}
 		return b.purge(prefix, 0)

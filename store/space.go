@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"path/filepath"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // ErrNoSpace: the store refuses a write, or new work, because the data
@@ -45,7 +47,7 @@ func (b *Badger) checkSpace() error {
 	if b.dir == "" || b.minFree <= 0 {
 		return nil
 	}
-	free, err := freeSpace(b.dir)
+	free, err := b.statFree(b.dir)
 	if err != nil {
 		return nil // not measurable here: Badger's own errors stand
 	}
@@ -58,8 +60,22 @@ func (b *Badger) checkSpace() error {
 }
 
 // Writable says whether the store takes writes now (nil), or refuses them
-// for want of space (ErrNoSpace).
+// for want of space (ErrNoSpace). Whatever else writes into the data
+// folder's filesystem (the artifact store sharing the database, its blob
+// files) asks it before each write.
 func (b *Badger) Writable() error { return b.checkSpace() }
+
+// update runs fn in a Badger transaction of its own, after the same check
+// as a group commit: every write the store makes outside the commit
+// goroutine's batches (the chunks of a long purge or expiry) goes through
+// it, so none reaches Badger's mapped files on a nearly full disk.
+func (b *Badger) update(fn func(txn *badger.Txn) error) error {
+	if err := b.checkSpace(); err != nil {
+		b.refused.Add(1)
+		return err
+	}
+	return b.db.Update(fn)
+}
 
 // RefusedWrites counts the batches of writes refused for want of space.
 func (b *Badger) RefusedWrites() int64 { return b.refused.Load() }
@@ -73,7 +89,7 @@ func (b *Badger) Admit() error {
 		return nil
 	}
 	if b.minFree > 0 {
-		free, err := freeSpace(b.dir)
+		free, err := b.statFree(b.dir)
 		if err == nil {
 			b.free.Store(free)
 			if free < b.minFree {
@@ -96,7 +112,7 @@ func (b *Badger) Space() Space {
 	if b.dir == "" {
 		return Space{}
 	}
-	free, err := freeSpace(b.dir)
+	free, err := b.statFree(b.dir)
 	if err != nil {
 		free = b.free.Load()
 	}

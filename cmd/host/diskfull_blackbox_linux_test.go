@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -279,4 +281,89 @@ func floodUntilRefused(t *testing.T, h *sandboxHost, most int) ([]string, rpcAns
 		return admitted, a
 	}
 	return admitted, rpcAnswer{}
+}
+
+// A tool plugin writing artifacts fills the data folder's filesystem (a
+// real tmpfs of 224 MiB, the real binary, dataset-writer called over
+// /mcp): artifact records share Badger's database, and their writes went
+// straight to it without the store's check of its disk, so the flood
+// ended in SIGBUS as a flood of turns did. Now each artifact write asks
+// the store first: past the floor (half of store.minFreeBytes) the write
+// is refused and the tool says "storage full"; the host stays up and
+// serves the artifacts already written; once space returns the same call
+// succeeds, without a restart.
+func TestBlackBoxArtifactsFillTheDisk(t *testing.T) {
+	top := t.TempDir()
+	small := filepath.Join(top, "small")
+	mountSmall(t, small, "224m")
+	pluginDir := filepath.Join(top, "plugins")
+	installPlugin(t, pluginDir, "dataset-writer", "tool", readExample(t, "dataset-writer"),
+		map[string]any{"callTimeout": "5m", "hostFunctions": []string{"artifact_write", "emit", "result_read"}}, nil)
+	h := startSandboxHostWith(t, top, pluginDir, nil, map[string]any{
+		"dataDir": filepath.Join(small, "data"),
+		"store":   map[string]any{"memoryBytes": 64 << 20, "minFreeBytes": 160 << 20},
+		"limits":  map[string]any{"shutdownGrace": "2s"},
+	})
+	// Rows of about 120 bytes (a long name in each label): a batch of
+	// 1,000 is past Badger's value threshold, written to its value log
+	// as it comes (compressible small values would shrink in its tables).
+	name := strings.Repeat("n", 60)
+	call := func() string {
+		return h.mcpCallAs(t, "", "make_dataset", `{"name":"`+name+`","rows":100000}`)
+	}
+	var written []string
+	refused := ""
+	for range 60 {
+		got := call()
+		if id := artID.FindString(got); id != "" && !strings.Contains(got, "storage full") {
+			written = append(written, id)
+			continue
+		}
+		refused = got
+		break
+	}
+	if !strings.Contains(refused, "storage full") {
+		t.Fatalf("after %d datasets of 12 MB the write was not refused for want of space: %q", len(written), refused)
+	}
+	if len(written) == 0 {
+		t.Fatal("not one dataset was written before the disk filled")
+	}
+	t.Logf("%d datasets written, then: %.300s", len(written), refused)
+
+	// The host is up and serves what was written.
+	if !h.ready() {
+		t.Fatal("the host is not ready with its disk full")
+	}
+	get := func(id string) int {
+		resp, err := http.Get(h.base + "/artifacts/" + id)
+		if err != nil {
+			t.Fatalf("GET artifact %s with the disk full: %v", id, err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && n < 10<<20 {
+			t.Fatalf("artifact %s: %d bytes served, want the whole dataset", id, n)
+		}
+		return resp.StatusCode
+	}
+	for _, id := range written {
+		if code := get(id); code != http.StatusOK {
+			t.Fatalf("GET artifact %s with the disk full: %d", id, code)
+		}
+	}
+	// Still full: refused again, and the host is still up.
+	if got := call(); !strings.Contains(got, "storage full") {
+		t.Fatalf("a write with the disk still full: %q", got)
+	}
+
+	// Space returns: the same call succeeds, no restart.
+	resize(t, small, "768m")
+	got := call()
+	id := artID.FindString(got)
+	if id == "" || strings.Contains(got, "storage full") {
+		t.Fatalf("after space returned: %q", got)
+	}
+	if code := get(id); code != http.StatusOK {
+		t.Fatalf("GET the artifact written after space returned: %d", code)
+	}
 }
