@@ -176,39 +176,52 @@ func TestCompilesAreBoundedInAll(t *testing.T) {
 
 // An Extism-ABI plugin is compiled twice: once by the host (for the ABI and
 // import checks) and once by the Extism SDK, a cache read when the cache
-// holds it and a full compile when it does not. The SDK's compile is held to the same
-// timeout and slot: here it is made to hang (the compile hook blocks on its
-// second call), and the load fails at plugins.compileTimeout instead of
-// waiting for it.
+// holds it and a full compile when it does not. The SDK's compile is held to
+// the same timeout and slot: here it is made to hang (the compile hook
+// blocks on its second call), and the load fails at plugins.compileTimeout
+// instead of waiting for it.
+//
+// Nothing here depends on how fast the machine compiles: each compile reads
+// the timeout when it starts, so the host's compile runs under a timeout as
+// long as the hang guard, and its hook, which runs before the SDK's compile
+// starts, shortens the timeout the SDK's compile then reads. Were the SDK's
+// compile not bounded, the load would wait for the hung compile and the
+// hang guard would fail the test.
 func TestExtismSDKCompileIsBounded(t *testing.T) {
-	// The shared cache holds both compiles of xecho after this load, so
-	// the host's own compile below is a cache read, well within the
-	// timeout even on a loaded machine.
 	dir := t.TempDir()
 	src := install(t, dir, "xecho", guestWasm(t, "xecho"), func(m map[string]any) {
 		caps(m)["hostFunctions"] = []string{"log"}
 	})
+	// A first load fills the shared cache: the host's compile below is a
+	// cache read, well within the hang guard.
 	warm := newRegistry(t, Config{})
 	if _, err := warm.Load(context.Background(), src); err != nil {
 		t.Fatal(err)
 	}
-
+	const sdkTimeout = 200 * time.Millisecond
+	r := newRegistry(t, Config{Policy: Policy{CompileTimeout: 10 * time.Minute}})
 	var calls atomic.Int64
-	unblock := make(chan struct{})
+	unblock, sdkStarted := make(chan struct{}), make(chan struct{})
 	compileHook = func() {
-		if calls.Add(1) == 2 {
+		switch calls.Add(1) {
+		case 1: // the host's compile: written before the SDK's compile reads it
+			r.env.policy.CompileTimeout = sdkTimeout
+		case 2: // the SDK's compile hangs
+			close(sdkStarted)
 			<-unblock
 		}
 	}
 	t.Cleanup(func() { compileHook = nil })
 	defer close(unblock)
-	r := newRegistry(t, Config{Policy: Policy{CompileTimeout: 5 * time.Second}})
 	done := make(chan error, 1)
 	go func() { _, err := r.Load(context.Background(), src); done <- err }()
 	err := hangGuard(t, done, "loading an Extism plugin whose SDK compile hangs")
-	if !errors.Is(err, ErrCompileTimeout) {
-		t.Fatalf("load = %v, want ErrCompileTimeout", err)
+	if !errors.Is(err, ErrCompileTimeout) || !strings.Contains(err.Error(), "within "+sdkTimeout.String()) {
+		t.Fatalf("load = %v, want ErrCompileTimeout after %s", err, sdkTimeout)
 	}
+	// The timeout may end the load before the hung compile's goroutine has
+	// reached its hook; it does reach it.
+	hangGuard(t, sdkStarted, "the SDK's compile to start")
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("%d compiles started, want 2 (the host's and the SDK's)", n)
 	}
