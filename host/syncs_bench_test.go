@@ -64,7 +64,10 @@ func (noopTools) Call(_ context.Context, c loop.ToolCall, _ *loop.ToolEnv) (loop
 // reads-to-answer/task the store's reads in that time. "streamed-text" is
 // a streamed task whose model streams 40 pieces of text 2 ms apart and
 // calls no tool: each piece is an event of the task's stream and of its
-// context's.
+// context's; it also reports the commits made before the client's first
+// text (syncs-to-first-text/task) and between its last text and the final
+// status (syncs-after-last-text/task: the synced writes the end of a turn
+// waits for).
 func BenchmarkSyncsPerTask(b *testing.B) {
 	for _, leases := range []bool{true, false} {
 		for _, mode := range []string{"SendMessage", "streaming", "returnImmediately", "streamed-text"} {
@@ -121,7 +124,7 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 						time.Sleep(time.Millisecond)
 					}
 				}
-				var commits, toAnswer, reads int64
+				var commits, toAnswer, reads, toText, afterText int64
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					before, readsBefore := st.Commits(), st.Reads()
@@ -138,12 +141,28 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 						reads += st.Reads() - readsBefore
 						id = string(r.(*a2a.Task).ID)
 					case "streaming", "streamed-text":
+						var first, last int64 = -1, -1 // commits when the first and the last text arrived
 						for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}) {
 							if err != nil {
 								b.Fatal(err)
 							}
-							if t, ok := ev.(*a2a.Task); ok {
-								id = string(t.ID)
+							switch e := ev.(type) {
+							case *a2a.Task:
+								id = string(e.ID)
+							case *a2a.TaskArtifactUpdateEvent:
+								for _, p := range e.Artifact.Parts {
+									if p.Text() != "" {
+										last = st.Commits()
+										if first < 0 {
+											first = last
+										}
+									}
+								}
+							case *a2a.TaskStatusUpdateEvent:
+								if e.Status.State.Terminal() && last >= 0 {
+									toText += first - before
+									afterText += st.Commits() - last
+								}
 							}
 						}
 					}
@@ -161,6 +180,13 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 					commits += st.Commits() - before
 				}
 				b.ReportMetric(float64(commits)/float64(b.N), "syncs/task")
+				if mode == "streamed-text" {
+					// The synced writes the client's first text waited
+					// for (from the request on), and those between the
+					// last text and the final status (the turn's end).
+					b.ReportMetric(float64(toText)/float64(b.N), "syncs-to-first-text/task")
+					b.ReportMetric(float64(afterText)/float64(b.N), "syncs-after-last-text/task")
+				}
 				if mode != "streaming" && mode != "streamed-text" {
 					b.ReportMetric(float64(toAnswer)/float64(b.N), "syncs-to-answer/task")
 					// Store reads before the answer (the task's lease and
