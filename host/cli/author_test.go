@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,8 +70,8 @@ func (quietModel) Generate(context.Context, *loop.ModelRequest, func(loop.Delta)
 }
 
 // watchedHost runs a host watching a fresh plugin folder and returns the
-// folder and an MCP session with it.
-func watchedHost(t *testing.T) (string, *sdk.ClientSession) {
+// folder, an MCP session with it and its URL.
+func watchedHost(t *testing.T) (string, *sdk.ClientSession, string) {
 	t.Helper()
 	pluginDir := t.TempDir()
 	m := host.NewMain()
@@ -78,10 +80,15 @@ func watchedHost(t *testing.T) (string, *sdk.ClientSession) {
 		m.Stdout = &bytes.Buffer{}
 	}
 	m.Model = quietModel{}
-	// The compilation cache the host tests share: the built plugins are
-	// reproducible (-trimpath), so a later run compiles neither version.
+	// The compile and load timeouts are hang guards here, not the defaults:
+	// a Go plugin's first compile under the race detector ran past the
+	// default 3 minutes on a loaded machine (the timeouts have their own
+	// tests in package plugins). A load that fails anyway fails the test at
+	// once (waitAnswer).
 	m.Config = host.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), PluginDir: pluginDir,
-		Plugins: host.PluginsConfig{CacheDir: filepath.Join(os.TempDir(), "looopy-host-test-wasm-cache")}}
+		Admin: host.AdminConfig{Token: adminToken},
+		Plugins: host.PluginsConfig{CacheDir: hostCacheDir(),
+			CompileTimeout: host.Duration(hangGuard), LoadTimeout: host.Duration(hangGuard)}}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +99,59 @@ func watchedHost(t *testing.T) (string, *sdk.ClientSession) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	return pluginDir, cs
+	return pluginDir, cs, m.URL()
+}
+
+// hostCacheDir is the compilation cache the host tests share: the built
+// plugins are reproducible (-trimpath), so a later run compiles neither
+// version of a plugin.
+func hostCacheDir() string { return filepath.Join(os.TempDir(), "looopy-host-test-wasm-cache") }
+
+// hangGuard bounds each step of the author's path: a step that hangs fails
+// the test, one that is merely slow (a loaded machine) passes.
+const hangGuard = 10 * time.Minute
+
+const adminToken = "author-test-admin"
+
+// loadFailure is the error the host lists for the plugin name's module
+// wasm (the installed file's name), or "" while it has none: the watcher
+// does not retry a module that failed to load, so waiting on is pointless.
+func loadFailure(t *testing.T, url, name, wasm string) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", url+"/admin/plugins", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("admin plugins: %v", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Plugins []host.PluginStatus `json:"plugins"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("admin plugins: %d %v", resp.StatusCode, err)
+	}
+	for _, p := range out.Plugins {
+		// A failed load names the module it loaded; an older module's
+		// failure (the file replaced while it loaded) is not this one's.
+		if p.Name == name && strings.Contains(p.Error, wasm) {
+			return p.Error
+		}
+	}
+	return ""
 }
 
 // waitAnswer calls tool over MCP until its text contains want (the watcher
-// loads the plugin in the background); a guard fails a hang.
-func waitAnswer(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]any, want string) {
+// loads the plugin in the background); it fails at once when failed reports
+// the module failed to load, and a guard fails a hang.
+func waitAnswer(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]any, want string, failed func() string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Minute) // a hang guard: a Go plugin compiles slowly on a loaded machine
+	// a hang guard past the host's compile and load timeouts: a Go plugin
+	// compiles slowly on a loaded machine
+	deadline := time.Now().Add(hangGuard + time.Minute)
 	last := ""
 	for {
 		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: args})
@@ -112,6 +164,9 @@ func waitAnswer(t *testing.T, cs *sdk.ClientSession, tool string, args map[strin
 			}
 		} else if err != nil {
 			last = err.Error()
+		}
+		if e := failed(); e != "" {
+			t.Fatalf("tool %s: the installed module failed to load: %s", tool, e)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("tool %s never answered %q; last: %s", tool, want, last)
@@ -139,13 +194,34 @@ func authorPath(t *testing.T, lang, name, source, from, to string, args map[stri
 		}
 	}
 	cmd(t, work, env, "plugin", "build", name)
-	if out := cmd(t, work, env, "plugin", "test", name); !strings.Contains(out, "PASS") || !strings.Contains(out, "grant") {
-		t.Fatalf("plugin test:\n%s", out)
+	// the timeouts as in the host below: hang guards
+	// with a compilation cache kept across runs: a later run reads the
+	// module instead of compiling it (the host below keys its cache by
+	// another wazero version string, a test binary's, so it compiles its own)
+	test := func() {
+		t.Helper()
+		out := cmd(t, work, env, "plugin", "test", "-compile-timeout", hangGuard.String(), "-load-timeout", hangGuard.String(),
+			"-cache-dir", hostCacheDir(), name)
+		if !strings.Contains(out, "PASS") || !strings.Contains(out, "grant") {
+			t.Fatalf("plugin test:\n%s", out)
+		}
 	}
-	pluginDir, cs := watchedHost(t)
-	cmd(t, work, env, "plugin", "install", "-plugins", pluginDir, name)
+	test()
+	pluginDir, cs, url := watchedHost(t)
 	tool := strings.ReplaceAll(name, "-", "_")
-	waitAnswer(t, cs, tool, args, before)
+	// install and wait for the answer; a load of the installed module that
+	// fails ends the wait at once
+	installed := func(want string) {
+		t.Helper()
+		cmd(t, work, env, "plugin", "install", "-plugins", pluginDir, name)
+		mods, _ := filepath.Glob(filepath.Join(pluginDir, name, "*.wasm"))
+		if len(mods) != 1 {
+			t.Fatalf("installed modules %v, want one", mods)
+		}
+		wasm := filepath.Base(mods[0])
+		waitAnswer(t, cs, tool, args, want, func() string { return loadFailure(t, url, name, wasm) })
+	}
+	installed(before)
 
 	p := filepath.Join(dir, source)
 	b, err := os.ReadFile(p)
@@ -158,9 +234,16 @@ func authorPath(t *testing.T, lang, name, source, from, to string, args map[stri
 	if err := os.WriteFile(p, bytes.ReplaceAll(b, []byte(from), []byte(to)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// the author's test cases follow the edit
+	cases := filepath.Join(dir, "plugin.test.json")
+	if b, err := os.ReadFile(cases); err == nil {
+		if err := os.WriteFile(cases, bytes.ReplaceAll(b, []byte(before), []byte(after)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cmd(t, work, env, "plugin", "build", name)
-	cmd(t, work, env, "plugin", "install", "-plugins", pluginDir, name)
-	waitAnswer(t, cs, tool, args, after)
+	test()
+	installed(after)
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)

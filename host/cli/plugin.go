@@ -9,13 +9,14 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/looopy-go/looopy/plugins"
 	"github.com/looopy-go/looopy/plugins/author"
 )
 
 const pluginUsage = `usage:
   looopy plugin new [-dir DIR] [-looopy-src CHECKOUT] <go|c|rust|assemblyscript|wat> <name>
   looopy plugin build [DIR]
-  looopy plugin test [DIR]
+  looopy plugin test [-compile-timeout D] [-load-timeout D] [-cache-dir DIR] [DIR]
   looopy plugin install [-plugins PLUGIN_FOLDER] [DIR]
 
 DIR is the plugin's folder (default: the current folder; for new, ./<name>).
@@ -37,7 +38,7 @@ func runPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return err
 		})
 	case "test":
-		err = withDir(args[1:], func(dir string) error { return author.Test(ctx, dir, stdout, author.TestOptions{}) })
+		err = pluginTest(ctx, args[1:], stdout)
 	case "install":
 		err = pluginInstall(args[1:], stdout)
 	case "help", "-h", "--help":
@@ -137,6 +138,35 @@ func pluginInstall(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "installed in %s\n", target)
 		return nil
+	})
+}
+
+// pluginTest is `looopy plugin test`: the host's default policy, with the
+// compile and load timeouts settable (a slow or loaded machine compiles a
+// large module for longer than the host's defaults allow; a host sets them
+// in plugins.compileTimeout and plugins.loadTimeout), and the compilation
+// cache a host uses (plugins.cacheDir), so that it loads the tested module
+// without compiling it again.
+func pluginTest(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("looopy plugin test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	compile := fs.Duration("compile-timeout", plugins.DefaultCompileTimeout, "bound of compiling the module (plugins.compileTimeout)")
+	load := fs.Duration("load-timeout", plugins.DefaultLoadTimeout, "bound of the guest code a load runs: start section, _initialize, describe (plugins.loadTimeout)")
+	cache := fs.String("cache-dir", "", "wazero's compilation cache (plugins.cacheDir; default: in memory): a host sharing it reads the compiled code instead of compiling again")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w\n%s", err, pluginUsage)
+	}
+	if *compile <= 0 || *load <= 0 {
+		return fmt.Errorf("-compile-timeout and -load-timeout must be positive\n%s", pluginUsage)
+	}
+	return withDir(fs.Args(), func(dir string) error {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		policy := author.DefaultTestPolicy(abs)
+		policy.CompileTimeout, policy.LoadTimeout = *compile, *load
+		return author.Test(ctx, abs, stdout, author.TestOptions{Policy: &policy, CacheDir: *cache})
 	})
 }
 

@@ -36,7 +36,7 @@ func Test(ctx context.Context, dir string, out io.Writer, opts TestOptions) erro
 	if err != nil {
 		return err
 	}
-	policy := plugins.Policy{PathRoots: []string{filepath.Dir(dir)}}
+	policy := DefaultTestPolicy(dir)
 	if opts.Policy != nil {
 		policy = *opts.Policy
 	}
@@ -103,6 +103,13 @@ func Test(ctx context.Context, dir string, out io.Writer, opts TestOptions) erro
 	}
 	fmt.Fprintf(out, "PASS: %d tools, %d test cases\n", len(p.Tools()), len(cases))
 	return nil
+}
+
+// DefaultTestPolicy is the policy Test uses for the plugin in dir (an
+// absolute path) when TestOptions.Policy is nil: the host's defaults, with
+// the folder holding the plugin's as the only path root.
+func DefaultTestPolicy(dir string) plugins.Policy {
+	return plugins.Policy{PathRoots: []string{filepath.Dir(dir)}}
 }
 
 func call(ctx context.Context, reg *plugins.Registry, tool string, args json.RawMessage, out io.Writer) (loop.ToolResult, error) {
