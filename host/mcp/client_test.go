@@ -267,7 +267,17 @@ func TestClientRestartNeverLeavesItDown(t *testing.T) {
 
 func TestClientHungServerTimesOutAndIsRestarted(t *testing.T) {
 	ts := startToolset(t, ClientConfig{CallTimeout: 500 * time.Millisecond})
-	before := pidOf(t, call(t, ts, "test_echo", `{"text":"a"}`, nil))
+	// The server's pid, once an echo answers within the call timeout (on a
+	// loaded machine one may not: a late echo is retried, not failed).
+	var before float64
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if res := call(t, ts, "test_echo", `{"text":"a"}`, nil); !res.IsError {
+			before = pidOf(t, res)
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the echo never answered: %q", res.Content)
+		}
+	}
 	for i := 0; i < hangLimit; i++ {
 		res := call(t, ts, "test_hang", `{}`, nil)
 		if !res.IsError || !strings.Contains(res.Content, "no answer within 500ms") {

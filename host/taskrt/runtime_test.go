@@ -593,9 +593,19 @@ func TestRenewedLeaseKeepsTheTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _ := h.db.ListLeases(ctx)
-	time.Sleep(200 * time.Millisecond) // several lease lifetimes
-	now, _ := h.db.ListLeases(ctx)
-	if len(first) != 1 || len(now) != 1 || !now[0].Expires.After(first[0].Expires) || now[0].Token != first[0].Token {
+	if len(first) != 1 {
+		t.Fatalf("leases %+v, want one", first)
+	}
+	// Several lease lifetimes pass, and the lease is renewed past them
+	// (waited for: a loaded machine runs the renewal late, not never).
+	lapsed := first[0].Expires.Add(5 * 30 * time.Millisecond)
+	time.Sleep(time.Until(lapsed))
+	var now []loop.Lease
+	waitFor(t, "the lease renewed past several lifetimes", func() bool {
+		now, _ = h.db.ListLeases(ctx)
+		return len(now) != 1 || now[0].Expires.After(lapsed)
+	})
+	if len(now) != 1 || now[0].Token != first[0].Token {
 		t.Fatalf("leases %+v then %+v: want one lease, renewed with the same token", first, now)
 	}
 	close(m.gate)
