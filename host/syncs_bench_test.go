@@ -125,6 +125,7 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 					}
 				}
 				var commits, toAnswer, reads, toText, afterText int64
+				keysBefore, bytesBefore := st.Mutations(), st.WrittenBytes()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					before, readsBefore := st.Commits(), st.Reads()
@@ -180,6 +181,10 @@ func BenchmarkSyncsPerTask(b *testing.B) {
 					commits += st.Commits() - before
 				}
 				b.ReportMetric(float64(commits)/float64(b.N), "syncs/task")
+				// What the group commits wrote (keys, and their size as the
+				// store estimates it), the expiries' included.
+				b.ReportMetric(float64(st.Mutations()-keysBefore)/float64(b.N), "keys-written/task")
+				b.ReportMetric(float64(st.WrittenBytes()-bytesBefore)/float64(b.N), "bytes-written/task")
 				if mode == "streamed-text" {
 					// The synced writes the client's first text waited
 					// for (from the request on), and those between the

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,26 +86,32 @@ func TestAppendStreams(t *testing.T) {
 			t.Fatalf("%s holds %v, want %v", stream, got, w)
 		}
 	}
-	// ctx/c expires in an hour, the record appended after Expire too;
-	// task/a never does.
+	// ctx/c expires in an hour (its head says so, and the expiry index
+	// has it swept then), the record appended after Expire with it; task/a
+	// never does. Records carry no TTL of their own.
 	expiring := map[string]bool{}
+	var swept []string
 	if err := b.DB().View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.DefaultIteratorOptions)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
+			k := string(it.Item().Key())
+			if strings.HasPrefix(k, "evtx/") {
+				swept = append(swept, k[strings.LastIndexByte(k, '/')+1:])
 			}
-			expiring[string(v)] = it.Item().ExpiresAt() > 0
+			expiring[k] = it.Item().ExpiresAt() > 0
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for v, exp := range map[string]bool{"c1": true, "c2": true, "a1": false, "a2": false, "a4": false} {
-		if got, ok := expiring[v]; !ok || got != exp {
-			t.Fatalf("record %s: found %v, expires %v, want %v", v, ok, got, exp)
+	for k, exp := range map[string]bool{"evth/ctx%2Fc": true, "evth/task%2Fa": false,
+		"evt/ctx%2Fc/00000000000000000001": false, "evt/ctx%2Fc/00000000000000000002": false, "evt/task%2Fa/00000000000000000004": false} {
+		if got, ok := expiring[k]; !ok || got != exp {
+			t.Fatalf("key %s: found %v, expires %v, want %v", k, ok, got, exp)
 		}
+	}
+	if !slices.Equal(swept, []string{"ctx%2Fc"}) {
+		t.Fatalf("expiry index holds %v, want ctx/c alone", swept)
 	}
 }

@@ -54,6 +54,10 @@ type Options struct {
 	// MaxBytes caps the data folder's size: at it new work is refused
 	// (Admit). 0: no cap.
 	MaxBytes int64
+	// SweepInterval is how often the records of expired event streams are
+	// deleted (default 30 seconds; negative: never, they are still gone for
+	// readers once expired). The store also sweeps when it opens.
+	SweepInterval time.Duration
 	// Tune, when set, adjusts Badger's options before Open (after Memory). SyncWrites is
 	// forced on afterwards: acknowledged writes are durable.
 	Tune func(badger.Options) badger.Options
@@ -86,6 +90,8 @@ type Badger struct {
 	used           atomic.Int64                    // the data folder's size last measured
 	refused        atomic.Int64                    // batches of writes refused for want of space
 	commits        atomic.Int64                    // transactions committed by the commit goroutine
+	mutations      atomic.Int64                    // keys set or deleted by those transactions
+	written        atomic.Int64                    // their estimated size (estimate)
 	reads          atomic.Int64                    // read snapshots taken by view
 
 	mu     sync.RWMutex // held for reading while submitting, for writing by Close
@@ -178,6 +184,14 @@ func Open(opts Options) (*Badger, error) {
 	b.events = &BadgerEvents{b: b}
 	b.wg.Add(1)
 	go b.commitLoop()
+	sweepEvery := opts.SweepInterval
+	if sweepEvery == 0 {
+		sweepEvery = defaultSweepInterval
+	}
+	if sweepEvery > 0 {
+		b.wg.Add(1)
+		go b.sweepLoop(sweepEvery)
+	}
 	gcEvery := opts.GCInterval
 	if gcEvery == 0 {
 		gcEvery = 5 * time.Minute
@@ -506,6 +520,8 @@ func (c *committer) commit() {
 	}
 	err := c.txn.Commit()
 	c.b.commits.Add(1)
+	c.b.mutations.Add(c.count)
+	c.b.written.Add(c.size)
 	if err != nil {
 		err = fmt.Errorf("commit: %w", err)
 	}
@@ -619,6 +635,16 @@ func trimNL(s string) string {
 // Commits returns how many transactions the store has committed since it
 // opened: each is one synced write to disk (a group commit counts once).
 func (b *Badger) Commits() int64 { return b.commits.Load() }
+
+// Mutations returns how many keys the store's commits have set or deleted
+// since it opened (the writes of history replacement, stream deletion and
+// the like, which run in transactions of their own, are not counted).
+func (b *Badger) Mutations() int64 { return b.mutations.Load() }
+
+// WrittenBytes returns the estimated size of the keys and values the
+// store's commits have written since it opened (as Mutations counts them;
+// a value kept in Badger's value log counts as a pointer).
+func (b *Badger) WrittenBytes() int64 { return b.written.Load() }
 
 // Reads returns how many reads (snapshots: a load, a list, a stream read)
 // the store has served since it opened.

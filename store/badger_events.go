@@ -13,7 +13,7 @@ import (
 
 // BadgerEvents is the event log of a Badger store: evt/<stream>/<seq>
 // records under a head evth/<stream> holding the last seq and the stream's
-// expiry. Appends from many goroutines, to one stream or many, share synced
+// expiry (the head alone carries it: see Expire). Appends from many goroutines, to one stream or many, share synced
 // commits (see Badger).
 type BadgerEvents struct {
 	b       *Badger
@@ -41,7 +41,7 @@ func (e *BadgerEvents) Append(ctx context.Context, stream string, data ...[]byte
 		first = h.a + 1
 		ms := make([]mutation, 0, len(data)+1)
 		for i, d := range data {
-			ms = append(ms, mutation{key: msgKey(prefix, first+uint64(i)), value: d, expiresAt: h.b})
+			ms = append(ms, set(msgKey(prefix, first+uint64(i)), d))
 		}
 		h.a += uint64(len(data))
 		return append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b}), nil
@@ -85,7 +85,7 @@ func (e *BadgerEvents) AppendStreams(ctx context.Context, appends []loop.StreamA
 			}
 			first[i] = h.a + 1
 			for j, d := range a.Data {
-				ms = append(ms, mutation{key: msgKey(prefix, first[i]+uint64(j)), value: d, expiresAt: h.b})
+				ms = append(ms, set(msgKey(prefix, first[i]+uint64(j)), d))
 			}
 			h.a += uint64(len(a.Data))
 			ms = append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b})
@@ -179,8 +179,16 @@ func (e *BadgerEvents) Last(ctx context.Context, stream string) (uint64, error) 
 	return last, nil
 }
 
-// Expire implements loop.EventLog: every record of the stream, and those
-// appended later, expire with it. With ttl 0 the stream is deleted now.
+// Expire implements loop.EventLog: the stream is gone once ttl has passed
+// (ttl 0: now), with the records appended to it later.
+//
+// Expire writes two small records whatever the stream's length: the
+// stream's head with its deadline (as the head's Badger TTL too, so that
+// reads and appends find no head from then on: the stream is gone, and the
+// next append starts it again at seq 1) and an entry of the expiry index,
+// ordered by deadline. The records themselves are deleted later by the
+// store's sweeper (sweepStreams), off the writes that wait for a sync. It
+// shares its commit with whatever else is queued.
 func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Duration) error {
 	if err := e.b.limits.checkID("stream", stream); err != nil {
 		return fmt.Errorf("expire events: %w", err)
@@ -189,89 +197,101 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 		return fmt.Errorf("expire events: %w", err)
 	}
 	prefix, hk := evtPrefix(stream), evtHeadKey(stream)
-	b := e.b
+	now := time.Now()
+	deadline := uint64(max(now.Unix(), 1)) // ttl 0: due at once
 	if ttl > 0 {
-		// A short stream (a task's) is rewritten in the shared batch: its
-		// expiry shares a sync with other writes instead of taking the
-		// commit goroutine for two syncs of its own.
-		err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
-			return expireApply(txn, prefix, hk, expirySeconds(time.Now().Add(ttl)), b.maxSize/4)
-		}})
-		if !errors.Is(err, errLongStream) {
-			if err != nil {
-				return fmt.Errorf("expire events of %q: %w", stream, err)
-			}
-			return nil
-		}
+		deadline = expirySeconds(now.Add(ttl))
 	}
-	err := b.write(ctx, &writeOp{run: func() error {
-		var h head
-		var ok bool
-		err := b.update(func(txn *badger.Txn) error {
-			var err error
-			h, ok, err = readHead(txn, hk)
-			if err != nil || !ok {
-				return err
-			}
-			if ttl == 0 {
-				return txn.Delete(hk)
-			}
-			h.b = expirySeconds(time.Now().Add(ttl))
-			return txn.SetEntry(&badger.Entry{Key: hk, Value: h.encode(), ExpiresAt: h.b})
-		})
+	b := e.b
+	err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		h, ok, err := readHead(txn, hk)
 		if err != nil || !ok {
-			return err
+			return nil, err
 		}
+		var ms []mutation
+		if h.b != 0 && h.b != deadline {
+			// The entry of this stream's earlier deadline: the one
+			// written now covers it.
+			ms = append(ms, del(sweepKey(h.b, stream)))
+		}
+		ms = append(ms, set(sweepKey(deadline, stream), nil))
 		if ttl == 0 {
-			return b.purge(prefix, 0)
+			return append(ms, del(hk)), nil
 		}
-		return b.setExpiry(prefix, h.a, h.b)
+		if legacy, err := legacyExpiry(txn, prefix); err != nil || (legacy != 0 && legacy < deadline) {
+			if err == nil {
+				err = errLegacyExpiry
+			}
+			return nil, err
+		}
+		h.b = deadline
+		return append(ms, mutation{key: hk, value: h.encode(), expiresAt: deadline}), nil
 	}})
+	if errors.Is(err, errLegacyExpiry) {
+		err = b.write(ctx, &writeOp{run: func() error { return b.extendLegacy(stream, deadline) }})
+	}
 	if err != nil {
 		return fmt.Errorf("expire events of %q: %w", stream, err)
 	}
 	return nil
 }
 
-// expireInBatch is the longest stream whose expiry is set in a shared
-// batch; a longer one is rewritten alone, in chunks.
-const expireInBatch = 256
+// errLegacyExpiry: the stream's records carry a Badger TTL earlier than the
+// new deadline (see legacyExpiry).
+var errLegacyExpiry = errors.New("stream records expire before the new deadline")
 
-// errLongStream: the stream is longer than expireInBatch.
-var errLongStream = errors.New("stream too long for a shared batch")
+// legacyExpiry returns the Badger TTL of a stream's first record (0: none).
+// A store written before the expiry index gave every record of an expiring
+// stream the stream's expiry; records appended since carry none. Such a
+// stream's records expire by themselves, so moving its deadline later must
+// clear their TTLs first, or they would vanish before their head.
+func legacyExpiry(txn *badger.Txn, prefix []byte) (uint64, error) {
+	item, err := txn.Get(msgKey(prefix, 1))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return item.ExpiresAt(), nil
+}
 
-// expireApply returns the mutations that give the records of a stream (at
-// most expireInBatch of them, of at most maxBytes together) and its head
-// the expiry expiresAt. txn sees the writes queued before it in the batch.
-func expireApply(txn *badger.Txn, prefix, hk []byte, expiresAt uint64, maxBytes int64) ([]mutation, error) {
-	h, ok, err := readHead(txn, hk)
+// extendLegacy moves the deadline of a stream whose records carry Badger
+// TTLs (legacyExpiry) to deadline: first the expiry index entry, then the
+// records rewritten without TTL (in bounded transactions), then the head.
+// A crash in between leaves the old deadline in force, and the entry has
+// the sweeper delete whatever is left of the stream. It runs on the commit
+// goroutine.
+func (b *Badger) extendLegacy(stream string, deadline uint64) error {
+	prefix, hk := evtPrefix(stream), evtHeadKey(stream)
+	var h head
+	var ok bool
+	err := b.update(func(txn *badger.Txn) error {
+		var err error
+		if h, ok, err = readHead(txn, hk); err != nil || !ok {
+			return err
+		}
+		return txn.Set(sweepKey(deadline, stream), nil)
+	})
 	if err != nil || !ok {
-		return nil, err
+		return err
 	}
-	if h.a > expireInBatch {
-		return nil, errLongStream
+	if err := b.setExpiry(prefix, h.a, 0); err != nil {
+		return err
 	}
-	h.b = expiresAt
-	ms := make([]mutation, 0, h.a+1)
-	var size int64
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: int(min(h.a, 100))})
-	defer it.Close()
-	for it.Seek(msgKey(prefix, 1)); it.Valid(); it.Next() {
-		item := it.Item()
-		seq, err := parseSeqKey(item.Key(), string(prefix))
-		if err != nil || seq > h.a {
-			break
+	return b.update(func(txn *badger.Txn) error {
+		h, ok, err := readHead(txn, hk)
+		if err != nil || !ok {
+			return err
 		}
-		if size += item.EstimatedSize() + 64; size > maxBytes {
-			return nil, errLongStream // too big to share a batch: rewritten alone
+		if h.b != 0 && h.b != deadline {
+			if err := txn.Delete(sweepKey(h.b, stream)); err != nil {
+				return err
+			}
 		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, mutation{key: item.KeyCopy(nil), value: v, expiresAt: expiresAt})
-	}
-	return append(ms, mutation{key: hk, value: h.encode(), expiresAt: expiresAt}), nil
+		h.b = deadline
+		return txn.SetEntry(&badger.Entry{Key: hk, Value: h.encode(), ExpiresAt: deadline})
+	})
 }
 
 // setExpiry rewrites the records of a stream up to seq last with an expiry,

@@ -35,9 +35,14 @@
 // are never lost or duplicated. Reads run concurrently on snapshots.
 //
 // TaskRecord.ExpiresAt becomes the Badger TTL of the record and of its index
-// entries; EventLog.Expire sets the TTL of a stream's records (and of those
-// appended later). Badger drops expired entries itself; a goroutine owned by
-// the store runs value-log garbage collection periodically. Close stops it.
+// entries. EventLog.Expire writes the stream's deadline into its head alone
+// (as the head's TTL: readers find the stream gone from then on) and an
+// entry of an expiry index ordered by deadline; a sweeper goroutine deletes
+// the records of the streams whose deadline passed, in bounded writes, many
+// streams at a time (badger_sweep.go), so that an expiry costs two keys
+// whatever the stream's length. Badger drops expired entries itself; a
+// goroutine owned by the store runs value-log garbage collection
+// periodically. Close stops both.
 //
 // # Memory
 //

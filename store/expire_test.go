@@ -2,16 +2,55 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
 )
 
-// expiries returns the expiry of each record of a stream and of its head.
-func expiries(t *testing.T, b *Badger, stream string) (records []uint64, head uint64) {
+// openSweepless opens a store in dir whose sweeper never runs on its own:
+// the tests call SweepStreams.
+func openSweepless(t *testing.T, dir string, tune func(badger.Options) badger.Options) *Badger {
+	t.Helper()
+	b, err := Open(Options{Dir: dir, SweepInterval: -1, Tune: tune})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// rawKeys counts the keys under prefix as Badger holds them (records
+// hidden by a Badger TTL are not counted; deleted ones are not either).
+func rawKeys(t *testing.T, b *Badger, prefix string) int {
+	t.Helper()
+	n := 0
+	err := b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// recordTTLs returns the Badger expiry of each record of a stream and of
+// its head (0: none).
+func recordTTLs(t *testing.T, b *Badger, stream string) (records []uint64, head uint64) {
 	t.Helper()
 	prefix := evtPrefix(stream)
 	err := b.db.View(func(txn *badger.Txn) error {
@@ -33,39 +72,96 @@ func expiries(t *testing.T, b *Badger, stream string) (records []uint64, head ui
 	return records, head
 }
 
-func wantExpiring(t *testing.T, b *Badger, stream string, n int) {
+func appendN(t *testing.T, b *Badger, stream string, n int) {
 	t.Helper()
-	recs, head := expiries(t, b, stream)
-	if len(recs) != n {
-		t.Fatalf("%s: %d records, want %d", stream, len(recs), n)
+	recs := make([][]byte, n)
+	for i := range recs {
+		recs[i] = []byte(stream + "-" + strconv.Itoa(i+1))
 	}
-	if head == 0 {
-		t.Fatalf("%s: head has no expiry", stream)
-	}
-	for i, e := range recs {
-		if e != head {
-			t.Fatalf("%s: record %d expires at %d, the head at %d", stream, i+1, e, head)
+	for len(recs) > 0 {
+		k := min(len(recs), 500)
+		if _, err := b.Events().Append(context.Background(), stream, recs[:k]...); err != nil {
+			t.Fatal(err)
 		}
+		recs = recs[k:]
 	}
 }
 
-// TestExpireShortStreamsShareCommit: the expiries of short streams queued
-// together with appends are made durable by one transaction, and every
-// record of each stream carries the expiry.
-func TestExpireShortStreamsShareCommit(t *testing.T) {
-	b, err := Open(Options{Dir: t.TempDir()})
+func wantStream(t *testing.T, b *Badger, stream string, want ...string) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := b.Events().Read(ctx, stream, 0, 0)
 	if err != nil {
+		t.Fatalf("read %s: %v", stream, err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d records, want %d", stream, len(got), len(want))
+	}
+	for i, r := range got {
+		if string(r.Data) != want[i] || r.Seq != uint64(i+1) {
+			t.Fatalf("%s: record %d = %d %q, want %d %q", stream, i, r.Seq, r.Data, i+1, want[i])
+		}
+	}
+	if last, err := b.Events().Last(ctx, stream); err != nil || last != uint64(len(want)) {
+		t.Fatalf("%s: Last = %d, %v; want %d", stream, last, err, len(want))
+	}
+}
+
+// TestExpireIsOneSmallWrite: the expiry of a long stream writes its head
+// and one index entry, in one commit shared with the writes queued with
+// it; its records are not rewritten (they carry no TTL of their own).
+func TestExpireIsOneSmallWrite(t *testing.T) {
+	b := openSweepless(t, t.TempDir(), nil)
+	ctx := context.Background()
+	appendN(t, b, "long", 3000)
+	commits, muts := b.Commits(), b.Mutations()
+	lo := expirySeconds(time.Now().Add(time.Hour))
+	if err := b.Events().Expire(ctx, "long", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	hi := expirySeconds(time.Now().Add(time.Hour))
+	if n := b.Commits() - commits; n != 1 {
+		t.Fatalf("Expire of 3000 records took %d commits, want 1", n)
+	}
+	if n := b.Mutations() - muts; n != 2 {
+		t.Fatalf("Expire of 3000 records wrote %d keys, want 2 (head and index entry)", n)
+	}
+	recs, head := recordTTLs(t, b, "long")
+	if len(recs) != 3000 || head < lo || head > hi {
+		t.Fatalf("%d records, head expiry %d", len(recs), head)
+	}
+	for i, e := range recs {
+		if e != 0 {
+			t.Fatalf("record %d was given a TTL (%d)", i+1, e)
+		}
+	}
+	if n := rawKeys(t, b, pfxEvtSweep); n != 1 {
+		t.Fatalf("%d expiry index entries, want 1", n)
+	}
+	// Moving the deadline replaces the entry: one entry per stream.
+	muts = b.Mutations()
+	if err := b.Events().Expire(ctx, "long", 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Mutations() - muts; n != 3 {
+		t.Fatalf("a second Expire wrote %d keys, want 3 (head, entry, the old entry's removal)", n)
+	}
+	if n := rawKeys(t, b, pfxEvtSweep); n != 1 {
+		t.Fatalf("%d expiry index entries after the deadline moved, want 1", n)
+	}
+	if got, err := b.Events().Read(ctx, "long", 2990, 0); err != nil || len(got) != 10 {
+		t.Fatalf("Read of an expiring stream: %d records, %v", len(got), err)
+	}
+}
+
+// TestExpiriesShareCommit: expiries of many streams queued together with
+// appends are made durable by one transaction.
+func TestExpiriesShareCommit(t *testing.T) {
+	b := openSweepless(t, t.TempDir(), nil)
 	ctx := context.Background()
 	const streams = 16
 	for i := range streams {
-		for j := range 3 {
-			if _, err := b.Events().Append(ctx, fmt.Sprint("s-", i), []byte(fmt.Sprint(j))); err != nil {
-				t.Fatal(err)
-			}
-		}
+		appendN(t, b, fmt.Sprint("s-", i), 100)
 	}
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -114,74 +210,342 @@ func TestExpireShortStreamsShareCommit(t *testing.T) {
 	if n := b.commits.Load() - before; n != 1 {
 		t.Fatalf("%d expiries and %d appends took %d commits, want 1", streams, streams, n)
 	}
-	for i := range streams {
-		wantExpiring(t, b, fmt.Sprint("s-", i), 3)
+	if n := rawKeys(t, b, pfxEvtSweep); n != streams {
+		t.Fatalf("%d expiry index entries, want %d", n, streams)
 	}
-	// A record appended after the expiry goes with the stream.
-	if _, err := b.Events().Append(ctx, "s-0", []byte("late")); err != nil {
-		t.Fatal(err)
-	}
-	wantExpiring(t, b, "s-0", 4)
 }
 
-// TestExpireLongStream: a stream longer than a shared batch takes is
-// rewritten alone, and all of it expires.
-func TestExpireLongStream(t *testing.T) {
-	b, err := Open(Options{Dir: t.TempDir()})
+// TestSweepDeletesExpiredStreams: once a stream's deadline has passed it
+// is gone for readers at once, its records stay in Badger until the
+// sweep, and the sweep deletes them all (records, head, index entry),
+// many streams per write, and nothing of the streams that live on.
+func TestSweepDeletesExpiredStreams(t *testing.T) {
+	b := openSweepless(t, t.TempDir(), nil)
+	ctx := context.Background()
+	for i := range 8 {
+		appendN(t, b, fmt.Sprint("now-", i), 300)
+	}
+	appendN(t, b, "soon", 50)
+	appendN(t, b, "later", 40)
+	if n := rawKeys(t, b, pfxEvt+"soon/"); n != 50 {
+		t.Fatal(n)
+	}
+	appendN(t, b, "kept", 30)
+	for i := range 8 {
+		if err := b.Events().Expire(ctx, fmt.Sprint("now-", i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Events().Expire(ctx, "later", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	wantStream(t, b, "now-3")
+	if n := rawKeys(t, b, pfxEvt+"now-3/"); n != 300 {
+		t.Fatalf("before the sweep: %d records of an expired stream in Badger, want 300 (the test would prove nothing)", n)
+	}
+	commits := b.Commits()
+	n, err := b.SweepStreams(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	ctx := context.Background()
-	n := expireInBatch + 50
-	recs := make([][]byte, n)
-	for i := range recs {
-		recs[i] = []byte(fmt.Sprint(i))
+	if n != 8*300 {
+		t.Fatalf("the sweep deleted %d keys, want %d", n, 8*300)
 	}
-	if _, err := b.Events().Append(ctx, "long", recs...); err != nil {
+	if c := b.Commits() - commits; c != 3 { // 2,400 keys in writes of at most sweepChunk (1024)
+		t.Fatalf("the sweep took %d commits, want 3", c)
+	}
+	for i := range 8 {
+		if n := rawKeys(t, b, pfxEvt+fmt.Sprint("now-", i)+"/"); n != 0 {
+			t.Fatalf("now-%d: %d records left after the sweep", i, n)
+		}
+	}
+	// "later" (1 h) waits for its deadline; "soon" (1 s) is swept
+	// once its deadline passed.
+	if n := rawKeys(t, b, pfxEvtSweep); n != 1 {
+		t.Fatalf("%d expiry index entries left, want 1", n)
+	}
+	if err := b.Events().Expire(ctx, "soon", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Events().Expire(ctx, "long", time.Hour); err != nil {
-		t.Fatal(err)
+	guard := time.Now().Add(30 * time.Second)
+	for rawKeys(t, b, pfxEvt+"soon/") != 0 {
+		if time.Now().After(guard) {
+			t.Fatal("a stream of ttl 1s not swept after 30s")
+		}
+		time.Sleep(200 * time.Millisecond)
+		if _, err := b.SweepStreams(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	wantExpiring(t, b, "long", n)
-	got, err := b.Events().Read(ctx, "long", 0, 0)
-	if err != nil || len(got) != n {
-		t.Fatalf("Read after expiry: %d records, %v; want %d", len(got), err, n)
+	wantStream(t, b, "soon")
+	if n := rawKeys(t, b, pfxEvtHead+"soon"); n != 0 {
+		t.Fatal("the head of a swept stream is still there")
+	}
+	if n := rawKeys(t, b, pfxEvt+"later/"); n != 40 {
+		t.Fatalf("a stream expiring in an hour has %d records, want 40", n)
+	}
+	want := make([]string, 30)
+	for i := range want {
+		want[i] = "kept-" + strconv.Itoa(i+1)
+	}
+	wantStream(t, b, "kept", want...)
+	if n := rawKeys(t, b, pfxEvtSweep); n != 1 {
+		t.Fatalf("%d expiry index entries left, want 1 (later's)", n)
 	}
 }
 
-// TestExpireStreamOfLargeRecords: a stream whose records together are far
-// larger than one Badger transaction holds (a flood of large deltas) still
-// expires, long or short: it is rewritten in transactions bounded by bytes,
-// not only by count.
-func TestExpireStreamOfLargeRecords(t *testing.T) {
+// TestSweepSparesStreamStartedAgain: a stream appended to after it
+// expired starts again at seq 1 over the old records; the sweep deletes
+// only the old ones beyond its end, whether the new records were appended
+// before the sweep or in the same batch.
+func TestSweepSparesStreamStartedAgain(t *testing.T) {
+	b := openSweepless(t, t.TempDir(), nil)
+	ctx := context.Background()
+	appendN(t, b, "s", 10)
+	if err := b.Events().Expire(ctx, "s", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"new-1", "new-2", "new-3"} {
+		if _, err := b.Events().Append(ctx, "s", []byte(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantStream(t, b, "s", "new-1", "new-2", "new-3")
+	if n, err := b.SweepStreams(ctx); err != nil || n != 7 {
+		t.Fatalf("sweep deleted %d keys, %v; want the 7 old records beyond the new end", n, err)
+	}
+	wantStream(t, b, "s", "new-1", "new-2", "new-3")
+	if n := rawKeys(t, b, pfxEvt+"s/"); n != 3 {
+		t.Fatalf("%d records in Badger, want 3", n)
+	}
+	if _, err := b.Events().Append(ctx, "s", []byte("new-4")); err != nil {
+		t.Fatal(err)
+	}
+	wantStream(t, b, "s", "new-1", "new-2", "new-3", "new-4")
+}
+
+// TestExpireOfLegacyStream: a store written before the expiry index gave
+// each record of an expiring stream the stream's Badger TTL. Such a
+// stream still reads; moving its deadline later clears its records' TTLs
+// (they would otherwise vanish before the head); a shorter deadline is
+// the head's alone; and it disappears when its old TTLs pass.
+func TestExpireOfLegacyStream(t *testing.T) {
+	b := openSweepless(t, t.TempDir(), nil)
+	ctx := context.Background()
+	in := time.Now().Add(time.Hour)
+	legacyStream(t, b, "extended", 20, expirySeconds(in))
+	legacyStream(t, b, "shortened", 20, expirySeconds(in))
+	want := make([]string, 20)
+	for i := range want {
+		want[i] = "extended-" + strconv.Itoa(i+1)
+	}
+	wantStream(t, b, "extended", want...)
+	if err := b.Events().Expire(ctx, "extended", 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	recs, head := recordTTLs(t, b, "extended")
+	if head < expirySeconds(in.Add(time.Hour))-1 {
+		t.Fatalf("head expires at %d, want about %d", head, expirySeconds(in.Add(time.Hour)))
+	}
+	for i, e := range recs {
+		if e != 0 {
+			t.Fatalf("record %d still expires at %d, before its head (%d)", i+1, e, head)
+		}
+	}
+	wantStream(t, b, "extended", want...)
+	if err := b.Events().Expire(ctx, "shortened", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	recs, head = recordTTLs(t, b, "shortened")
+	if head > expirySeconds(time.Now().Add(time.Minute)) || recs[0] != expirySeconds(in) {
+		t.Fatalf("shortened: head %d, first record %d", head, recs[0])
+	}
+	if n := rawKeys(t, b, pfxEvtSweep); n != 2 {
+		t.Fatalf("%d expiry index entries, want 2", n)
+	}
+
+	// A legacy stream whose TTLs pass is gone, records and head.
+	legacyStream(t, b, "old", 5, expirySeconds(time.Now().Add(time.Second)))
+	guard := time.Now().Add(30 * time.Second)
+	for rawKeys(t, b, pfxEvt+"old/") != 0 {
+		if time.Now().After(guard) {
+			t.Fatal("a legacy stream of ttl 1s still has records after 30s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	wantStream(t, b, "old")
+	if f, err := b.Events().Append(ctx, "old", []byte("again")); err != nil || f != 1 {
+		t.Fatalf("append after a legacy stream expired: seq %d, %v", f, err)
+	}
+}
+
+// legacyStream writes a stream as the store did before the expiry index:
+// n records and the head all with the Badger TTL expiresAt.
+func legacyStream(t *testing.T, b *Badger, stream string, n int, expiresAt uint64) {
+	t.Helper()
+	prefix := evtPrefix(stream)
+	err := b.db.Update(func(txn *badger.Txn) error {
+		for i := 1; i <= n; i++ {
+			e := &badger.Entry{Key: msgKey(prefix, uint64(i)), Value: []byte(stream + "-" + strconv.Itoa(i)), ExpiresAt: expiresAt}
+			if err := txn.SetEntry(e); err != nil {
+				return err
+			}
+		}
+		return txn.SetEntry(&badger.Entry{Key: evtHeadKey(stream), Value: head{uint64(n), expiresAt}.encode(), ExpiresAt: expiresAt})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExpireLegacyStreamOfLargeRecords: the records' TTLs of a legacy
+// stream far larger than one Badger transaction holds are cleared in
+// transactions bounded by bytes, not only by count.
+func TestExpireLegacyStreamOfLargeRecords(t *testing.T) {
 	// A small memtable makes Badger's transaction bound small (about
 	// 150 KiB), so a few MiB of records are far past it.
-	b, err := Open(Options{Dir: t.TempDir(), Tune: func(o badger.Options) badger.Options {
+	b := openSweepless(t, t.TempDir(), func(o badger.Options) badger.Options {
 		return o.WithMemTableSize(1 << 20)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx := context.Background()
+	})
 	rec := make([]byte, 2048)
 	for i := range rec {
 		rec[i] = 'a' + byte(i%26)
 	}
-	for _, s := range []struct {
-		name string
-		n    int
-	}{{"short-big", expireInBatch / 2}, {"long-big", 1200}} {
-		for range s.n {
-			if _, err := b.Events().Append(ctx, s.name, rec); err != nil {
-				t.Fatal(err)
-			}
+	at := expirySeconds(time.Now().Add(time.Hour))
+	prefix := evtPrefix("big")
+	for i := 1; i <= 1200; i++ {
+		err := b.db.Update(func(txn *badger.Txn) error {
+			return txn.SetEntry(&badger.Entry{Key: msgKey(prefix, uint64(i)), Value: rec, ExpiresAt: at})
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err := b.Events().Expire(ctx, s.name, time.Hour); err != nil {
-			t.Fatalf("%s: %v", s.name, err)
-		}
-		wantExpiring(t, b, s.name, s.n)
 	}
+	if err := b.db.Update(func(txn *badger.Txn) error {
+		return txn.SetEntry(&badger.Entry{Key: evtHeadKey("big"), Value: head{1200, at}.encode(), ExpiresAt: at})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Events().Expire(context.Background(), "big", 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := recordTTLs(t, b, "big")
+	if len(recs) != 1200 {
+		t.Fatalf("%d records, want 1200", len(recs))
+	}
+	for i, e := range recs {
+		if e != 0 {
+			t.Fatalf("record %d kept its TTL", i+1)
+		}
+	}
+}
+
+const sweepCrashEnv = "LOOOPY_STORE_SWEEP_CRASH"
+
+// TestSweepKilledMidway: a process killed (SIGKILL) between two writes of
+// a sweep leaves an expired stream invisible (no record of it reads, an
+// append starts it again at seq 1), and the next store to open the folder
+// finishes the sweep from the durable index, sparing what was appended
+// since.
+func TestSweepKilledMidway(t *testing.T) {
+	if dir := os.Getenv(sweepCrashEnv); dir != "" {
+		sweepAndDie(dir)
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestSweepKilledMidway$", "-test.count=1")
+	cmd.Env = append(os.Environ(), sweepCrashEnv+"="+dir)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child was to die of SIGKILL mid-sweep: %v\n%s", err, out)
+	}
+	b := openSweepless(t, dir, nil)
+	left := rawKeys(t, b, pfxEvt+"long/")
+	if left == 0 || left >= 1000 {
+		t.Fatalf("%d of 1000 records left after the kill: the kill did not fall mid-sweep", left)
+	}
+	wantStream(t, b, "long")
+	if n := rawKeys(t, b, pfxEvtSweep); n != 1 {
+		t.Fatalf("%d expiry index entries after the kill, want 1", n)
+	}
+	if f, err := b.Events().Append(context.Background(), "long", []byte("again")); err != nil || f != 1 {
+		t.Fatalf("append to the half-swept stream: seq %d, %v", f, err)
+	}
+	if _, err := b.SweepStreams(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wantStream(t, b, "long", "again")
+	if n := rawKeys(t, b, pfxEvt+"long/"); n != 1 {
+		t.Fatalf("%d records after the sweep resumed, want 1", n)
+	}
+	if n := rawKeys(t, b, pfxEvtSweep); n != 0 {
+		t.Fatalf("%d expiry index entries after the sweep, want 0", n)
+	}
+	wantStream(t, b, "other", "other-1", "other-2")
+}
+
+// sweepAndDie is the child of TestSweepKilledMidway: a stream of 1000
+// records expired, a sweep in writes of 100 keys, SIGKILL after the
+// second.
+func sweepAndDie(dir string) {
+	b, err := Open(Options{Dir: dir, SweepInterval: -1})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	recs := make([][]byte, 1000)
+	for i := range recs {
+		recs[i] = []byte("long-" + strconv.Itoa(i+1))
+	}
+	if _, err := b.Events().Append(ctx, "long", recs...); err != nil {
+		panic(err)
+	}
+	if _, err := b.Events().Append(ctx, "other", []byte("other-1"), []byte("other-2")); err != nil {
+		panic(err)
+	}
+	if err := b.Events().Expire(ctx, "long", 0); err != nil {
+		panic(err)
+	}
+	sweepChunk = 100
+	writes := 0
+	sweepWrote = func() {
+		if writes++; writes == 2 {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	_, _ = b.SweepStreams(ctx)
+	panic("the sweep finished without being killed")
+}
+
+// The conformance tests' Expire runs on a store whose sweeper runs too;
+// this one runs the shared test with a sweep between every step a reader
+// could see, through the loop.EventLog alone.
+func TestExpireThenSweepKeepsContract(t *testing.T) {
+	b := openSweepless(t, t.TempDir(), nil)
+	ctx := context.Background()
+	var l loop.EventLog = b.Events()
+	if _, err := l.Append(ctx, "c", []byte("a"), []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Expire(ctx, "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.SweepStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := l.Append(ctx, "c", []byte("x")); err != nil || f != 1 {
+		t.Fatalf("append after expiry and sweep: %d, %v", f, err)
+	}
+	if err := l.Expire(ctx, "c", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, "c", []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.SweepStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantStream(t, b, "c", "x", "y")
 }

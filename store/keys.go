@@ -24,7 +24,8 @@ import (
 //	tidx/owner/<owner>/<created:19>/<taskId>    tasks of a principal   }
 //	tidx/id/<taskId>                    where the task is indexed (JSON), same TTL
 //	evt/<stream>/<seq:20>               one event log record (raw bytes)
-//	evth/<stream>                       event log head: last seq, expiry (16 bytes)
+//	evth/<stream>                       event log head: last seq, expiry (16 bytes); Badger TTL = the expiry
+//	evtx/<deadline:20>/<stream>         a stream to sweep once its deadline (Unix seconds) passed (empty value)
 //	kv/<namespace>/<key>                a plugin's key-value space (raw bytes)
 //	lease/<key>                         a lease (JSON loop.Lease), no TTL: a lapsed one stays until taken or released
 //
@@ -39,6 +40,7 @@ const (
 	pfxTaskIdx  = "tidx/"
 	pfxEvt      = "evt/"
 	pfxEvtHead  = "evth/"
+	pfxEvtSweep = "evtx/"
 	pfxKV       = "kv/"
 	seqWidth    = 20 // digits of a max uint64
 	timeWidth   = 19 // digits of a max int64
@@ -163,6 +165,32 @@ func evtPrefix(stream string) []byte { return []byte(pfxEvt + escape(stream) + "
 func evtHeadKey(stream string) []byte {
 	return []byte(pfxEvtHead + escape(stream))
 }
+
+// sweepKey is the entry of the expiry index that has the sweeper delete
+// the records of stream once deadline (Unix seconds) has passed.
+func sweepKey(deadline uint64, stream string) []byte {
+	b := make([]byte, 0, len(pfxEvtSweep)+seqWidth+1+len(stream))
+	b = appendSeq(append(b, pfxEvtSweep...), deadline)
+	b = append(b, '/')
+	return append(b, escape(stream)...)
+}
+
+// parseSweepKey returns the deadline and the stream of an expiry index key.
+func parseSweepKey(key []byte) (deadline uint64, stream string, err error) {
+	n := len(pfxEvtSweep)
+	if len(key) < n+seqWidth+2 || string(key[:n]) != pfxEvtSweep || key[n+seqWidth] != '/' {
+		return 0, "", fmt.Errorf("not an expiry index key: %q", key)
+	}
+	if deadline, err = parseSeqKey(key[:n+seqWidth], pfxEvtSweep); err != nil {
+		return 0, "", err
+	}
+	stream, err = unescape(string(key[n+seqWidth+1:]))
+	if err == nil && stream == "" {
+		err = fmt.Errorf("expiry index key without stream: %q", key)
+	}
+	return deadline, stream, err
+}
+
 func kvKey(ns, key string) []byte { return []byte(pfxKV + escape(ns) + "/" + escape(key)) }
 
 // taskIdxPrefix is the prefix of one task index: tidx/all/ or

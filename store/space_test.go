@@ -26,7 +26,8 @@ func refuseAfter(b *Badger, n int64) *atomic.Int64 {
 
 // Every write the store makes asks its disk first, not only each group
 // commit: an operation the commit goroutine runs alone (replacing a
-// history, deleting one, expiring a long event stream) writes in
+// history, deleting one, moving the deadline of an event stream written
+// before the expiry index) writes in
 // transactions of its own, and each of them is refused past the floor, so
 // no write reaches Badger's mapped files on a nearly full disk. Reads go
 // on; once space returns the writes are taken.
@@ -44,13 +45,10 @@ func TestEveryWriteAsksTheDisk(t *testing.T) {
 	if err := b.Append(ctx, "c", msgs...); err != nil {
 		t.Fatal(err)
 	}
-	var evs [][]byte
-	for i := range expireInBatch + 10 {
-		evs = append(evs, []byte("e"+strconv.Itoa(i)))
-	}
-	if _, err := b.Events().Append(ctx, "s", evs...); err != nil {
-		t.Fatal(err)
-	}
+	// A stream written before the expiry index (each record with its
+	// Badger TTL): moving its deadline later rewrites its records in
+	// transactions of their own.
+	legacyStream(t, b, "s", 300, expirySeconds(time.Now().Add(time.Hour)))
 	refusedBefore := b.RefusedWrites()
 
 	// The disk fills after one measure: the group commit's check (or,
@@ -63,7 +61,7 @@ func TestEveryWriteAsksTheDisk(t *testing.T) {
 		write func() error
 	}{
 		{"replace", func() error { return b.Replace(ctx, "c", msgs[:1]) }},
-		{"expire", func() error { return b.Events().Expire(ctx, "s", time.Hour) }},
+		{"expire", func() error { return b.Events().Expire(ctx, "s", 2*time.Hour) }},
 		{"delete", func() error { return b.Delete(ctx, "c") }},
 	} {
 		asked := refuseAfter(b, 1)
