@@ -275,6 +275,9 @@ func (in *looopyInstance) call(ctx context.Context, op pdk.Op, input []byte) (ou
 			}
 		}()
 	}
+	if c := guestClockOf(ctx); c != nil {
+		defer c.start()()
+	}
 	ctx = context.WithValue(ctx, callStateKey{}, in.st)
 	stack := in.stack[:]
 	var ptr uint32

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,8 +66,12 @@ func benchHistory(n int) []loop.Message {
 // BenchmarkModelCall is one call of the scripted model (a Go guest built
 // with pdk) through the plugin runtime, with the host's 25 tools offered
 // and a history of 2 to 40 messages: what a turn pays per model call on top
-// of the model itself. One caller, one warm instance: ns/op is the host's
-// encoding plus the guest's CPU.
+// of the model itself. One caller, one warm instance. cpu-ns/op is the
+// whole process's CPU per call (the host's encoding and decoding, wazero,
+// the guest, and whatever the Go runtime does meanwhile); guest-cpu-ns/op is
+// the part spent inside the guest's calls (plugins.GuestClock: the calling
+// thread's CPU clock around them, host functions the guest calls included),
+// and host-cpu-ns/op the rest.
 func BenchmarkModelCall(b *testing.B) {
 	// One rule, no delay: the answer repeats the last message.
 	dir := install(b, b.TempDir(), "scripted-model", func(man map[string]any) {
@@ -89,13 +94,18 @@ func BenchmarkModelCall(b *testing.B) {
 		req := &loop.ModelRequest{Messages: benchHistory(c.history), Tools: benchTools(c.tools)}
 		in, _ := json.Marshal(req)
 		b.Run(fmt.Sprintf("tools=%d/history=%d", c.tools, c.history), func(b *testing.B) {
-			ctx := context.Background()
+			// One thread for the loop, so that the thread's CPU clock
+			// times each guest call whole (plugins.GuestClock).
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var guest plugins.GuestClock
+			ctx := plugins.WithGuestClock(context.Background(), &guest)
 			if _, err := m.Generate(ctx, req, nil); err != nil {
 				b.Fatal(err)
 			}
 			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0, guest0 := processCPU(), guest.CPU()
 			for b.Loop() {
 				resp, err := m.Generate(ctx, req, nil)
 				if err != nil {
@@ -105,7 +115,12 @@ func BenchmarkModelCall(b *testing.B) {
 					b.Fatalf("answer %q", resp.Message.Content)
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			cpu, inGuest := processCPU()-cpu0, int64(guest.CPU()-guest0)
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+			if inGuest > 0 {
+				b.ReportMetric(float64(inGuest)/float64(b.N), "guest-cpu-ns/op")
+				b.ReportMetric(float64(cpu-inGuest)/float64(b.N), "host-cpu-ns/op")
+			}
 		})
 	}
 }
