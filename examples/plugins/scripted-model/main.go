@@ -93,8 +93,12 @@ func withUserRules(base *Script) (*Script, error) {
 	return userRules.s.Over(base), nil
 }
 
-// wordCounts are the word counts of the instance's previous call.
-var wordCounts WordCounts
+// wordCounts are the word counts of the instance's previous call, picks
+// the rule it picked.
+var (
+	wordCounts WordCounts
+	picks      PickCache
+)
 
 func init() {
 	pdk.Info("scripted-model", "1.0.0")
@@ -109,7 +113,7 @@ func generate(ctx context.Context, req *pdk.ModelRequest, delta func(pdk.Delta) 
 	if err != nil {
 		return nil, &pdk.Error{Code: "bad_config", Message: err.Error()}
 	}
-	return s.Play(req, Runtime{Delta: delta, Sleep: sleep, Attempt: attempt, Forget: forget, Words: &wordCounts})
+	return s.Play(req, Runtime{Delta: delta, Sleep: sleep, Attempt: attempt, Forget: forget, Words: &wordCounts, Picks: &picks})
 }
 
 // attempt counts the attempts of one request in the plugin's key-value space,

@@ -33,6 +33,22 @@ type Runtime struct {
 	// Words remembers the word counts of the previous call's messages.
 	// Nil: every message is counted on every call.
 	Words *WordCounts
+	// Picks remembers the rule picked for the previous call's input.
+	// Nil: the rules are matched on every call.
+	Picks *PickCache
+}
+
+// PickCache remembers which rule the previous call's input matched, and its
+// captures: the calls of one turn (one per round of tool calls) and a
+// retried call share their latest user message, and matching the rules'
+// regular expressions was a good part of the scripted model's CPU per call
+// in a Go guest. It holds for one script: Play forgets what it remembers
+// when called with another. Not for concurrent use.
+type PickCache struct {
+	script *Script
+	input  string
+	rule   *Rule
+	groups []string
 }
 
 // WordCounts remembers the word count of each message of the previous call,
@@ -82,21 +98,24 @@ const echoText = "You said: {{history}}"
 
 var echoRule = func() *Rule {
 	t := echoText
-	return &Rule{Name: "echo", Steps: []Step{{Text: &t}}}
+	r := &Rule{Name: "echo", Steps: []Step{{Text: &t}}}
+	r.segs = segments(r.Steps)
+	return r
 }()
 
 // conversation is what the script reads from a request.
 type conversation struct {
-	input       string   // the latest user message, trimmed
-	users       []string // every user message, oldest first
-	done        int      // assistant messages with tool calls since the latest user message
-	toolResults []string // tool results since the latest user message
+	input       string        // the latest user message, trimmed
+	msgs        []pdk.Message // the request's messages
+	users       int           // how many are user messages
+	done        int           // assistant messages with tool calls since the latest user message
+	toolResults []string      // tool results since the latest user message
 	attempt     int
 	promptWords int
 }
 
 func readConversation(req *pdk.ModelRequest, wc *WordCounts) conversation {
-	var c conversation
+	c := conversation{msgs: req.Messages}
 	last := -1
 	defer wc.done()
 	for i, m := range req.Messages {
@@ -106,7 +125,7 @@ func readConversation(req *pdk.ModelRequest, wc *WordCounts) conversation {
 		}
 		if m.Role == pdk.RoleUser {
 			last = i
-			c.users = append(c.users, m.Content)
+			c.users++
 		}
 	}
 	if last >= 0 {
@@ -141,6 +160,20 @@ func attemptOf(md map[string]any) int {
 		}
 	}
 	return 1
+}
+
+// pickCached is pick through the cache: the captures it returns are shared
+// with the cache, and must not be changed.
+func (s *Script) pickCached(input string, pc *PickCache) (*Rule, []string) {
+	if pc == nil {
+		return s.pick(input)
+	}
+	if pc.rule != nil && pc.script == s && pc.input == input {
+		return pc.rule, pc.groups
+	}
+	rule, groups := s.pick(input)
+	pc.script, pc.input, pc.rule, pc.groups = s, input, rule, groups
+	return rule, groups
 }
 
 // pick returns the rule for the latest user message and its captures.
@@ -182,8 +215,11 @@ func segments(steps []Step) [][]Step {
 // already. So the same request always gets the same answer.
 func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, error) {
 	conv := readConversation(req, rt.Words)
-	rule, groups := s.pick(conv.input)
-	segs := segments(rule.Steps)
+	rule, groups := s.pickCached(conv.input, rt.Picks)
+	segs := rule.segs
+	if segs == nil {
+		segs = segments(rule.Steps)
+	}
 	counted := ""
 	if _, reported := req.Metadata["attempt"]; !reported && rt.Attempt != nil &&
 		conv.done < len(segs) && dependsOnAttempt(segs[conv.done]) {
@@ -193,7 +229,7 @@ func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, er
 	v := &vars{
 		groups:      groups,
 		input:       conv.input,
-		users:       conv.users,
+		msgs:        conv.msgs,
 		toolResults: strings.Join(conv.toolResults, "\n"),
 		attempt:     conv.attempt,
 	}
@@ -271,7 +307,7 @@ func (s *Script) Play(req *pdk.ModelRequest, rt Runtime) (*pdk.ModelResponse, er
 				return nil, scriptError(rule, k, fmt.Errorf("toolCall %s: %w", st.ToolCall.Name, err))
 			}
 			calls = append(calls, pdk.ToolCall{
-				ID:        fmt.Sprintf("call_%d_%d_%d", len(conv.users), conv.done, len(calls)),
+				ID:        fmt.Sprintf("call_%d_%d_%d", conv.users, conv.done, len(calls)),
 				Name:      st.ToolCall.Name,
 				Arguments: args,
 			})

@@ -35,7 +35,8 @@ type Rule struct {
 	Match string `json:"match,omitempty"` // RE2 syntax, matched against the latest user message (trimmed)
 	Steps []Step `json:"steps"`
 
-	re *regexp.Regexp
+	re   *regexp.Regexp
+	segs [][]Step // segments(Steps), made once by compile
 }
 
 // Step is one thing the model does. Exactly one of Text, Thought, ToolCall,
@@ -142,6 +143,7 @@ func (r *Rule) compile(isDefault bool) error {
 			return fmt.Errorf("step %d: %w", j, err)
 		}
 	}
+	r.segs = segments(r.Steps)
 	return nil
 }
 

@@ -614,3 +614,36 @@ func TestWordCountsRemembered(t *testing.T) {
 		t.Fatalf("after a shift: %d, want 3", n)
 	}
 }
+
+// The remembered pick is used only for the same input and the same script:
+// another input or another script is matched again, and the answers are
+// those played without the memory.
+func TestPickCacheRemembersOneInputOfOneScript(t *testing.T) {
+	a := mustParse(t, `{"rules":[{"match":"^hello (\\w+)$","steps":[{"text":"hi $1"}]},{"match":"(?s)^(.*)$","steps":[{"text":"other: $1 {{history}}"}]}]}`)
+	b := mustParse(t, `{"rules":[{"match":"(?s)^(.*)$","steps":[{"text":"b says $1"}]}]}`)
+	var pc PickCache
+	check := func(sc *Script, input, want string) {
+		t.Helper()
+		req := &pdk.ModelRequest{Messages: []pdk.Message{user("first"), {Role: pdk.RoleAssistant, Content: "x"}, user(input)}}
+		resp, err := sc.Play(req, Runtime{Picks: &pc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := sc.Play(req, Runtime{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Message.Content != want || plain.Message.Content != want {
+			t.Fatalf("%q: %q with the cache, %q without, want %q", input, resp.Message.Content, plain.Message.Content, want)
+		}
+	}
+	check(a, "hello bob", "hi bob")
+	if pc.rule != &a.Rules[0] || pc.input != "hello bob" {
+		t.Fatalf("remembered %+v", pc)
+	}
+	check(a, "hello bob", "hi bob")
+	check(a, "hello ann", "hi ann")
+	check(a, "bye", "other: bye first | bye")
+	check(b, "bye", "b says bye")
+	check(a, "bye", "other: bye first | bye")
+}

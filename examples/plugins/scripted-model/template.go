@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/looopy-go/looopy/pdk"
 )
 
 // vars are what a template can refer to.
@@ -21,7 +23,7 @@ type vars struct {
 	groups         []string
 	names          []string // names[k] is the name of group k ("" if unnamed)
 	input          string
-	users          []string // joined for {{history}} only when a template asks
+	msgs           []pdk.Message // their user messages are joined for {{history}} only when a template asks
 	lastToolResult string
 	toolResults    string
 	attempt        int
@@ -30,11 +32,28 @@ type vars struct {
 
 var placeholders = map[string]func(*vars) string{
 	"input":          func(v *vars) string { return v.input },
-	"history":        func(v *vars) string { return strings.Join(v.users, " | ") },
+	"history":        func(v *vars) string { return joinUsers(v.msgs) },
 	"lastToolResult": func(v *vars) string { return v.lastToolResult },
 	"toolResults":    func(v *vars) string { return v.toolResults },
 	"attempt":        func(v *vars) string { return strconv.Itoa(v.attempt) },
 	"i":              func(v *vars) string { return strconv.Itoa(v.i) },
+}
+
+// joinUsers joins the contents of the user messages, oldest first, with " | ".
+func joinUsers(msgs []pdk.Message) string {
+	var b strings.Builder
+	first := true
+	for _, m := range msgs {
+		if m.Role != pdk.RoleUser {
+			continue
+		}
+		if !first {
+			b.WriteString(" | ")
+		}
+		first = false
+		b.WriteString(m.Content)
+	}
+	return b.String()
 }
 
 // checkTemplate reports a malformed reference or an unknown placeholder.
