@@ -33,8 +33,14 @@ func parseModelRequest(b []byte) (req ModelRequest, ok bool) {
 		}
 		switch string(key) {
 		case "messages":
-			req.Messages = make([]Message, 0, 16)
+			// A request that continues a conversation the instance holds
+			// often brings no message of its own: the list is made only
+			// for messages.
+			req.Messages = []Message{}
 			for more := p.open('[', ']'); more; more = p.more(']') {
+				if cap(req.Messages) == 0 {
+					req.Messages = make([]Message, 0, 16)
+				}
 				var m Message
 				if !p.null() && !p.message(&m) {
 					return ModelRequest{}, false

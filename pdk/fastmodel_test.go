@@ -3,6 +3,7 @@ package pdk
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -224,6 +225,30 @@ func TestHistoryResolve(t *testing.T) {
 	r4 := ModelRequest{Messages: []Message{msg("z")}}
 	if err := h.resolve(&r4); err != nil || contents(r4.Messages) != "z" || h.ref != "h3" || contents(h.msgs) != "bce" {
 		t.Fatalf("no names: %v %+v %+v", err, r4, h)
+	}
+	// A conversation going on call after call: the kept list is built in
+	// the array of the one kept before it, never in a list a model function
+	// was given.
+	given := map[string][]Message{"abcd": r2.Messages, "bce": r3.Messages}
+	from, want := "h3", "bce"
+	for i, next := range []string{"f", "g", "h", "i", "j"} {
+		ref := fmt.Sprintf("h%d", 5+i)
+		r := ModelRequest{Messages: []Message{msg(next)}, HistoryRef: ref, HistoryFrom: from, HistoryKeep: len(want)}
+		want += next
+		if err := h.resolve(&r); err != nil || contents(r.Messages) != want || contents(h.msgs) != want {
+			t.Fatalf("round %d: %v, given %q, kept %q, want %q", i, err, contents(r.Messages), contents(h.msgs), want)
+		}
+		given[want] = r.Messages
+		r.Messages[0].Content = "X" // the model function's copy
+		from = ref
+	}
+	for w, ms := range given {
+		if got := contents(ms); got != w && got != "X"+w[1:] {
+			t.Fatalf("a list given to the model function changed later: %q, was %q", got, w)
+		}
+	}
+	if contents(h.msgs) != want || cap(h.spare) == 0 {
+		t.Fatalf("kept %q (want %q), spare of %d", contents(h.msgs), want, cap(h.spare))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 )
 
 // A Go plugin is a package main that imports pdk, registers its tools, model
@@ -145,12 +146,21 @@ func Model(fn ModelFunc) {
 		if resp == nil {
 			return nil, &Error{Code: CodeInternal, Message: "model returned no response"}
 		}
-		if out, ok := appendModelResponse(make([]byte, 0, 256+len(resp.Message.Content)), resp); ok {
+		if cap(respBuf) > 1<<20 {
+			respBuf = nil // a large answer's buffer is not kept
+		}
+		out, ok := appendModelResponse(respBuf[:0], resp)
+		respBuf = out[:0]
+		if ok {
 			return out, nil
 		}
 		return json.Marshal(resp)
 	}
 }
+
+// respBuf is the encoding buffer of the model's answers, reused: its
+// contents are copied out (output) before the next call.
+var respBuf []byte
 
 // keptTools is the tool set of the instance's last model request that
 // carried one (FeatureToolsRef).
@@ -183,6 +193,9 @@ var keptHistory history
 type history struct {
 	ref  string
 	msgs []Message
+	// spare is the array of the conversation kept before msgs: only this
+	// type refers to it, and the next conversation kept is built in it.
+	spare []Message
 }
 
 // resolve puts the kept messages a request continues before its own, and
@@ -195,12 +208,20 @@ func (h *history) resolve(req *ModelRequest) error {
 		if req.HistoryFrom != h.ref || skip < 0 || keep < 0 || skip > len(h.msgs) || keep > len(h.msgs)-skip {
 			return &Error{Code: CodeHistoryRefUnknown, Message: "model request continues conversation " + req.HistoryFrom + ", which this instance does not hold"}
 		}
-		full := make([]Message, 0, keep+len(req.Messages))
+		var full []Message
+		if req.HistoryRef != "" {
+			// The conversation goes on in the spare array (never the one
+			// it is copied from), which the kept one replaces below.
+			full = h.spare[:0]
+			h.spare = nil
+		}
+		full = slices.Grow(full, keep+len(req.Messages))
 		full = append(append(full, h.msgs[skip:skip+keep]...), req.Messages...)
+		clear(full[len(full):cap(full)]) // what the array held before
 		req.Messages = full
 	}
 	if req.HistoryRef != "" {
-		h.ref, h.msgs = req.HistoryRef, req.Messages
+		h.ref, h.msgs, h.spare = req.HistoryRef, req.Messages, h.msgs[:0]
 		req.Messages = append(make([]Message, 0, len(h.msgs)), h.msgs...)
 	}
 	req.HistoryRef, req.HistoryFrom, req.HistorySkip, req.HistoryKeep = "", "", 0, 0

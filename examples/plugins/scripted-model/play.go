@@ -62,25 +62,41 @@ type PickCache struct {
 type WordCounts struct{ prev, next []counted }
 
 type counted struct {
-	s string
-	n int
+	s     string
+	calls []pdk.ToolCall
+	n     int
 }
 
-// count returns the words of s, the text of message i.
-func (w *WordCounts) count(i int, s string) int {
+// count returns the words of message i: its text's, and each tool call's
+// arguments' plus one. The tool calls are taken as counted before when
+// they are the very list counted (same array and length): a kept
+// conversation hands the model function the same lists again, and the
+// model function does not change them (pdk.ModelFunc).
+func (w *WordCounts) count(i int, m *pdk.Message) int {
 	if w == nil {
-		return words(s)
+		return messageWords(m)
 	}
 	n := -1
 	if i < len(w.prev) {
-		if c := w.prev[i]; len(c.s) == len(s) && unsafe.StringData(c.s) == unsafe.StringData(s) {
+		c := w.prev[i]
+		if len(c.s) == len(m.Content) && unsafe.StringData(c.s) == unsafe.StringData(m.Content) &&
+			len(c.calls) == len(m.ToolCalls) && unsafe.SliceData(c.calls) == unsafe.SliceData(m.ToolCalls) {
 			n = c.n
 		}
 	}
 	if n < 0 {
-		n = words(s)
+		n = messageWords(m)
 	}
-	w.next = append(w.next, counted{s, n})
+	w.next = append(w.next, counted{m.Content, m.ToolCalls, n})
+	return n
+}
+
+// messageWords counts the words of a message's text and of its tool calls.
+func messageWords(m *pdk.Message) int {
+	n := words(m.Content)
+	for _, tc := range m.ToolCalls {
+		n += words(unsafe.String(unsafe.SliceData(tc.Arguments), len(tc.Arguments))) + 1
+	}
 	return n
 }
 
@@ -118,11 +134,9 @@ func readConversation(req *pdk.ModelRequest, wc *WordCounts) conversation {
 	c := conversation{msgs: req.Messages}
 	last := -1
 	defer wc.done()
-	for i, m := range req.Messages {
-		c.promptWords += wc.count(i, m.Content)
-		for _, tc := range m.ToolCalls {
-			c.promptWords += words(unsafe.String(unsafe.SliceData(tc.Arguments), len(tc.Arguments))) + 1
-		}
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		c.promptWords += wc.count(i, m)
 		if m.Role == pdk.RoleUser {
 			last = i
 			c.users++

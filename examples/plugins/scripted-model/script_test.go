@@ -613,6 +613,23 @@ func TestWordCountsRemembered(t *testing.T) {
 	if n := play(); n != 3 {
 		t.Fatalf("after a shift: %d, want 3", n)
 	}
+	// Tool calls count their arguments' words plus one; another list of
+	// calls (a message of the same text) is counted again.
+	call := func(args string) []pdk.ToolCall {
+		return []pdk.ToolCall{{ID: "c", Name: "calc", Arguments: json.RawMessage(args)}}
+	}
+	msgs = []pdk.Message{user("go"), {Role: pdk.RoleAssistant, ToolCalls: call(`{"a": "b c"}`)}, user("six")}
+	if n := play(); n != 6 {
+		t.Fatalf("with a tool call: %d, want 6", n)
+	}
+	if n := play(); n != 6 || wc.prev[1].n != 4 {
+		t.Fatalf("with a tool call again: %d, remembered %+v", n, wc.prev)
+	}
+	msgs = append([]pdk.Message(nil), msgs...)
+	msgs[1].ToolCalls = call(`{"a": "b"}`)
+	if n := play(); n != 5 {
+		t.Fatalf("with other tool calls: %d, want 5", n)
+	}
 }
 
 // The remembered pick is used only for the same input and the same script:
