@@ -63,10 +63,6 @@ func benchHistory(n int) []loop.Message {
 	return append(msgs[:n], loop.Message{Role: loop.RoleUser, Content: "say this back"})
 }
 
-// guestSample is how many calls BenchmarkModelCall makes per call it times
-// inside the guest.
-const guestSample = 8
-
 // BenchmarkModelCall is one call of the scripted model (a Go guest built
 // with pdk) through the plugin runtime, with the host's 25 tools offered
 // and a history of 2 to 40 messages: what a turn pays per model call on top
@@ -75,7 +71,8 @@ const guestSample = 8
 // the guest, and whatever the Go runtime does meanwhile); guest-cpu-ns/op is
 // the part spent inside the guest's calls (plugins.GuestClock: the calling
 // thread's CPU clock around them, host functions the guest calls included,
-// read on one call in guestSample), and host-cpu-ns/op the rest.
+// taken over as many calls again after the measured ones), and
+// host-cpu-ns/op the rest.
 func BenchmarkModelCall(b *testing.B) {
 	// One rule, no delay: the answer repeats the last message.
 	dir := install(b, b.TempDir(), "scripted-model", func(man map[string]any) {
@@ -94,33 +91,38 @@ func BenchmarkModelCall(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, c := range []struct{ tools, history int }{{0, 0}, {25, 0}, {25, 2}, {25, 20}, {25, 40}} {
-		req := &loop.ModelRequest{Messages: benchHistory(c.history), Tools: benchTools(c.tools)}
+	for _, c := range []struct {
+		tools, history int
+		stream         bool
+	}{{0, 0, false}, {25, 0, false}, {25, 2, false}, {25, 20, false}, {25, 40, false}, {25, 20, true}} {
+		req := &loop.ModelRequest{Messages: benchHistory(c.history), Tools: benchTools(c.tools), Stream: c.stream}
 		in, _ := json.Marshal(req)
-		b.Run(fmt.Sprintf("tools=%d/history=%d", c.tools, c.history), func(b *testing.B) {
+		name := fmt.Sprintf("tools=%d/history=%d", c.tools, c.history)
+		// A turn streams its model calls: the answer also comes in
+		// pieces, each a host function call.
+		var onDelta func(loop.Delta)
+		pieces := 0
+		if c.stream {
+			name += "/stream"
+			onDelta = func(loop.Delta) { pieces++ }
+		}
+		b.Run(name, func(b *testing.B) {
 			// One thread for the loop, so that the thread's CPU clock
 			// times each guest call whole (plugins.GuestClock). Reading
-			// it is a system call, two per call timed: one call in
-			// guestSample is timed, so that the whole process's figure
-			// carries little of them.
+			// it is a system call, two per call timed: the calls the
+			// whole process's figure is taken of are not timed, and as
+			// many calls again, after them, are.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			var guest plugins.GuestClock
 			ctx := context.Background()
-			timed := plugins.WithGuestClock(ctx, &guest)
-			if _, err := m.Generate(timed, req, nil); err != nil {
+			if _, err := m.Generate(ctx, req, onDelta); err != nil {
 				b.Fatal(err)
 			}
 			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
-			cpu0, guest0, timed0 := processCPU(), guest.CPU(), guest.Calls()
-			i := 0
+			cpu0 := processCPU()
 			for b.Loop() {
-				c := ctx
-				if i++; i%guestSample == 0 {
-					c = timed
-				}
-				resp, err := m.Generate(c, req, nil)
+				resp, err := m.Generate(ctx, req, onDelta)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -129,9 +131,19 @@ func BenchmarkModelCall(b *testing.B) {
 				}
 			}
 			cpu := float64(processCPU()-cpu0) / float64(b.N)
+			if c.stream && pieces < b.N {
+				b.Fatalf("%d pieces streamed in %d calls", pieces, b.N)
+			}
 			b.ReportMetric(cpu, "cpu-ns/op")
-			if n := guest.Calls() - timed0; n > 0 {
-				inGuest := float64(guest.CPU()-guest0) / float64(n)
+			var guest plugins.GuestClock
+			timed := plugins.WithGuestClock(ctx, &guest)
+			for range b.N {
+				if _, err := m.Generate(timed, req, onDelta); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if n := guest.Calls(); n > 0 {
+				inGuest := float64(guest.CPU()) / float64(n)
 				b.ReportMetric(inGuest, "guest-cpu-ns/op")
 				b.ReportMetric(cpu-inGuest, "host-cpu-ns/op")
 			}
