@@ -61,6 +61,9 @@ type scanner struct {
 	b   []byte
 	i   int
 	bad bool // a malformed object or array was met (open, more)
+	// strict: the input comes from a guest, not from the host, so raw
+	// values are checked whole (validRaw).
+	strict bool
 }
 
 func (p *scanner) space() {

@@ -24,7 +24,7 @@ func parseModelRequest(b []byte) (req ModelRequest, ok bool) {
 	p := scanner{b: b}
 	var seen collections
 	for more := p.open('{', '}'); more; more = p.more('}') {
-		key, ok := p.key()
+		key, ok := p.knownKey(requestKeys)
 		if !ok || !seen.first(key) {
 			return ModelRequest{}, false
 		}
@@ -114,7 +114,7 @@ func (p *scanner) integer(dst *int) bool {
 func (p *scanner) message(m *Message) bool {
 	var seen collections
 	for more := p.open('{', '}'); more; more = p.more('}') {
-		key, ok := p.key()
+		key, ok := p.knownKey(messageKeys)
 		if !ok || !seen.first(key) {
 			return false
 		}
@@ -157,13 +157,13 @@ func (p *scanner) message(m *Message) bool {
 
 func (p *scanner) toolCall(c *ToolCall) bool {
 	for more := p.open('{', '}'); more; more = p.more('}') {
-		key, ok := p.key()
+		key, ok := p.knownKey(toolCallKeys)
 		if !ok {
 			return false
 		}
 		if string(key) == "arguments" {
 			raw, ok := p.value()
-			if !ok {
+			if !ok || !p.validRaw(raw) {
 				return false
 			}
 			c.Arguments = ownRaw(raw)
@@ -189,7 +189,7 @@ func (p *scanner) toolCall(c *ToolCall) bool {
 
 func (p *scanner) toolDefinition(t *ToolDefinition) bool {
 	for more := p.open('{', '}'); more; more = p.more('}') {
-		key, ok := p.key()
+		key, ok := p.knownKey(toolDefinitionKeys)
 		if !ok {
 			return false
 		}
@@ -243,6 +243,34 @@ func (p *scanner) more(end byte) bool {
 		p.bad = true
 	}
 	return false
+}
+
+// The keys of the objects the scanner reads. A key is checked before its
+// value: encoding/json matches keys without regard to case, so an unknown
+// key may still set a field (a null sets a list, a map or a raw value), and
+// the scanner declines it whatever its value.
+var (
+	requestKeys        = []string{"messages", "tools", "temperature", "maxTokens", "historySkip", "historyKeep", "historyRef", "historyFrom", "stream", "metadata", "toolsRef"}
+	messageKeys        = []string{"role", "content", "name", "toolCallId", "toolCalls", "pinned", "metadata"}
+	toolCallKeys       = []string{"id", "name", "arguments"}
+	toolDefinitionKeys = []string{"name", "description", "parameters", "client", "idempotent"}
+	responseKeys       = []string{"message", "finishReason", "usage"}
+	usageKeys          = []string{"promptTokens", "completionTokens", "totalTokens"}
+	deltaKeys          = []string{"content", "thought"}
+)
+
+// knownKey reads a key (key) that must be one of keys.
+func (p *scanner) knownKey(keys []string) ([]byte, bool) {
+	key, ok := p.key()
+	if !ok {
+		return nil, false
+	}
+	for _, k := range keys {
+		if string(key) == k {
+			return key, true
+		}
+	}
+	return nil, false
 }
 
 // key reads an object key without escapes and its colon; the key is a

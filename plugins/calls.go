@@ -198,7 +198,13 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 		}
 	}
 	setup := func(st *callState) { st.onDelta = onDelta }
-	decode := func(out []byte) error { return json.Unmarshal(out, &resp) }
+	decode := func(out []byte) error {
+		if r, ok := pdk.ParseModelResponse(out); ok {
+			resp = r
+			return nil
+		}
+		return json.Unmarshal(out, &resp)
+	}
 	err := p.invokeWith(ctx, pdk.OpGenerate, input, setup, decode)
 	var pe *pdk.Error
 	if errors.As(err, &pe) && (pe.Code == pdk.CodeToolsRefUnknown || pe.Code == pdk.CodeHistoryRefUnknown) {

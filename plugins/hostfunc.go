@@ -234,10 +234,12 @@ func hostEmitFn(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 	switch kind {
 	case pdk.EmitDelta:
-		var d pdk.Delta
-		if err := json.Unmarshal(data, &d); err != nil {
-			ret(s.fail("emit delta: %v", err))
-			return
+		d, ok := pdk.ParseDelta(data)
+		if !ok {
+			if err := json.Unmarshal(data, &d); err != nil {
+				ret(s.fail("emit delta: %v", err))
+				return
+			}
 		}
 		if s.onDelta != nil {
 			s.onDelta(d)
