@@ -31,18 +31,21 @@ type ModuleLimits struct {
 	// FunctionInstructions: instructions of one function (100,000).
 	FunctionInstructions int64
 	// FunctionBranches: blocks, loops, ifs, branches and bulk memory or
-	// table instructions (each compiled to a loop) of one function (8,192).
+	// table instructions (each compiled to a loop, counted twice) of one
+	// function (8,192).
 	// The compiler's time grows with the square of these: 10,000 ifs in
 	// one function took 14 s to compile, 20,000 over 20 s.
 	FunctionBranches int64
 	// Locals: locals one function declares (50,000).
 	Locals int64
 	// FunctionCompileCost: one function's locals squared times its
-	// branches (2,000,000,000). The compiler's time and memory grow with
+	// branches (1,000,000,000). The compiler's time and memory grow with
 	// it: with each measure within its own limit, 5,000 locals across 8,000
 	// branches in one function compiled for 108 s in 2.3 GB, 10,000 across
-	// 200 for 16 s; at the limit (2,000 across 1,000) it takes about 4 s.
-	// The example plugins reach 700,000 (20 locals, 1,639 branches).
+	// 200 for 16 s; at the former limit of 2,000,000,000, 500 locals
+	// across 8,000 branches took 2.5-2.7 s of CPU, at this one 350 across
+	// 8,160 take 1.5-1.8 s (BenchmarkCompileAtTheLimits). The example
+	// plugins reach 290,000.
 	FunctionCompileCost int64
 	// Nesting: depth of blocks, loops and ifs in one function (2,500).
 	Nesting int64
@@ -73,7 +76,7 @@ const (
 	DefaultFunctionInstructions = 100_000
 	DefaultFunctionBranches     = 8_192
 	DefaultLocals               = 50_000
-	DefaultCompileCost          = 2_000_000_000
+	DefaultCompileCost          = 1_000_000_000
 	DefaultDataSegments         = 500_000
 	DefaultNesting              = 2_500
 	DefaultBrTableTargets       = 65_536
@@ -406,7 +409,10 @@ func measureBody(code []byte, s *moduleStats) {
 		case 0xfc: // bulk memory and table instructions: each a loop of its own
 			save := r.pos
 			if sub, err := r.u32(); err == nil && sub >= 8 && sub <= 17 {
-				branches++
+				// a loop costs the compiler about what two blocks do: a
+				// function of memory.fill took 1.6 times as long as one of
+				// as many ifs (BenchmarkCompileAtTheLimits)
+				branches += 2
 			}
 			r.pos = save
 		}

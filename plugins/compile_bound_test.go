@@ -103,6 +103,12 @@ func TestAdmissionRefusesEachShape(t *testing.T) {
 		{"brtable", "(brTableTargets)", wasmModule(1, [][]byte{brt})},
 		{"locals", "(locals)", wasmModule(1, [][]byte{locals})},
 		{"locals-branches", "(functionCompileCost)", wasmModule(1, [][]byte{lb})},
+		// within the former compile cost limit (2e9), over the present one:
+		// 500 locals across 6,000 branches compiled for about 2 s of CPU
+		{"locals-branches-1.5e9", "(functionCompileCost)", wasmModule(1, [][]byte{localsAcrossBlocks(500, 3000)})},
+		// 4,100 memory.fill count 8,200 branches: each a loop, costing the
+		// compiler about two blocks (8,190 took 4 s of CPU)
+		{"fills", "(functionBranches)", wasmModule(2, [][]byte{fillLoopBody(4100)})},
 		{"table", "(tableElements)", table},
 	}
 	r := newRegistry(t, Config{CacheDir: t.TempDir()})
