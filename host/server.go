@@ -572,6 +572,17 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 var errStreamShutdown = fmt.Errorf("%w: the stream ended before its task did; subscribe again with Last-Event-ID "+
 	"(SubscribeToTask, tasks/resubscribe, /events) to another host or once this one is back: a turn cut by the shutdown resumes there", ErrShuttingDown)
 
+// streamStorageFull ends the stream of a task whose turn was suspended
+// because the store refuses writes for want of space.
+type streamStorageFull struct{ cause error }
+
+func (e *streamStorageFull) Error() string {
+	return e.cause.Error() + ": the task's turn is suspended until the store takes writes again, then it resumes from its last checkpoint; " +
+		"subscribe again with Last-Event-ID (SubscribeToTask, tasks/resubscribe, /events) to follow it"
+}
+
+func (e *streamStorageFull) Unwrap() error { return e.cause }
+
 // errTaskGone ends the stream of a task whose record the store no longer
 // has: no one will write its end.
 var errTaskGone = errors.New("the store no longer holds this task (its data was lost or removed); no more events will come")
@@ -602,6 +613,17 @@ func (s *Server) taskAlive(stream string) func(context.Context) error {
 		exists = func(ctx context.Context) (bool, error) { return p.TaskExists(ctx, id) }
 	}
 	return func(ctx context.Context) error {
+		if sp := s.stores.Space; sp != nil && s.tasks.Running(id) == nil {
+			if full := sp.Writable(); full != nil {
+				// The store refuses writes and the task's turn is not
+				// running: it was suspended at a refused write (or waits to
+				// be resumed), and nothing more comes until space returns.
+				// The client is told so, and to subscribe again.
+				if rec, err := s.stores.Tasks.LoadTask(ctx, id); err == nil && (rec.Status == loop.TaskWorking || rec.Status == loop.TaskSubmitted) {
+					return fmt.Errorf("task %q: %w", id, &streamStorageFull{cause: full})
+				}
+			}
+		}
 		if ok, err := exists(ctx); err == nil && !ok {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "stream of a task the store no longer holds: ended",
 				slog.String("task_id", id))

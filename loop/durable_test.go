@@ -3,6 +3,7 @@ package loop_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -438,6 +439,72 @@ func TestSuspendedTurnIsLeftAsACrashLeavesIt(t *testing.T) {
 		res := resume(t, db, l, &recorder{})
 		if res.Status != loop.TaskCompleted || !strings.Contains(res.Content, `tool "charge" was interrupted by a restart`) {
 			t.Fatalf("resumed: %s %q", res.Status, res.Content)
+		}
+	})
+}
+
+// fullJournal refuses tool results for want of space while full is set.
+type fullJournal struct {
+	durableBackend
+	full *atomic.Bool
+}
+
+func (f fullJournal) EndCall(ctx context.Context, taskID, callID string, res loop.ToolResult) error {
+	if f.full.Load() {
+		return fmt.Errorf("end call: %w", loop.ErrStorageFull)
+	}
+	return f.durableBackend.EndCall(ctx, taskID, callID, res)
+}
+
+// A write of the turn refused for want of space (loop.ErrStorageFull, here
+// a tool's result) suspends the turn at once, as a graceful stop does: it
+// does not run on with effects it cannot record. Nothing more of it is
+// written or announced (no end, no checkpoint past the last), its task
+// stays working, the call stays started in the journal; resumed once
+// writes are taken, it goes on from its checkpoint and the call is not
+// run twice.
+func TestRefusedWriteSuspendsTheTurn(t *testing.T) {
+	durableBackends(t, func(t *testing.T, db durableBackend) {
+		var full atomic.Bool
+		var runs atomic.Int32
+		tools := toolsMap{"charge": func(ctx context.Context, c loop.ToolCall, _ *loop.ToolEnv) (loop.ToolResult, error) {
+			runs.Add(1)
+			full.Store(true) // the disk fills while the tool runs
+			return loop.ToolResult{Content: "charged"}, nil
+		}}
+		fj := fullJournal{durableBackend: db, full: &full}
+		l := durableLoop(t, fj, toolThenAnswer(nil, call("b", "charge", `{}`)), tools)
+		a := newAgent(t, db, l, func(c *loop.AgentConfig) { c.ContextID = "ctx-d" })
+		rec := &recorder{}
+		out, err := a.Turn(context.Background(), loop.TurnInput{TaskID: "task-d", Sink: rec, Messages: []loop.Message{{Role: loop.RoleUser, Content: "pay"}}})
+		var se *loop.StopError
+		if err != nil || out.Status != loop.TaskWorking || out.Reason != loop.ReasonStorageFull || !errors.As(out.Err, &se) || !se.Suspend {
+			t.Fatalf("turn whose tool result was refused: %+v, %v; want suspended (working, storage_full)", out, err)
+		}
+		for _, k := range []loop.EventKind{loop.KindTaskComplete, loop.KindToolComplete} {
+			if n := rec.count(k); n != 0 {
+				t.Fatalf("the suspended turn announced %d %s events", n, k)
+			}
+		}
+		task, err := db.LoadTask(context.Background(), "task-d")
+		if err != nil || task.Status != loop.TaskWorking {
+			t.Fatalf("after the suspension the task is %+v, %v", task, err)
+		}
+		entries, _ := db.Calls(context.Background(), "task-d")
+		if len(entries) != 1 || entries[0].State != loop.CallStarted || entries[0].Result != nil {
+			t.Fatalf("the call's journal entry is %+v, want started without a result", entries)
+		}
+		cp, err := db.LoadCheckpoint(context.Background(), "task-d")
+		if err != nil || cp.Stage != loop.StageTools {
+			t.Fatalf("checkpoint %+v, %v; want the one before the tools ran", cp, err)
+		}
+		full.Store(false)
+		res := resume(t, db, l, &recorder{})
+		if res.Status != loop.TaskCompleted {
+			t.Fatalf("resumed: %s %q", res.Status, res.Content)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the tool ran %d times, want once", n)
 		}
 	})
 }

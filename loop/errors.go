@@ -102,6 +102,12 @@ func Transient(err error) bool {
 	return false
 }
 
+// ErrStorageFull: the store refuses writes for want of space (its disk is
+// nearly full). Stores return it (wrapped) for every write they refuse;
+// a turn whose write is refused with it is suspended (see
+// ReasonStorageFull), never run on with effects it cannot record.
+var ErrStorageFull = errors.New("storage full")
+
 // StopError is the cause a host gives a turn's context when it stops the
 // turn itself (context.WithCancelCause, context.WithTimeoutCause): its time
 // limit ran out, the host shut down. The turn ends failed, its error

@@ -292,6 +292,12 @@ const (
 	// suspends the turn (StopError.Suspend): then it is left working.
 	ReasonTimeout  = "timeout"
 	ReasonShutdown = "shutdown"
+	// ReasonStorageFull: the store refused a write of the turn for want
+	// of space (ErrStorageFull). The turn is suspended (StopError.Suspend)
+	// at that write: nothing more of it is written or announced, its task
+	// stays working with its last checkpoint, and the host resumes it once
+	// the store takes writes again.
+	ReasonStorageFull = "storage_full"
 	// ReasonLength and ReasonContentFilter: the model stopped before its
 	// answer was done (its token limit, its provider's filter); the turn
 	// completes with what it wrote.
@@ -334,6 +340,10 @@ func EndMetadata(o Outcome) map[string]any {
 
 // turn is the state of one running turn.
 type turn struct {
+	// suspend stops the turn's context (Run's own) with a cause; halted
+	// is set once a refused write suspended the turn.
+	suspend  context.CancelCauseFunc
+	halted   atomic.Bool
 	l        *Loop
 	t        *Turn
 	model    Model
@@ -426,6 +436,12 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 		Credentials: l.credentials,
 	}
 
+	// The turn's own context: a write the store refuses for want of space
+	// suspends the turn from inside (tr.refused). It is not cancelled when
+	// Run returns: what the turn started may outlive it, as it outlives
+	// the caller's context's other children.
+	ctx, tr.suspend = context.WithCancelCause(ctx)
+
 	ctx, span := l.startSpan(ctx, "agent.execute",
 		attribute.String("looopy.context_id", t.ContextID),
 		attribute.String("looopy.task_id", t.TaskID),
@@ -468,6 +484,13 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 		if err := t.OnFinish(context.WithoutCancel(ctx), &out); err != nil {
 			out.Status, out.Reason = TaskFailed, ReasonError
 			out.Err = fmt.Errorf("finish turn: %w", err)
+			if se := (&StopError{}); tr.refused(err) && Suspended(ctx) && errors.As(context.Cause(ctx), &se) {
+				// The turn's end was refused for want of space: nothing of
+				// it is stored, and nothing of it is announced.
+				out.Status, out.Reason, out.Err = TaskWorking, se.Reason, se
+				span.RecordError(se)
+				return out
+			}
 		}
 	}
 	if out.Err != nil {
@@ -529,6 +552,9 @@ func (tr *turn) finish(out *Outcome) {
 
 // emit stamps the header and hands the event to the sink, one at a time.
 func (tr *turn) emit(e Event) {
+	if tr.halted.Load() {
+		return // suspended at a refused write: nothing more is announced
+	}
 	h := e.Head()
 	if h.ContextID == "" {
 		h.ContextID = tr.t.ContextID
@@ -811,6 +837,7 @@ func (tr *turn) checkpoint(ctx context.Context, iter int, stage Stage, out *Outc
 		ParentTaskID: tr.t.ParentTaskID, Iteration: iter, Stage: stage, Produced: out.Messages,
 		Pending: pending, Usage: out.Usage, ClientTools: tr.t.ClientTools, UpdatedAt: time.Now().UTC()}
 	if err := cs.SaveCheckpoint(context.WithoutCancel(ctx), cp); err != nil {
+		tr.refused(err)
 		return fmt.Errorf("save checkpoint of task %q: %w", tr.t.TaskID, err)
 	}
 	tr.emit(&InternalCheckpoint{Header: Header{Kind: KindInternalCheckpoint}, Iteration: iter, Stage: string(stage)})
@@ -1165,6 +1192,11 @@ func (tr *turn) runToolFor(ctx context.Context, call ToolCall, sub *Subtask) (Me
 		err := j.BeginCall(context.WithoutCancel(ctx), JournalEntry{TaskID: tr.t.TaskID, CallID: call.ID,
 			Key: IdempotencyKey(tr.t.TaskID, call.ID), Tool: call.Name, Arguments: call.Arguments,
 			State: CallStarted, Attempts: attempts, StartedAt: time.Now().UTC()})
+		if err != nil && tr.refused(err) {
+			// Not journaled, not run, and the turn is suspended: the
+			// call runs when the turn resumes.
+			return toolMessage(call, ToolResult{IsError: true, Content: err.Error()}), nil
+		}
 		if err != nil {
 			// Not journaled, not run: running it could not be made safe.
 			res := ToolResult{IsError: true, Content: fmt.Sprintf("tool %q was not run: the host could not record the call: %v", call.Name, err)}
@@ -1246,6 +1278,7 @@ func (tr *turn) journalSettled(ctx context.Context, call ToolCall, res ToolResul
 	wctx := context.WithoutCancel(ctx)
 	if err := j.BeginCall(wctx, JournalEntry{TaskID: tr.t.TaskID, CallID: call.ID, Key: IdempotencyKey(tr.t.TaskID, call.ID),
 		Tool: call.Name, Arguments: call.Arguments, State: CallStarted, Attempts: 1, StartedAt: time.Now().UTC()}); err != nil {
+		tr.refused(err)
 		return
 	}
 	tr.endCall(ctx, call, res)
@@ -1257,6 +1290,7 @@ func (tr *turn) endCall(ctx context.Context, call ToolCall, res ToolResult) {
 		return
 	}
 	if err := j.EndCall(context.WithoutCancel(ctx), tr.t.TaskID, call.ID, res); err != nil {
+		tr.refused(err)
 		// The call stays "started": after a crash it is treated as
 		// interrupted, never silently run twice.
 		tr.l.log.LogAttrs(ctx, slog.LevelError, "record tool result", slog.String("task_id", tr.t.TaskID),
@@ -1512,4 +1546,19 @@ func (l *Loop) startSpan(ctx context.Context, name string, attrs ...attribute.Ke
 		return ctx, noSpan
 	}
 	return l.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+}
+
+// refused suspends the turn when err is a write the store refused for want
+// of space (ErrStorageFull), and reports whether it did (or the turn was
+// suspended already). From then on the turn writes nothing, as after a
+// crash at that write: its task stays working with its last checkpoint, a
+// tool call whose result was refused stays started in the journal.
+func (tr *turn) refused(err error) bool {
+	if !errors.Is(err, ErrStorageFull) {
+		return false
+	}
+	tr.halted.Store(true)
+	tr.suspend(&StopError{Reason: ReasonStorageFull, Suspend: true,
+		Message: "the store refused a write of the turn for want of space (" + err.Error() + "); the task resumes from its last checkpoint once the store takes writes again"})
+	return true
 }

@@ -1,19 +1,21 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
 )
 
 // ErrNoSpace: the store refuses a write, or new work, because the data
 // folder's filesystem is nearly full or the folder has reached its cap.
-// Nothing of a refused write is stored.
-var ErrNoSpace = errors.New("storage full")
+// Nothing of a refused write is stored. It is loop.ErrStorageFull, which
+// suspends a turn whose write it refuses.
+var ErrNoSpace = loop.ErrStorageFull
 
 // Space is what the store knows of its disk: the free space on the data
 // folder's filesystem (available to the process), the folder's size

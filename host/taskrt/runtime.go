@@ -880,6 +880,18 @@ func isFinal(r *Run, e loop.Event) bool {
 func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error)) {
 	taskID, contextID := r.TaskID, r.ContextID
 	pub := rt.ev.Sink(func(e loop.Event, err error) {
+		if errors.Is(err, loop.ErrStorageFull) {
+			// The event log refuses the turn's events for want of space:
+			// a turn is never run on with effects its stream does not
+			// show. It is suspended, as by a graceful stop, and resumes
+			// from its last checkpoint once the store takes writes again.
+			if !r.handedOn() {
+				rt.log.LogAttrs(context.Background(), slog.LevelWarn, "turn suspended: the store refuses its events for want of space",
+					slog.String("task_id", taskID), slog.String("error", err.Error()))
+			}
+			r.cancel(errStorageFull)
+			return
+		}
 		rt.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
 			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
 	})
@@ -945,6 +957,11 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 			stopRenew = g.stopRenew
 		}
 		stopRenew()
+		if se := (&loop.StopError{}); errors.As(out.Err, &se) && se.Suspend {
+			// The loop suspended the turn itself (the store refused one
+			// of its writes for want of space): it is handed on as below.
+			r.cancel(se)
+		}
 		if r.handedOn() && !r.lost() {
 			// Suspended by the shutdown: nothing of the turn's end was
 			// written or published, as in a crash at this moment. The
@@ -957,8 +974,8 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 			rt.unregister(r)
 			close(r.done)
 			rt.disown(r)
-			rt.log.LogAttrs(context.Background(), slog.LevelInfo, "turn handed on: its task resumes at the next start or on another host",
-				slog.String("task_id", taskID))
+			rt.log.LogAttrs(context.Background(), slog.LevelInfo, "turn handed on: its task resumes at the next start, on another host or once the store takes writes again",
+				slog.String("task_id", taskID), slog.String("reason", context.Cause(r.ctx).Error()))
 			return
 		}
 		if r.lost() {
@@ -1578,6 +1595,13 @@ func (rt *Runtime) Shutdown(ctx context.Context) {
 	}
 	rt.cancelAll(errShutdown)
 }
+
+// errStorageFull suspends a turn whose events the store refuses for want
+// of space (loop.ErrStorageFull): like a turn suspended by a graceful
+// stop, it writes nothing more, its task stays working and its leases are
+// released; Config.RecoverWhen resumes it once the store takes writes.
+var errStorageFull = &loop.StopError{Reason: loop.ReasonStorageFull, Suspend: true,
+	Message: "the store refuses writes for want of space; the task resumes from its last checkpoint once it takes them again"}
 
 // errShutdown stops the turns still running when a shutdown's grace ran
 // out. It suspends them: a graceful stop is never worse than a crash, so

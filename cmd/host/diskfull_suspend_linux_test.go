@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+)
+
+// fillUntilFree writes a file into dir's filesystem until about left bytes
+// remain free, and returns its path.
+func fillUntilFree(t *testing.T, dir string, left int64) string {
+	t.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	n := int64(st.Bavail)*int64(st.Bsize) - left
+	p := filepath.Join(dir, "filler")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := []byte(strings.Repeat("f", 1<<20))
+	for ; n > 0; n -= int64(len(chunk)) {
+		if _, err := f.Write(chunk[:min(int64(len(chunk)), n)]); err != nil {
+			t.Fatalf("filling the disk: %v", err)
+		}
+	}
+	return p
+}
+
+// The disk fills under a running turn (another process takes the space:
+// a real tmpfs, the real binary). The turn is not run on with events
+// that are neither stored nor sent: at its first refused write it is
+// suspended, as by a graceful stop (nothing more written, its task left
+// working with its leases released); the client's stream ends with
+// STORAGE_FULL telling it to subscribe again, never with a final status;
+// reads are served; once space returns the host resumes the task on its
+// own (no restart) and it completes, and a new subscription replays every
+// event the client saw, then the end.
+func TestBlackBoxDiskFullSuspendsTheTurn(t *testing.T) {
+	top := t.TempDir()
+	small := filepath.Join(top, "small")
+	mountSmall(t, small, "224m")
+	pluginDir := filepath.Join(top, "plugins")
+	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
+		map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}},
+		map[string]any{"script": `{"rules":[{"name":"slow","match":"^slow (\\d+)$","steps":[
+			{"text":"start"},{"text":" tick{{i}}","delayMs":500,"repeat":"$1"},{"text":" done"}]}],
+			"default":{"steps":[{"text":"ok"}]}}`})
+	h := startSandboxHostWith(t, top, pluginDir, nil, map[string]any{
+		"dataDir": filepath.Join(small, "data"),
+		"store":   map[string]any{"memoryBytes": 64 << 20, "minFreeBytes": 160 << 20},
+		"limits":  map[string]any{"shutdownGrace": "2s", "heartbeat": "1s"},
+	})
+	c := a2aClient(t, h.base, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type seen struct {
+		events []a2a.Event
+		err    error
+	}
+	started, ended := make(chan a2a.TaskID, 1), make(chan seen, 1)
+	go func() {
+		var s seen
+		var id a2a.TaskID
+		for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("slow 40"))}) {
+			if err != nil {
+				s.err = err
+				break
+			}
+			s.events = append(s.events, ev)
+			switch e := ev.(type) {
+			case *a2a.Task:
+				id = e.ID
+			case *a2a.TaskArtifactUpdateEvent:
+				select {
+				case started <- id:
+				default:
+				}
+			}
+		}
+		ended <- s
+	}()
+	var taskID a2a.TaskID
+	select {
+	case taskID = <-started:
+	case <-ctx.Done():
+		t.Fatal("the turn never streamed its first text")
+	}
+
+	// 40 MiB left: below the write floor (80 MiB), room for Badger's own.
+	filler := fillUntilFree(t, small, 40<<20)
+	var first seen
+	select {
+	case first = <-ended:
+	case <-ctx.Done():
+		t.Fatal("the stream of the turn did not end once the disk filled")
+	}
+	for _, ev := range first.events {
+		if st, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && st.Status.State.Terminal() {
+			t.Fatalf("the stream of the suspended turn carried a final status %s: %+v", st.Status.State, st.Status)
+		}
+	}
+	if first.err == nil || !strings.Contains(first.err.Error(), "storage full") || !strings.Contains(first.err.Error(), "subscribe again") {
+		t.Fatalf("the stream of the suspended turn ended with %v, want STORAGE_FULL telling the client to subscribe again", first.err)
+	}
+	if !strings.Contains(h.out.String(), "turn suspended") {
+		t.Fatalf("the host did not say it suspended the turn:\n%s", h.out.String())
+	}
+	// The task is left working, and reads are served.
+	if st := h.taskState(t, "", string(taskID)); st != "TASK_STATE_WORKING" {
+		t.Fatalf("the suspended task is %s, want working", st)
+	}
+	if !h.ready() {
+		t.Fatal("the host is not ready with its disk full")
+	}
+
+	// Space returns: the host resumes the task by itself.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "the suspended task to complete once space returned", 2*time.Minute, func() bool {
+		st := h.taskState(t, "", string(taskID))
+		if !running(st) && st != "TASK_STATE_COMPLETED" {
+			t.Fatalf("the suspended task ended %s: %s", st, h.statusText(t, string(taskID)))
+		}
+		return st == "TASK_STATE_COMPLETED"
+	})
+	hc := &http.Client{Transport: lastEventID{"0"}, Timeout: 2 * time.Minute}
+	card, err := agentcard.NewResolver(hc).Resolve(ctx, h.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Destroy()
+	var replay []a2a.Event
+	final := a2a.TaskState("")
+	for ev, err := range c2.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: taskID}) {
+		if err != nil {
+			t.Fatalf("replay of task %s: %v", taskID, err)
+		}
+		replay = append(replay, ev)
+		if st, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && st.Status.State.Terminal() {
+			final = st.Status.State
+		}
+	}
+	if final != a2a.TaskStateCompleted {
+		t.Fatalf("the replay ends %q, want completed", final)
+	}
+	j := 0
+	for i, ev := range first.events {
+		want, _ := json.Marshal(ev)
+		for ; j < len(replay); j++ {
+			if got, _ := json.Marshal(replay[j]); string(got) == string(want) {
+				break
+			}
+		}
+		if j == len(replay) {
+			t.Fatalf("event %d the client saw before the disk filled is not replayed: %s", i, want)
+		}
+		j++
+	}
+	got, err := c2.GetTask(ctx, &a2a.GetTaskRequest{ID: taskID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for _, a := range got.Artifacts {
+		for _, p := range a.Parts {
+			text.WriteString(p.Text())
+		}
+	}
+	if !strings.Contains(text.String(), "tick40 done") {
+		t.Fatalf("the resumed task's answer: %q, want the whole answer", text.String())
+	}
+}
