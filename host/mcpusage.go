@@ -26,11 +26,12 @@ func (m mcpMetered) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
 
 func (m mcpMetered) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
 	p := envPrincipal(env)
-	if err := m.s.usage.Allow(ctx, p); err != nil {
+	// Checked and counted in one step: calls made at once cannot pass
+	// the limit together.
+	if err := m.s.usage.Reserve(ctx, p, 1); err != nil {
 		m.s.log.WarnContext(ctx, "mcp: call refused by the usage limit", "tool", call.Name, "principal", p)
 		return loop.ToolResult{ToolCallID: call.ID, IsError: true, Content: "refused: " + err.Error()}, nil
 	}
-	m.s.usage.Charge(ctx, p, loop.Usage{}, 1)
 	top := env != nil && env.Depth == 0
 	if top && env.Model != nil {
 		// A sub-agent's model wraps this one: its calls are counted

@@ -340,6 +340,9 @@ func EndMetadata(o Outcome) map[string]any {
 
 // turn is the state of one running turn.
 type turn struct {
+	// reserved is the count of tool calls the budget holds for the round
+	// of calls running now (tr.subMu; see budget).
+	reserved int
 	// suspend stops the turn's context (Run's own) with a cause; halted
 	// is set once a refused write suspended the turn.
 	suspend  context.CancelCauseFunc
@@ -509,7 +512,7 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	if l.metrics != nil {
 		l.metrics.turn(ctx, &out)
 	}
-	_ = tr.budget(ctx, &out, true)
+	_ = tr.budget(ctx, &out, true, 0)
 	tr.finish(&out)
 	return out
 }
@@ -710,7 +713,7 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
 		return nil, true
 	}
-	if err := tr.budget(ctx, out, false); err != nil {
+	if err := tr.budget(ctx, out, false, 0); err != nil {
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonBudget, err
 		return nil, true
 	}
@@ -744,7 +747,7 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		// The tools it asks for run only within budget. Refused, the answer
 		// is kept without its calls (a call with no result would break
 		// the history).
-		if err := tr.budget(ctx, out, false); err != nil {
+		if err := tr.budget(ctx, out, false, tr.hostCalls(msg.ToolCalls)); err != nil {
 			out.Messages[len(out.Messages)-1].ToolCalls = nil
 			if msg.Content != "" {
 				out.Content = msg.Content

@@ -15,8 +15,15 @@ const ReasonBudget = "budget"
 // TurnUsage is what a turn has used so far, as Config.Budget sees it.
 type TurnUsage struct {
 	Usage
-	ToolCalls  int // tool calls run by the host (client calls not counted)
-	Iterations int
+	ToolCalls int // tool calls run by the host (client calls not counted)
+	// PendingToolCalls, on the report made before a round of tool calls
+	// runs, is how many of them the host is about to run; they are counted
+	// in ToolCalls already. The budget reserves them: it refuses when the
+	// totals with them pass a limit (and then does not count them), so
+	// that turns running at once cannot pass a tool-call limit together.
+	// A later report's ToolCalls corrects for calls that did not run.
+	PendingToolCalls int
+	Iterations       int
 	// Final is set on the last report of a turn, after it ended; an error
 	// returned then is ignored.
 	Final bool
@@ -91,7 +98,7 @@ func (lm *loopMetrics) tool(ctx context.Context, name string, d time.Duration, o
 }
 
 // budget asks Config.Budget whether the turn may go on.
-func (tr *turn) budget(ctx context.Context, out *Outcome, final bool) error {
+func (tr *turn) budget(ctx context.Context, out *Outcome, final bool, pending int) error {
 	b := tr.l.budget
 	if b == nil {
 		return nil
@@ -100,9 +107,38 @@ func (tr *turn) budget(ctx context.Context, out *Outcome, final bool) error {
 	// round of tools); their reports and this one are serialized.
 	tr.subMu.Lock()
 	defer tr.subMu.Unlock()
-	err := b(ctx, tr.t, TurnUsage{Usage: out.Usage.Add(tr.subUsage), ToolCalls: int(tr.toolCalls.Load()), Iterations: out.Iterations, Final: final})
+	tr.reserved = 0
+	if pending > 0 {
+		// Reserved until the next report before a model call: the
+		// calls run meanwhile (and report sub-agents' usage).
+		tr.reserved = int(tr.toolCalls.Load()) + pending
+	}
+	err := b(ctx, tr.t, TurnUsage{Usage: out.Usage.Add(tr.subUsage), ToolCalls: tr.reservedCallsLocked(), PendingToolCalls: pending,
+		Iterations: out.Iterations, Final: final})
+	if err != nil && pending > 0 {
+		tr.reserved = 0 // refused: the budget did not count them
+	}
 	if err != nil && !final {
 		return fmt.Errorf("turn stopped by its budget: %w", err)
 	}
 	return nil
+}
+
+// reservedCallsLocked is the turn's tool calls as the budget counts them:
+// those run, or those reserved for the round running now. tr.subMu is
+// held.
+func (tr *turn) reservedCallsLocked() int {
+	return max(int(tr.toolCalls.Load()), tr.reserved)
+}
+
+// hostCalls counts the calls the host runs itself (a client tool's call is
+// the client's to run, and not counted).
+func (tr *turn) hostCalls(calls []ToolCall) int {
+	n := 0
+	for _, c := range calls {
+		if !tr.client[c.Name] {
+			n++
+		}
+	}
+	return n
 }

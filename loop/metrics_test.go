@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -128,5 +129,63 @@ func TestBudgetStopsATurn(t *testing.T) {
 	final := seen[len(seen)-1]
 	if !final.Final || final.ToolCalls != 1 || final.TotalTokens != 30 || final.Iterations != 2 {
 		t.Fatalf("final report %+v", final)
+	}
+}
+
+// The report made before a round of tool calls reserves them: it counts
+// the calls about to run (PendingToolCalls, included in ToolCalls) before
+// any of them starts, so a budget can check and count them in one step; a
+// refusal runs none of them, and later reports count the calls that ran.
+func TestBudgetReservesTheRoundsCalls(t *testing.T) {
+	t.Parallel()
+	m := &fakeModel{fn: func(n int, _ *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+		if n == 1 {
+			return calls(call("a", "echo", `{}`), call("b", "echo", `{}`)), nil
+		}
+		return calls(call("c", "echo", `{}`), call("d", "echo", `{}`), call("e", "echo", `{}`)), nil
+	}}
+	var started atomic.Int32
+	tools := toolsMap{"echo": func(ctx context.Context, c loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+		started.Add(1)
+		return echoTool(ctx, c, env)
+	}}
+	var mu sync.Mutex
+	var seen []loop.TurnUsage
+	var startedAt []int32
+	l := newLoop(t, loop.Config{Model: m, Toolsets: []loop.Toolset{tools},
+		Budget: func(_ context.Context, _ *loop.Turn, u loop.TurnUsage) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, u)
+			startedAt = append(startedAt, started.Load())
+			if u.ToolCalls > 4 && u.PendingToolCalls > 0 {
+				return errors.New("a limit of 4 tool calls")
+			}
+			return nil
+		}})
+	out := l.Run(context.Background(), userTurn("go", &recorder{}))
+	if out.Status != loop.TaskFailed || out.Reason != loop.ReasonBudget {
+		t.Fatalf("outcome %s/%s (%v), want failed/budget", out.Status, out.Reason, out.Err)
+	}
+	if n := started.Load(); n != 2 {
+		t.Fatalf("%d tool calls ran, want the first round's 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var reserves []loop.TurnUsage
+	for i, u := range seen {
+		if u.PendingToolCalls > 0 {
+			reserves = append(reserves, u)
+			if want := int32(u.ToolCalls - u.PendingToolCalls); startedAt[i] != want {
+				t.Fatalf("report %+v made after %d calls started, want %d: before the round", u, startedAt[i], want)
+			}
+		}
+	}
+	if len(reserves) != 2 || reserves[0].ToolCalls != 2 || reserves[0].PendingToolCalls != 2 ||
+		reserves[1].ToolCalls != 5 || reserves[1].PendingToolCalls != 3 {
+		t.Fatalf("reservations %+v, want 2 (of 2) then 5 (3 more)", reserves)
+	}
+	if final := seen[len(seen)-1]; !final.Final || final.ToolCalls != 2 {
+		t.Fatalf("final report %+v, want the 2 calls that ran", final)
 	}
 }

@@ -340,7 +340,7 @@ func (tr *turn) chargeSubtask(ctx context.Context, u Usage) error {
 	if b == nil {
 		return nil
 	}
-	used := TurnUsage{Usage: tr.subUsage, ToolCalls: int(tr.toolCalls.Load())}
+	used := TurnUsage{Usage: tr.subUsage, ToolCalls: tr.reservedCallsLocked()}
 	if tr.out != nil {
 		used.Usage = tr.out.Usage.Add(tr.subUsage)
 		used.Iterations = tr.out.Iterations

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -41,6 +42,10 @@ type UsageKV interface {
 // all of them counted. A counter never added to reads as zero.
 type UsageCounters interface {
 	AddCounters(ctx context.Context, namespace, key string, deltas map[string]int64) (map[string]int64, error)
+	// ReserveCounter adds n to counter name unless that would take it
+	// past limit, in one step on the store; it returns the counters after
+	// it and whether n was added.
+	ReserveCounter(ctx context.Context, namespace, key, name string, n, limit int64) (map[string]int64, bool, error)
 	Counters(ctx context.Context, namespace, key string) (map[string]int64, error)
 }
 
@@ -198,6 +203,17 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 	pu.CompletionTokens += int64(used.CompletionTokens - prev.CompletionTokens)
 	pu.TotalTokens += dTok
 	pu.ToolCalls += dTools
+	lim, limited := u.limitOf(p)
+	var refused error
+	if limited && !used.Final && used.PendingToolCalls > 0 {
+		// The calls about to run are reserved in the same step as the
+		// check (under u.mu): refused, they are not counted.
+		if refused = overReserve(p, lim, *pu, int64(used.PendingToolCalls)); refused != nil {
+			pu.ToolCalls -= int64(used.PendingToolCalls)
+			dTools -= int64(used.PendingToolCalls)
+			used.ToolCalls -= used.PendingToolCalls
+		}
+	}
 	if used.Final {
 		delete(u.last, t.TaskID)
 		pu.Turns++
@@ -209,7 +225,6 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 	} else {
 		u.last[t.TaskID] = used
 	}
-	lim, limited := u.limitOf(p)
 	cur := *pu
 	u.mu.Unlock()
 
@@ -218,11 +233,11 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 		u.tokens.Add(ctx, dTok, attrs)
 		u.toolCalls.Add(ctx, dTools, attrs)
 	}
-	if used.Final {
+	if used.Final || !limited {
 		return nil
 	}
-	if !limited {
-		return nil
+	if used.PendingToolCalls > 0 {
+		return refused
 	}
 	return overLimit(p, lim, cur)
 }
@@ -308,35 +323,39 @@ func (u *Usage) limitOf(p string) (UsageLimit, bool) {
 // last report is added to the service-wide totals, and the totals are
 // checked.
 func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used loop.TurnUsage) error {
+	lim, limited := u.limitOf(p)
+	// The calls about to run are reserved apart, checked against the
+	// limit on the server in the same step (UsageCounters.ReserveCounter).
+	reserve := int64(0)
+	if limited && !used.Final && used.PendingToolCalls > 0 && lim.ToolCalls > 0 {
+		reserve = int64(used.PendingToolCalls)
+	}
 	u.mu.Lock()
 	prev := u.last[t.TaskID]
 	if used.Final {
 		delete(u.last, t.TaskID)
 	} else {
-		u.last[t.TaskID] = used
+		held := used
+		held.ToolCalls -= int(reserve) // counted once the reservation is taken
+		u.last[t.TaskID] = held
 	}
 	u.mu.Unlock()
 	d := map[string]int64{
 		cntPrompt:     int64(used.PromptTokens - prev.PromptTokens),
 		cntCompletion: int64(used.CompletionTokens - prev.CompletionTokens),
 		cntTotal:      int64(used.TotalTokens - prev.TotalTokens),
-		cntToolCalls:  int64(used.ToolCalls - prev.ToolCalls),
+		cntToolCalls:  int64(used.ToolCalls-prev.ToolCalls) - reserve,
 	}
 	if used.Final {
 		d[cntTurns] = 1
 	}
-	if d[cntTotal] != 0 || d[cntToolCalls] != 0 {
-		attrs := metric.WithAttributes(attribute.String("principal", p))
-		u.tokens.Add(ctx, d[cntTotal], attrs)
-		u.toolCalls.Add(ctx, d[cntToolCalls], attrs)
-	}
-	lim, limited := u.limitOf(p)
+	u.count(ctx, p, d[cntTotal], d[cntToolCalls])
 	var totals map[string]int64
 	var err error
 	switch {
 	case used.Final || d[cntPrompt] != 0 || d[cntCompletion] != 0 || d[cntTotal] != 0 || d[cntToolCalls] != 0:
 		totals, err = u.shared.AddCounters(context.WithoutCancel(ctx), usageNamespace, p, d)
-	case limited:
+	case limited && reserve == 0:
 		totals, err = u.shared.Counters(ctx, usageNamespace, p)
 	}
 	if err != nil {
@@ -347,7 +366,67 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 	if used.Final || !limited {
 		return nil
 	}
+	if reserve > 0 {
+		if totals != nil {
+			// Tokens at their limit refuse the round before it is reserved.
+			if err := overLimit(p, UsageLimit{Tokens: lim.Tokens}, usageOf(totals)); err != nil {
+				return err
+			}
+		}
+		var ok bool
+		totals, ok, err = u.shared.ReserveCounter(context.WithoutCancel(ctx), usageNamespace, p, cntToolCalls, reserve, lim.ToolCalls)
+		if err != nil {
+			u.log.LogAttrs(ctx, slog.LevelWarn, "usage not counted", slog.String("principal", p),
+				slog.String("error", err.Error()))
+			return nil
+		}
+		cur := usageOf(totals)
+		if !ok {
+			cur.ToolCalls += reserve
+			return overReserve(p, lim, cur, reserve)
+		}
+		u.mu.Lock()
+		if last, held := u.last[t.TaskID]; held {
+			last.ToolCalls += int(reserve)
+			u.last[t.TaskID] = last
+		}
+		u.mu.Unlock()
+		u.count(ctx, p, 0, reserve)
+		return overLimit(p, UsageLimit{Tokens: lim.Tokens}, cur)
+	}
 	return overLimit(p, lim, usageOf(totals))
+}
+
+// count records tokens and tool calls of p in the metrics.
+func (u *Usage) count(ctx context.Context, p string, tokens, toolCalls int64) {
+	if tokens != 0 || toolCalls != 0 {
+		attrs := metric.WithAttributes(attribute.String("principal", p))
+		u.tokens.Add(ctx, tokens, attrs)
+		u.toolCalls.Add(ctx, toolCalls, attrs)
+	}
+}
+
+// unreserve takes back n tool calls counted for p outside a turn.
+func (u *Usage) unreserve(ctx context.Context, p string, n int64) {
+	if _, err := u.shared.AddCounters(context.WithoutCancel(ctx), usageNamespace, p, map[string]int64{cntToolCalls: -n}); err != nil {
+		u.log.LogAttrs(ctx, slog.LevelWarn, "refused tool calls not taken back from the usage", slog.String("principal", p),
+			slog.String("error", err.Error()))
+	}
+}
+
+// overReserve returns the error of a principal whose usage cur, counting
+// the n tool calls it reserves, passes lim (or whose tokens reached it);
+// the error counts cur without them.
+func overReserve(p string, lim UsageLimit, cur PrincipalUsage, n int64) error {
+	if lim.ToolCalls > 0 && cur.ToolCalls > lim.ToolCalls {
+		cur.ToolCalls -= n
+		if cur.ToolCalls >= lim.ToolCalls {
+			return fmt.Errorf("principal %q has made %d tool calls, its limit is %d", p, cur.ToolCalls, lim.ToolCalls)
+		}
+		return fmt.Errorf("principal %q has made %d tool calls, its limit is %d: %d more would pass it", p, cur.ToolCalls, lim.ToolCalls, n)
+	}
+	cur.ToolCalls -= n
+	return overLimit(p, lim, cur)
 }
 
 // overLimit returns the error of a principal whose usage cur reached lim.
@@ -376,6 +455,63 @@ func (u *Usage) Allow(ctx context.Context, p string) error {
 		return nil
 	}
 	return overLimit(p, lim, u.Usage(ctx, p))
+}
+
+// Reserve counts n tool calls for principal p, made outside a turn (MCP),
+// unless they would pass its limit (or its tokens reached theirs): then it
+// counts nothing and returns the error. The check and the count are one
+// step (in memory under the lock; on shared counters an atomic addition
+// taken back when past the limit), so calls made at once cannot pass the
+// limit together.
+func (u *Usage) Reserve(ctx context.Context, p string, n int64) error {
+	if u == nil {
+		return nil
+	}
+	if p == "" {
+		p = defaultPrincipal
+	}
+	lim, limited := u.limitOf(p)
+	if u.shared != nil {
+		bound := int64(math.MaxInt64)
+		if limited && lim.ToolCalls > 0 {
+			bound = lim.ToolCalls
+		}
+		totals, ok, err := u.shared.ReserveCounter(context.WithoutCancel(ctx), usageNamespace, p, cntToolCalls, n, bound)
+		if err != nil {
+			u.log.LogAttrs(ctx, slog.LevelWarn, "usage not counted", slog.String("principal", p),
+				slog.String("error", err.Error()))
+			return nil
+		}
+		if !ok {
+			cur := usageOf(totals)
+			cur.ToolCalls += n
+			return overReserve(p, lim, cur, n)
+		}
+		if limited {
+			// Tokens at their limit refuse the call too; it was counted.
+			if err := overLimit(p, UsageLimit{Tokens: lim.Tokens}, usageOf(totals)); err != nil {
+				u.unreserve(ctx, p, n)
+				return err
+			}
+		}
+	} else {
+		u.mu.Lock()
+		pu := u.get(ctx, p)
+		pu.ToolCalls += n
+		if limited {
+			if err := overReserve(p, lim, *pu, n); err != nil {
+				pu.ToolCalls -= n
+				u.mu.Unlock()
+				return err
+			}
+		}
+		if u.kv != nil {
+			u.saveLocked(p, *pu)
+		}
+		u.mu.Unlock()
+	}
+	u.toolCalls.Add(ctx, n, metric.WithAttributes(attribute.String("principal", p)))
+	return nil
 }
 
 // Charge counts, for principal p, tokens and tool calls used outside a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Counters are integers kept in one hash per (namespace, key), added to
@@ -35,6 +37,51 @@ func (s *Store) AddCounters(ctx context.Context, namespace, key string, deltas m
 	}
 	return parseCounters(k, all.Val())
 }
+
+// ReserveCounter adds n to counter name of (namespace, key) unless that
+// would take it past limit: the check and the addition are one step on the
+// server (a script), so callers reserving at once on any number of hosts
+// never pass the limit together, and a refused caller changes nothing. It
+// returns every counter of (namespace, key) after it, and whether n was
+// added.
+func (s *Store) ReserveCounter(ctx context.Context, namespace, key, name string, n, limit int64) (map[string]int64, bool, error) {
+	if err := s.checkKV(namespace, key, nil, false); err != nil {
+		return nil, false, fmt.Errorf("reserve counter: %w", err)
+	}
+	if err := ctxErr(ctx, "reserve counter"); err != nil {
+		return nil, false, err
+	}
+	k := s.cntKey(namespace, key)
+	res, err := reserveCounterScript.Run(ctx, s.rdb, []string{k}, name, n, limit).Slice()
+	if err != nil {
+		return nil, false, wrap("reserve counter", err)
+	}
+	if len(res) != 2 {
+		return nil, false, corrupt(k, fmt.Errorf("reserve counter: %d results", len(res)))
+	}
+	ok, _ := res[0].(int64)
+	flat, _ := res[1].([]any)
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		f, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		m[f] = v
+	}
+	totals, err := parseCounters(k, m)
+	return totals, ok == 1, err
+}
+
+// reserveCounterScript: KEYS[1] the hash, ARGV name, n, limit.
+var reserveCounterScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local n, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local ok = 0
+if cur + n <= limit then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], n)
+  ok = 1
+end
+return {ok, redis.call('HGETALL', KEYS[1])}
+`)
 
 // Counters returns the counters of (namespace, key); none: an empty map.
 func (s *Store) Counters(ctx context.Context, namespace, key string) (map[string]int64, error) {
