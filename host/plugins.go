@@ -60,6 +60,14 @@ type PluginsConfig struct {
 	// entries; a zero field is its default, a negative one no limit), e.g.
 	// {"moduleBytes": 134217728}.
 	ModuleLimits plugins.ModuleLimits `json:"moduleLimits"`
+	// ModuleFactsBytes bounds the memory the process keeps of what loading
+	// learned of the modules it loaded last (their measure and their code
+	// with the interrupt checks added, by sha256), so that loading the same
+	// module again (a reload, a rollback, the same module in two folders)
+	// does not walk it again: default 128 MiB; -1 keeps nothing. A module
+	// whose code takes more than a quarter of it is never kept. It is the
+	// process's, shared by every host in it: the last one started sets it.
+	ModuleFactsBytes int64 `json:"moduleFactsBytes,omitempty"`
 	// MaxCompiles is how many modules compile at once (default: the
 	// number of CPUs, at least 2).
 	MaxCompiles int `json:"maxCompiles,omitempty"`
@@ -121,6 +129,7 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 		return nil, nil, nil, fmt.Errorf("plugin folder %s: %w", dir, err)
 	}
 	m.pluginDir = abs
+	plugins.SetModuleFactsBytes(cfg.Plugins.ModuleFactsBytes)
 	var egress *plugins.Egress
 	if len(cfg.Plugins.AllowedHosts) > 0 {
 		egress = plugins.NewEgress(plugins.EgressConfig{Logger: m.log.With("component", "egress"), UserAgent: "looopy"})

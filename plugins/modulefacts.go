@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"container/list"
+	"math"
 	"sync"
 )
 
@@ -20,16 +21,52 @@ type moduleFacts struct {
 }
 
 // moduleFactsMemo keeps the facts of the modules loaded last, by sha256,
-// up to maxModuleFactsBytes of code held (the least recently used go
-// first). The facts are never changed once made: plugins share them.
-var moduleFactsMemo = struct {
+// up to max bytes of code held (the least recently used go first; see
+// SetModuleFactsBytes). The facts are never changed once made: plugins
+// share them.
+var moduleFactsMemo = factsMemo{byHash: map[[32]byte]*list.Element{}, max: DefaultModuleFactsBytes}
+
+type factsMemo struct {
 	sync.Mutex
 	byHash map[[32]byte]*list.Element
 	lru    list.List // of *factsEntry, most recent first
 	bytes  int
-}{byHash: map[[32]byte]*list.Element{}}
+	max    int // negative: nothing is kept
+}
 
-const maxModuleFactsBytes = 128 << 20
+// DefaultModuleFactsBytes is the memory the facts of loaded modules may
+// hold by default: 128 MiB of code.
+const DefaultModuleFactsBytes = 128 << 20
+
+// SetModuleFactsBytes bounds the memory the process keeps for what loading
+// learned of the modules loaded last (their code with the interrupt checks
+// added), shared by every registry of the process: n bytes (0: the
+// default, DefaultModuleFactsBytes; negative: nothing is kept, each load
+// works them out again). A module whose code takes more than a quarter of
+// the bound is never kept. What no longer fits is dropped at once.
+func SetModuleFactsBytes(n int64) {
+	m := &moduleFactsMemo
+	m.Lock()
+	defer m.Unlock()
+	switch {
+	case n == 0:
+		m.max = DefaultModuleFactsBytes
+	case n < 0:
+		m.max = -1
+	default:
+		m.max = int(min(n, int64(math.MaxInt)))
+	}
+	m.evictLocked()
+}
+
+// ModuleFactsBytes reports the memory the facts kept hold now, and their
+// bound (negative: nothing is kept).
+func ModuleFactsBytes() (held, bound int64) {
+	m := &moduleFactsMemo
+	m.Lock()
+	defer m.Unlock()
+	return int64(m.bytes), int64(m.max)
+}
 
 type factsEntry struct {
 	sum   [32]byte
@@ -57,23 +94,31 @@ func moduleFactsOf(sum [32]byte, bin []byte, lim ModuleLimits) (*moduleFacts, er
 		return nil, err
 	}
 	f.code, f.intr, f.why = interruptibleCode(bin)
-	size := len(f.code)
-	if size > maxModuleFactsBytes/4 {
-		return f, nil // too large to keep
-	}
+	// What keeping the facts holds: the code's whole array (it may be the
+	// caller's read buffer, larger than the module).
+	size := cap(f.code)
 	m.Lock()
 	defer m.Unlock()
+	if m.max < 0 || size > m.max/4 {
+		return f, nil // nothing is kept, or too large to keep
+	}
 	if e, ok := m.byHash[sum]; ok { // made meanwhile by another load
 		return e.Value.(*factsEntry).facts, nil
 	}
 	m.byHash[sum] = m.lru.PushFront(&factsEntry{sum: sum, facts: f, size: size})
 	m.bytes += size
-	for m.bytes > maxModuleFactsBytes {
+	m.evictLocked()
+	return f, nil
+}
+
+// evictLocked drops the least recently used facts until they fit the
+// bound. m is locked.
+func (m *factsMemo) evictLocked() {
+	for m.lru.Len() > 0 && m.bytes > max(m.max, 0) {
 		old := m.lru.Back()
 		ent := old.Value.(*factsEntry)
 		m.lru.Remove(old)
 		delete(m.byHash, ent.sum)
 		m.bytes -= ent.size
 	}
-	return f, nil
 }
