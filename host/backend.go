@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -282,6 +283,10 @@ func dataDirError(dir string, err error) error {
 	switch {
 	case dataDirLocked(dir):
 		return fmt.Errorf("data folder %s %w (another looopy?): stop it, or give this one its own folder with -data", dir, ErrDataDirInUse)
+	case errors.Is(err, store.ErrNoSpace) || errors.Is(err, syscall.ENOSPC):
+		return fmt.Errorf("data folder %s: its filesystem is full (%w): make space on it (or raise its size), then start again; nothing stored is lost, do not move the folder aside", dir, cause)
+	case errors.Is(err, loop.ErrInvalid):
+		return err // a setting the store refuses: its error says which
 	case errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("data folder %s: permission denied: run as a user who may write it, or choose another folder with -data", dir)
 	}

@@ -49,7 +49,10 @@ type Options struct {
 	// (ErrNoSpace), so that Badger, which writes its files through memory
 	// maps and dies of SIGBUS on a full disk, always has room for what it
 	// writes on its own (space.go). 0: 32 memtables (512 MiB with the
-	// host's default memory); -1: no check.
+	// host's default memory); the least Open accepts is 8 memtables; -1:
+	// no check. With the check on, Open also refuses (ErrNoSpace) a
+	// filesystem with less free space than opening writes (the tables of
+	// the write-ahead log it flushes), which Badger would die of.
 	MinFreeBytes int64
 	// MaxBytes caps the data folder's size: at it new work is refused
 	// (Admit). 0: no cap.
@@ -143,6 +146,15 @@ func Open(opts Options) (*Badger, error) {
 		bo = opts.Tune(bo)
 	}
 	bo = bo.WithSyncWrites(!opts.InMemory)
+	if !opts.InMemory && opts.MinFreeBytes >= 0 {
+		if least := leastMinFree(bo.MemTableSize); opts.MinFreeBytes > 0 && opts.MinFreeBytes < least {
+			return nil, fmt.Errorf("open store %q: %w: store.minFreeBytes %d MiB is below the least the store keeps for a memtable of %d MiB (%d MiB): raise it, lower store.memoryBytes (smaller memtables), or set -1 for no check",
+				opts.Dir, loop.ErrInvalid, opts.MinFreeBytes>>20, bo.MemTableSize>>20, least>>20)
+		}
+		if err := checkOpenSpace(opts.Dir, bo.MemTableSize, openStatFree); err != nil {
+			return nil, fmt.Errorf("open store %q: %w", opts.Dir, err)
+		}
+	}
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("open store %q: %w", opts.Dir, err)

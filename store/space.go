@@ -3,7 +3,9 @@ package store
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -40,6 +42,67 @@ const spaceEvery = time.Second
 // flushed before its log is removed, and compactions' output written
 // before their input is removed (level 0 stalls at 8 tables).
 func defaultMinFree(mt int64) int64 { return 32 * mt }
+
+// leastMinFree is the smallest Options.MinFreeBytes Open accepts for a
+// memtable of mt bytes: 8 memtables, so that the floor where writes stop
+// (half of it, 4 memtables) still holds the tables of the 3 memtables
+// Badger may hold unflushed, and one more for the table it is building.
+// Below that a kill -9 near the floor leaves a folder whose next open
+// flushes more than the disk has, through a memory map: a SIGBUS at every
+// start.
+func leastMinFree(mt int64) int64 { return 8 * mt }
+
+// openNeeds is the free space Badger needs to open the data folder dir: it
+// flushes the memtables its write-ahead logs (the .mem files) hold into
+// level-0 tables, written through memory maps, before it takes a write;
+// each table is at most the log's data. One memtable more is kept for
+// the log and tables the open starts.
+func openNeeds(dir string, mt int64) int64 {
+	need := mt
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return need // a new folder: nothing to flush
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".mem") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			need += allocated(fi)
+		}
+	}
+	return need
+}
+
+// openStatFree measures the free space Open checks (tests replace it).
+var openStatFree = freeSpace
+
+// checkOpenSpace refuses to open the data folder when its filesystem has
+// less free space than the open writes (openNeeds): Badger would fail at
+// it with a SIGBUS, at every start, until space is made. statFree measures
+// the filesystem of dir, or of its nearest existing parent.
+func checkOpenSpace(dir string, mt int64, statFree func(string) (int64, error)) error {
+	at := dir
+	for {
+		if _, err := os.Stat(at); err == nil {
+			break
+		}
+		parent := filepath.Dir(at)
+		if parent == at {
+			return nil
+		}
+		at = parent
+	}
+	free, err := statFree(at)
+	if err != nil {
+		return nil // not measurable here: Badger's own errors stand
+	}
+	if need := openNeeds(dir, mt); free < need {
+		return fmt.Errorf("%w: %d MiB free on the data folder's filesystem; opening the store flushes its write-ahead log and needs %d MiB: make space, then start again (nothing stored is lost)",
+			ErrNoSpace, free>>20, (need+1<<20-1)>>20)
+	}
+	return nil
+}
 
 // checkSpace refuses a write when the filesystem has less than half of
 // MinFree left. Badger maps its log and table files and writes them

@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,7 +36,7 @@ func refuseAfter(b *Badger, n int64) *atomic.Int64 {
 // on; once space returns the writes are taken.
 func TestEveryWriteAsksTheDisk(t *testing.T) {
 	ctx := context.Background()
-	b, err := Open(Options{Dir: t.TempDir(), MinFreeBytes: 1 << 20})
+	b, err := Open(Options{Dir: t.TempDir(), Memory: 64 << 20, MinFreeBytes: leastMinFree(MinMemTable)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,5 +93,53 @@ func TestEveryWriteAsksTheDisk(t *testing.T) {
 	}
 	if got, err := b.Recent(ctx, "c", 100); err != nil || len(got) != 1 {
 		t.Fatalf("history after space returned: %d messages, %v; want 1", len(got), err)
+	}
+}
+
+// Open refuses a store.minFreeBytes below Badger's own writes after the
+// last accepted one (a SIGBUS at every start after a kill -9 near the
+// floor), and a filesystem with less free space than opening writes (the
+// tables of the write-ahead log it flushes): ErrNoSpace, nothing opened.
+// With the check off (-1) neither applies.
+func TestOpenRefusesWhatBadgerCannotWrite(t *testing.T) {
+	mt := int64(MinMemTable) // the memtable of a 64 MiB budget
+	if _, err := Open(Options{Dir: t.TempDir(), Memory: 64 << 20, MinFreeBytes: 16 << 20}); !errors.Is(err, loop.ErrInvalid) ||
+		!strings.Contains(err.Error(), "store.minFreeBytes 16 MiB is below the least") {
+		t.Fatalf("minFreeBytes of one memtable: %v, want refused", err)
+	}
+	b, err := Open(Options{Dir: t.TempDir(), Memory: 64 << 20, MinFreeBytes: leastMinFree(mt)})
+	if err != nil {
+		t.Fatalf("minFreeBytes at the least: %v", err)
+	}
+	_ = b.Close()
+
+	defer func(f func(string) (int64, error)) { openStatFree = f }(openStatFree)
+	dir := filepath.Join(t.TempDir(), "new", "data") // not there yet: its parent is measured
+	openStatFree = func(string) (int64, error) { return mt - 1, nil }
+	if _, err := Open(Options{Dir: dir, Memory: 64 << 20}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("open with less free than a memtable: %v, want ErrNoSpace", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err == nil {
+		t.Fatal("a refused open created the database")
+	}
+	b, err = Open(Options{Dir: dir, Memory: 64 << 20, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatalf("open with the check off: %v", err)
+	}
+	_ = b.Close()
+	// A write-ahead log to flush raises what opening needs.
+	if err := os.WriteFile(filepath.Join(dir, "00009.mem"), make([]byte, 3<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := openNeeds(dir, mt); got < mt+3<<20 {
+		t.Fatalf("open needs %d bytes with a 3 MiB log, want at least %d", got, mt+3<<20)
+	}
+	openStatFree = func(string) (int64, error) { return mt + 1<<20, nil }
+	if err := checkOpenSpace(dir, mt, openStatFree); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("room for a memtable but not for the log's tables: %v, want ErrNoSpace", err)
+	}
+	openStatFree = func(string) (int64, error) { return mt + 4<<20, nil }
+	if err := checkOpenSpace(dir, mt, openStatFree); err != nil {
+		t.Fatalf("room for both: %v", err)
 	}
 }
