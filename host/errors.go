@@ -148,6 +148,12 @@ func toRPCError10(err error) *rpcError {
 func toRPCError03(err error) *rpcError {
 	row := lookupError(err)
 	e := &rpcError{Code: row.code, Message: errorMessage(row, err)}
+	if row.code == -32000 {
+		// Several reasons share -32000 and 0.3 has no typed details a
+		// client SDK keeps: the reason leads the message, a stable marker
+		// a client can tell them apart by (remote.IsBusy).
+		e.Message = row.reason + ": " + e.Message
+	}
 	var ae *a2a.Error
 	if errors.As(err, &ae) && len(ae.Details) > 0 {
 		e.Data = ae.Details

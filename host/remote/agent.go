@@ -1049,14 +1049,19 @@ func usageOf(md map[string]any) loop.Usage {
 }
 
 // IsBusy reports whether err is a remote Looopy host's refusal because the
-// context runs a turn (loop.ErrBusy on its side): the reason in the A2A
-// error's ErrorInfo metadata, as the client SDK hands it over. The
-// message is never read. A2A 0.3 errors carry no such detail through the
-// SDK: over 0.3 a busy answer is not told apart (and not retried).
+// context runs a turn (loop.ErrBusy on its side): over A2A 1.0 the reason
+// in the A2A error's ErrorInfo metadata, as the client SDK hands it over.
+// A 0.3 error keeps only its code and message through the SDK: a Looopy
+// host leads the message of a -32000 error with its reason
+// ("CONTEXT_BUSY: ..."), which is matched with the server-error code and
+// nothing else of the message.
 func IsBusy(err error) bool {
 	var ae *a2a.Error
 	if !errors.As(err, &ae) {
 		return false
+	}
+	if errors.Is(ae.Err, a2a.ErrServerError) && strings.HasPrefix(ae.Message, loop.ReasonBusy+": ") {
+		return true
 	}
 	for _, d := range ae.TypedDetails {
 		if d == nil || d.TypeURL != errordetails.ErrorInfoType {
