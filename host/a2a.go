@@ -82,6 +82,10 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	if err != nil {
 		return nil, err
 	}
+	if md, err = s.withCallChain(req, md); err != nil {
+		s.log.WarnContext(ctx, "message refused", "principal", auth.Principal, "error", err.Error())
+		return nil, err
+	}
 	contextID, err := s.contextOf(ctx, auth, req.Message.ContextID)
 	if err != nil {
 		return nil, err

@@ -227,7 +227,13 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if admin, ok := admin.(*pluginAdmin); ok {
 		admin.mcp = mcpTools
 	}
-	remotes, err := m.remoteAgents(cfg)
+	if cfg.Limits.HostID == "" && !cfg.InMemory {
+		cfg.Limits.HostID = hostID(dc.DataDir)
+	}
+	// The id this host gives itself in call chains: remote agents' calls
+	// send it, and a message whose chain names it is refused.
+	chainID := chainIDOf(cfg.Limits.HostID)
+	remotes, err := m.remoteAgents(cfg, chainID)
 	if err != nil {
 		return err
 	}
@@ -260,9 +266,6 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if err != nil {
 		return err
 	}
-	if cfg.Limits.HostID == "" && !cfg.InMemory {
-		cfg.Limits.HostID = hostID(dc.DataDir)
-	}
 	cp, err := crashpointFromEnv(os.Getenv(crashpointEnv))
 	if err != nil {
 		return err
@@ -279,7 +282,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 		stores.Cancels, _ = st.(loop.CancelSignals)
 		stores.Counters, _ = st.(taskrt.UsageCounters)
 	}
-	srv, err := NewServer(cfg, Options{
+	srv, err := NewServer(cfg, Options{ChainID: chainID,
 		crashpoint: cp,
 		tel:        tel,
 		Stores:     stores,

@@ -33,6 +33,11 @@ type RemoteAgentConfig struct {
 	// after its stream broke or this host restarted mid-call (default
 	// 60s); an agent silent for longer is an error result.
 	Reconnect Duration `json:"reconnect,omitempty"`
+	// CardTimeout bounds one fetch of the agent's card (default 5s). The
+	// card is fetched in the background: the host's own card and turns
+	// never wait for it; a call of the agent waits for the fetch under
+	// way and is an error result when it fails.
+	CardTimeout Duration `json:"cardTimeout,omitempty"`
 	// EventsPerCall and EventBytesPerCall bound what one call forwards
 	// from the remote task into the calling task's durable log (1000
 	// events, 4 MiB); a call past either ends with an error result and
@@ -82,7 +87,7 @@ func validateRemoteAgents(rs []RemoteAgentConfig) error {
 // remoteAgents makes the toolsets of the configured remote agents. Their
 // requests go through the egress dialer (private addresses refused unless
 // allowed) and carry the caller's trace context.
-func (m *Main) remoteAgents(cfg Config) ([]*remote.Agent, error) {
+func (m *Main) remoteAgents(cfg Config, chainID string) ([]*remote.Agent, error) {
 	if len(cfg.RemoteAgents) == 0 {
 		return nil, nil
 	}
@@ -104,9 +109,9 @@ func (m *Main) remoteAgents(cfg Config) ([]*remote.Agent, error) {
 		}
 		var rt http.RoundTripper = eg.Transport(rc.AllowPrivateNetwork)
 		a, err := remote.New(remote.Config{Name: rc.Name, URL: rc.URL, Headers: hdr,
-			Reconnect: time.Duration(rc.Reconnect), InputTimeout: cfg.Interaction.timeout(), Crashpoint: cp,
+			Reconnect: time.Duration(rc.Reconnect), CardTimeout: time.Duration(rc.CardTimeout), InputTimeout: cfg.Interaction.timeout(), Crashpoint: cp,
 			EventsPerCall: rc.EventsPerCall, EventBytesPerCall: rc.EventBytesPerCall, MaxCardBytes: rc.MaxCardBytes,
-			MaxSkills: rc.MaxSkills, MaxDescriptionBytes: rc.MaxDescriptionBytes, InterfaceOrigins: rc.InterfaceOrigins},
+			MaxSkills: rc.MaxSkills, MaxDescriptionBytes: rc.MaxDescriptionBytes, InterfaceOrigins: rc.InterfaceOrigins, ChainID: chainID},
 			rt, m.tel.propagator,
 			m.log.With("component", "remote-agent", "agent", rc.Name))
 		if err != nil {

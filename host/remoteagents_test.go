@@ -217,8 +217,8 @@ func TestRemoteSubAgentObeysEgress(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	task := send(t, alice, ctx, &a2a.SendMessageRequest{Message: userMsg("research owls")})
-	if !strings.Contains(artifactText(task), `tool "researcher" does not exist`) {
-		t.Fatalf("parent answered %q: want the unknown tool's error", artifactText(task))
+	if !leftOut(artifactText(task)) {
+		t.Fatalf("parent answered %q: want the agent left out (unknown tool, or not reachable)", artifactText(task))
 	}
 	if n := len(childTasks(t, client10(t, child.URL(), "parent-key"))); n != 0 {
 		t.Fatalf("the child ran %d tasks", n)

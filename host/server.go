@@ -42,6 +42,9 @@ type Options struct {
 	Meter metric.Meter
 	// Artifacts, when set, is served at GET /artifacts/{id}.
 	Artifacts *artifacts.DB
+	// ChainID is this host's id in call chains (loop.CallChainKey); by
+	// default one made of limits.hostId.
+	ChainID string
 	Logger    *slog.Logger
 	// MCPTools, when set, are served to MCP clients at /mcp: the host's
 	// Wasm-sandboxed tools (never an outside MCP server's).
@@ -93,6 +96,9 @@ type Server struct {
 	// creds are the credentials clients supplied for their tasks, in
 	// memory only (docs/A2A_EXTENSION.md section 6).
 	creds *loop.Credentials
+
+	// chainID is this host's id in call chains (chainIDOf).
+	chainID string
 }
 
 // NewServer builds a server. It does not listen: call Serve.
@@ -154,7 +160,11 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, stores: st, hub: hub, auth: auth,
 		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log,
-		tel: tel, ownTel: ownTel, usage: usage, creds: creds, browser: newBrowserGuard(cfg)}
+		tel: tel, ownTel: ownTel, usage: usage, creds: creds, browser: newBrowserGuard(cfg),
+		chainID: opts.ChainID}
+	if s.chainID == "" {
+		s.chainID = chainIDOf(cfg.Limits.HostID)
+	}
 	if tok := cfg.Observability.MetricsToken; tok != "" {
 		v, err := resolveSecret(tok)
 		if err != nil {

@@ -399,6 +399,12 @@ func (a *Agent) runLeased(ctx context.Context, rec *TaskRecord, input []Message,
 	if t.Owner == "" {
 		t.Owner = rec.Owner
 	}
+	// A task a remote agent's call started runs as deep as the chain it
+	// came with says, and its own remote calls send the chain on.
+	if c, err := CallChainOf(rec.Metadata); err == nil {
+		t.Depth = max(t.Depth, c.Depth)
+		ctx = WithCallChain(ctx, CallChainFrom(ctx).Merge(c))
+	}
 	t.OnFinish = func(ctx context.Context, o *Outcome) error {
 		return a.finishTurn(ctx, rec, input, o, lease())
 	}

@@ -66,7 +66,8 @@ func startSandboxHost(t *testing.T, top, pluginDir string, pluginsCfg map[string
 }
 
 // startSandboxHostWith is startSandboxHost with more config: each key of
-// extra replaces that section (auth, limits, ...).
+// extra replaces that section (auth, limits, ...); extra["port"] (an int)
+// is the port to listen on, when chosen ahead.
 func startSandboxHostWith(t *testing.T, top, pluginDir string, pluginsCfg, extra map[string]any) *sandboxHost {
 	t.Helper()
 	bin := sandboxHostBinary(t)
@@ -75,6 +76,10 @@ func startSandboxHostWith(t *testing.T, top, pluginDir string, pluginsCfg, extra
 			map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}, map[string]any{"script": `{"default":{"steps":[{"text":"ok"}]}}`})
 	}
 	port := freePort(t)
+	if p, ok := extra["port"].(int); ok {
+		port = p // a port chosen ahead (hosts that name each other)
+		delete(extra, "port")
+	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	if pluginsCfg == nil {
 		pluginsCfg = map[string]any{}

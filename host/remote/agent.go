@@ -44,6 +44,7 @@ type Config struct {
 	Headers map[string]string
 	// CardTimeout bounds fetching the card (default 5s); a card that
 	// could not be fetched is fetched again after RetryCard (default 30s).
+	// Fetches run in the background: Tools never waits for one.
 	CardTimeout time.Duration
 	RetryCard   time.Duration
 	// Reconnect is how long a call keeps trying to reach the agent again
@@ -82,6 +83,10 @@ type Config struct {
 	// on any other origin is refused: a card must not aim the host's
 	// requests elsewhere than where the operator pointed it.
 	InterfaceOrigins []string
+	// ChainID is the calling host's id in call chains (loop.CallChainKey):
+	// every message sent to the agent carries the chain of the calling
+	// turn, this id included, and one level more of depth.
+	ChainID string
 }
 
 // Defaults of Config's bounds.
@@ -123,6 +128,8 @@ type Agent struct {
 	def     *loop.ToolDefinition
 	tried   time.Time
 	lastErr error
+	// fetching, while a card fetch runs, closes when it ends.
+	fetching chan struct{}
 }
 
 var _ loop.Toolset = (*Agent)(nil)
@@ -330,7 +337,11 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// Card fetches the agent card (if it was not yet) and makes the client.
+// ready returns the agent's client and tool once its card is fetched: it
+// starts a fetch when none was made or the last failed more than
+// RetryCard ago, and waits for the fetch under way (each bounded by
+// CardTimeout) or for ctx. A card that could not be fetched is the
+// fetch's error.
 func (a *Agent) ready(ctx context.Context) (*a2aclient.Client, *loop.ToolDefinition, error) {
 	return a.readyOr(ctx, false)
 }
@@ -338,35 +349,77 @@ func (a *Agent) ready(ctx context.Context) (*a2aclient.Client, *loop.ToolDefinit
 // readyOr is ready; with now set it tries the card again at once, however
 // recently it failed.
 func (a *Agent) readyOr(ctx context.Context, now bool) (*a2aclient.Client, *loop.ToolDefinition, error) {
+	c, def, wait, err := a.kick(now)
+	if wait == nil {
+		return c, def, err
+	}
+	select {
+	case <-wait:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.client != nil {
 		return a.client, a.def, nil
 	}
+	return nil, nil, a.lastErr
+}
+
+// kick returns the client and tool when the card is fetched; else the
+// fetch under way (wait closes when it ends), starting one in the
+// background when none was made, or now is set, or the last failed more
+// than RetryCard ago; else the last fetch's error. It never waits for the
+// network: the host's own card and the turns that list this agent's tool
+// go on while its card is fetched (or hangs).
+func (a *Agent) kick(now bool) (*a2aclient.Client, *loop.ToolDefinition, <-chan struct{}, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.client != nil {
+		return a.client, a.def, nil, nil
+	}
+	if a.fetching != nil {
+		return nil, nil, a.fetching, nil
+	}
 	if !now && !a.tried.IsZero() && time.Since(a.tried) < a.cfg.RetryCard {
-		return nil, nil, a.lastErr
+		return nil, nil, nil, a.lastErr
 	}
 	a.tried = time.Now()
-	cctx, cancel := context.WithTimeout(ctx, a.cfg.CardTimeout)
+	done := make(chan struct{})
+	a.fetching = done
+	go a.fetch(done)
+	return nil, nil, done, nil
+}
+
+// fetch reads the card (within CardTimeout) and makes the client, then
+// closes done.
+func (a *Agent) fetch(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.CardTimeout)
 	defer cancel()
-	card, err := (&agentcard.Resolver{Client: a.cardClient, CardParser: parseCard}).Resolve(cctx, a.cfg.URL)
+	card, err := (&agentcard.Resolver{Client: a.cardClient, CardParser: parseCard}).Resolve(ctx, a.cfg.URL)
 	var def *loop.ToolDefinition
 	if err == nil {
 		def, err = a.admit(card)
 	}
+	var c *a2aclient.Client
 	if err == nil {
 		// A2A 1.0 when the card offers it, else 0.3 through the SDK's
 		// compatibility transport.
-		var c *a2aclient.Client
-		c, err = a2aclient.NewFromCard(cctx, card, a2aclient.WithJSONRPCTransport(a.hc),
+		c, err = a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(a.hc),
 			a2av0.WithJSONRPCTransport(a2av0.JSONRPCTransportConfig{Client: a.hc}))
-		if err == nil {
-			a.client, a.def = c, def
-			a.lastErr = nil
-			a.log.LogAttrs(ctx, slog.LevelInfo, "remote agent ready", slog.String("agent", a.cfg.Name),
-				slog.String("url", a.cfg.URL), slog.String("card", card.Name))
-			return a.client, a.def, nil
-		}
+	}
+	a.mu.Lock()
+	defer func() {
+		a.fetching = nil
+		a.mu.Unlock()
+		close(done)
+	}()
+	if err == nil {
+		a.client, a.def = c, def
+		a.lastErr = nil
+		a.log.LogAttrs(ctx, slog.LevelInfo, "remote agent ready", slog.String("agent", a.cfg.Name),
+			slog.String("url", a.cfg.URL), slog.String("card", card.Name))
+		return
 	}
 	// The first failure is a warning; the tries after it (a call waiting
 	// for the agent to come back tries every 2 s) are logged at debug
@@ -378,7 +431,6 @@ func (a *Agent) readyOr(ctx context.Context, now bool) (*a2aclient.Client, *loop
 	a.lastErr = fmt.Errorf("remote agent %q (%s): %w", a.cfg.Name, a.cfg.URL, err)
 	a.log.LogAttrs(ctx, level, "remote agent not reachable", slog.String("agent", a.cfg.Name),
 		slog.String("error", err.Error()))
-	return nil, nil, a.lastErr
 }
 
 // admit checks a card against the agent's bounds and returns its tool: a
@@ -452,15 +504,35 @@ func toolDef(name string, card *a2a.AgentCard) *loop.ToolDefinition {
 		Parameters: json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string","description":"what to ask the agent"}},"required":["prompt"]}`)}
 }
 
-// Tools offers the agent's tool once its card was fetched; an agent not
-// reachable offers nothing (and is tried again later), so the turn goes on
-// without it.
+// Tools offers the agent's tool once its card was fetched. It never waits
+// for the card: while the first fetch runs the tool is offered with a
+// description saying so (a call waits for the fetch, bounded by
+// CardTimeout, and an agent that did not answer is the call's error);
+// an agent whose card could not be fetched offers nothing (and is tried
+// again in the background later), so the turn goes on without it.
 func (a *Agent) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
-	_, def, err := a.ready(ctx)
-	if err != nil {
-		return nil, nil
+	_, def, wait, err := a.kick(false)
+	switch {
+	case def != nil:
+		return []loop.ToolDefinition{*def}, nil
+	case wait != nil && err == nil && a.neverFetched():
+		return []loop.ToolDefinition{a.pendingDef()}, nil
 	}
-	return []loop.ToolDefinition{*def}, nil
+	return nil, nil
+}
+
+// neverFetched says no fetch of the card ended yet.
+func (a *Agent) neverFetched() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.client == nil && a.lastErr == nil
+}
+
+// pendingDef is the agent's tool while its card is first fetched.
+func (a *Agent) pendingDef() loop.ToolDefinition {
+	return loop.ToolDefinition{Name: a.cfg.Name,
+		Description: "Ask the remote agent " + a.cfg.Name + " (its description is being fetched)",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string","description":"what to ask the agent"}},"required":["prompt"]}`)}
 }
 
 // ResumesCalls says the agent's calls survive a restart of the parent
@@ -515,7 +587,7 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 	if err != nil {
 		return errResult("agent %q not run: %v", a.cfg.Name, err)
 	}
-	r := &run{a: a, st: st, client: client, completes: map[string]bool{}}
+	r := &run{a: a, st: st, client: client, completes: map[string]bool{}, depth: max(env.Depth, loop.CallChainFrom(ctx).Depth)}
 	var content string
 	var status loop.TaskStatus
 	switch rt := env.Routed; {
@@ -625,6 +697,8 @@ type run struct {
 	st       *loop.Subtask
 	client   *a2aclient.Client
 	remoteID a2a.TaskID
+	// depth is the calling turn's sub-agent depth.
+	depth int
 	// per response artifact of the remote task: deltas forwarded, text
 	deltas    map[string]int
 	texts     map[string]*strings.Builder
@@ -687,7 +761,7 @@ func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatu
 	msg.ID, msg.ContextID = key, key
 	// The remote task's thoughts come along, every level it records: the
 	// parent's readers choose theirs.
-	msg.Metadata = map[string]any{loop.ThoughtVerbosityKey: "detailed"}
+	msg.Metadata = map[string]any{loop.ThoughtVerbosityKey: "detailed", loop.CallChainKey: r.chain(ctx).Value()}
 	status, message, final, err := r.forward(ctx, r.client.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}))
 	if final {
 		return message, status, nil
@@ -702,9 +776,24 @@ func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatu
 		if err == nil {
 			err = errors.New("its stream ended before it named a task")
 		}
+		if errors.Is(err, a2a.ErrInvalidParams) || errors.Is(err, a2a.ErrInvalidRequest) {
+			return "", "", fmt.Errorf("the remote agent refused the message: %w", err)
+		}
 		return "", "", fmt.Errorf("the remote agent died: %w", err)
 	}
 	return r.follow(ctx)
+}
+
+// chain is the call chain the message of this call carries: the calling
+// turn's, this host in it, one level deeper than the calling turn.
+func (r *run) chain(ctx context.Context) loop.CallChain {
+	c := loop.CallChainFrom(ctx)
+	c.Hosts = append([]string(nil), c.Hosts...)
+	if id := r.a.cfg.ChainID; id != "" && !c.Has(id) {
+		c.Hosts = append(c.Hosts, id)
+	}
+	c.Depth = r.depth + 1
+	return c
 }
 
 // resume takes up a call a restart of the parent cut off: the remote task

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -498,7 +499,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err
 			rec.History, rec.TurnInput = prev.History, 0
 		}
 		if req.Metadata != nil {
-			rec.Metadata = req.Metadata
+			rec.Metadata = keepCallChain(prev.Metadata, req.Metadata)
 		}
 	}
 	if req.ClientTools != nil {
@@ -1610,3 +1611,17 @@ var errStorageFull = &loop.StopError{Reason: loop.ReasonStorageFull, Suspend: tr
 // checkpoint (never failed, never as if a client cancelled it).
 var errShutdown = &loop.StopError{Reason: loop.ReasonShutdown, Suspend: true,
 	Message: "the host shut down before the turn ended (limits.shutdownGrace ran out); the task resumes on the next start or on another host"}
+
+// keepCallChain is next, the metadata of a task's next message, with the
+// task's call chain (loop.CallChainKey) kept: a later message may make the
+// chain deeper, never shallower or gone.
+func keepCallChain(prev, next map[string]any) map[string]any {
+	was, err := loop.CallChainOf(prev)
+	if err != nil || (was.Depth == 0 && len(was.Hosts) == 0) {
+		return next
+	}
+	now, _ := loop.CallChainOf(next) // checked by the host before Start
+	out := maps.Clone(next)
+	out[loop.CallChainKey] = was.Merge(now).Value()
+	return out
+}
