@@ -45,7 +45,7 @@ type Options struct {
 	// ChainID is this host's id in call chains (loop.CallChainKey); by
 	// default one made of limits.hostId.
 	ChainID string
-	Logger    *slog.Logger
+	Logger  *slog.Logger
 	// MCPTools, when set, are served to MCP clients at /mcp: the host's
 	// Wasm-sandboxed tools (never an outside MCP server's).
 	MCPTools loop.Toolset
