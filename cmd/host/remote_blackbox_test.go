@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -242,4 +243,106 @@ func metricValue(base, name string) float64 {
 		}
 	}
 	return 0
+}
+
+const staleScript = `{"rules": [
+ {"name": "delegate", "match": "^delegate (.+)$", "steps": [
+  {"toolCall": {"name": "peer", "arguments": {"prompt": "lchain $1"}}},
+  {"text": "peer said: {{lastToolResult}}"}]},
+ {"name": "lchain", "match": "^lchain (.+)$", "steps": [
+  {"toolCall": {"name": "ledger_append", "arguments": {"entry": "$1"}}},
+  {"text": "done {{lastToolResult}}"}]}
+],"default":{"steps":[{"text":"echo: {{input}}"}]}}`
+
+// startLedgerHost runs a host with the ledger plugin (ledger_append needs
+// an approval) and remotes; it returns the host and its ledger file.
+func startLedgerHost(t *testing.T, remotes map[string]string) (*sandboxHost, string) {
+	t.Helper()
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	grant := filepath.Join(top, "grants", "ledger")
+	if err := os.MkdirAll(grant, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
+		map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}, map[string]any{"script": staleScript})
+	installPlugin(t, pluginDir, "ledger", "tool", readExample(t, "ledger"),
+		map[string]any{"allowedPaths": []map[string]any{{"path": grant}}}, map[string]any{"dir": grant})
+	var ras []map[string]any
+	for name, url := range remotes {
+		ras = append(ras, map[string]any{"name": name, "url": url, "allowPrivateNetwork": true})
+	}
+	h := startSandboxHostWith(t, top, pluginDir, map[string]any{"pathRoots": []string{filepath.Join(top, "grants")}}, map[string]any{
+		"remoteAgents": ras,
+		"interaction":  map[string]any{"approval": map[string]any{"tools": []string{"ledger_append"}}},
+	})
+	return h, filepath.Join(grant, "ledger.log")
+}
+
+// TestBlackBoxPassedUpRequestAnsweredOnTheRemoteHost: host A's call of
+// remote agent B pauses on B's approval request, passed up to A's client.
+// The request is answered on B directly (its task id is in the route): B
+// runs the call and completes. A's answer afterwards used to end the call
+// as failed ("the remote agent refused the answer ... is completed") while
+// the call had run. A reads the remote task back when its answer is
+// refused: the request is withdrawn (an event says so) and the call takes
+// the remote task's actual outcome; the ledger shows one execution.
+func TestBlackBoxPassedUpRequestAnsweredOnTheRemoteHost(t *testing.T) {
+	b, ledger := startLedgerHost(t, nil)
+	a, _ := startLedgerHost(t, map[string]string{"peer": b.base})
+	ca, cb := a2aClient(t, a.base, ""), a2aClient(t, b.base, "")
+
+	task, err := apSend(t, ca, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("delegate pay-7"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Status.State != a2a.TaskStateInputRequired || task.Status.Message == nil {
+		t.Fatalf("A's task is %s, want input-required", task.Status.State)
+	}
+	var req map[string]any
+	for _, p := range task.Status.Message.Parts {
+		if d, ok := p.Content.(a2a.Data); ok {
+			m, _ := d.Value.(map[string]any)
+			if rs, _ := m["requests"].([]any); len(rs) == 1 {
+				req, _ = rs[0].(map[string]any)
+			}
+		}
+	}
+	route, _ := req["route"].(map[string]any)
+	remoteTask, _ := route["remoteTaskId"].(string)
+	childID, _ := route["inputId"].(string)
+	inputID, _ := req["inputId"].(string)
+	if remoteTask == "" || childID == "" || inputID == "" {
+		t.Fatalf("A's request names no remote task: %v", req)
+	}
+
+	// Answered on B directly: B runs the call and completes.
+	bt, err := apSend(t, cb, apAnswer(a2a.TaskID(remoteTask), map[string]any{"inputId": childID, "decision": "approve"}))
+	if err != nil || bt.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("the answer on B: %v %v", bt, err)
+	}
+	if b, _ := os.ReadFile(ledger); strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("the ledger after B's approval: %q", b)
+	}
+
+	// A's own answer, given later: the call takes B's outcome.
+	at, err := apSend(t, ca, apAnswer(task.ID, map[string]any{"inputId": inputID, "decision": "approve"}))
+	if err != nil {
+		t.Fatalf("the answer on A: %v", err)
+	}
+	var sb strings.Builder
+	for _, art := range at.Artifacts {
+		for _, p := range art.Parts {
+			sb.WriteString(p.Text())
+		}
+	}
+	if at.Status.State != a2a.TaskStateCompleted || strings.Contains(sb.String(), "failed") || !strings.Contains(sb.String(), "peer said: done") {
+		t.Fatalf("A's task: %s %.400q; want completed with B's answer", at.Status.State, sb.String())
+	}
+	if b, _ := os.ReadFile(ledger); strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("the ledger at the end: %q; want the one execution", b)
+	}
+	if !strings.Contains(a.out.String(), "remote task moved on before the answer") {
+		t.Errorf("A's log does not say the request was withdrawn")
+	}
 }

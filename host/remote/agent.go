@@ -1196,10 +1196,67 @@ func (r *run) answer(ctx context.Context, msg *a2a.Message) (string, loop.TaskSt
 			continue
 		}
 		if err != nil && status == "" {
-			return "", "", fmt.Errorf("the remote agent refused the answer: %w", err)
+			return r.refused(ctx, msg, fmt.Errorf("the remote agent refused the answer: %w", err))
 		}
 		return r.follow(ctx)
 	}
+}
+
+// refused is the call's outcome when the remote agent refused the answer
+// to its task's request (refusal): the task may have moved on without it
+// (answered on the remote host directly, expired there, canceled,
+// completed). The task is read back: when it ended, or waits for another
+// request, the answered request was stale: an event of the sub-task says
+// so and the call takes the task's actual outcome (its answer, its end, or
+// its new request, passed up again). A task still waiting for the same
+// request refused the answer itself: that is the call's error.
+func (r *run) refused(ctx context.Context, msg *a2a.Message, refusal error) (string, loop.TaskStatus, error) {
+	answered := answeredInputIDs(msg)
+	content, status, err := r.follow(ctx)
+	if err != nil || ctx.Err() != nil {
+		return "", "", refusal
+	}
+	if status == loop.TaskWaitingInput || status == loop.TaskWaitingAuth {
+		if req := r.request(status, content); len(answered) == 0 || answered[req.InputID] {
+			return "", "", refusal
+		}
+	}
+	r.a.log.LogAttrs(ctx, slog.LevelInfo, "remote task moved on before the answer: its outcome is taken",
+		slog.String("agent", r.a.cfg.Name), slog.String("task_id", string(r.remoteID)), slog.String("status", string(status)))
+	r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
+		Message: fmt.Sprintf("the request passed up is withdrawn: the remote task moved on without this answer (it is %s now); the call takes its outcome", status),
+		Metadata: map[string]any{RemoteTaskKey: string(r.remoteID), "withdrawn": true}})
+	return content, status, nil
+}
+
+// answeredInputIDs are the inputIds msg answers (the extension's
+// responses part).
+func answeredInputIDs(msg *a2a.Message) map[string]bool {
+	out := map[string]bool{}
+	if msg == nil {
+		return out
+	}
+	for _, p := range msg.Parts {
+		if p == nil || p.Metadata[loop.InteractionURI] != "responses" {
+			continue
+		}
+		d, ok := p.Content.(a2a.Data)
+		if !ok {
+			continue
+		}
+		b, _ := json.Marshal(d.Value)
+		var body struct {
+			Responses []struct {
+				InputID string `json:"inputId"`
+			} `json:"responses"`
+		}
+		if json.Unmarshal(b, &body) == nil {
+			for _, r := range body.Responses {
+				out[r.InputID] = true
+			}
+		}
+	}
+	return out
 }
 
 // request is what the paused remote task asks for: the first open request
