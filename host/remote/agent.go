@@ -1224,7 +1224,7 @@ func (r *run) refused(ctx context.Context, msg *a2a.Message, refusal error) (str
 	r.a.log.LogAttrs(ctx, slog.LevelInfo, "remote task moved on before the answer: its outcome is taken",
 		slog.String("agent", r.a.cfg.Name), slog.String("task_id", string(r.remoteID)), slog.String("status", string(status)))
 	r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
-		Message: fmt.Sprintf("the request passed up is withdrawn: the remote task moved on without this answer (it is %s now); the call takes its outcome", status),
+		Message:  fmt.Sprintf("the request passed up is withdrawn: the remote task moved on without this answer (it is %s now); the call takes its outcome", status),
 		Metadata: map[string]any{RemoteTaskKey: string(r.remoteID), "withdrawn": true}})
 	return content, status, nil
 }
