@@ -276,6 +276,17 @@ type LimitsConfig struct {
 	// it a new turn is refused with a clear error, so that one principal's
 	// turns cannot take every turn of the host.
 	MaxRunningPerPrincipal int `json:"maxRunningPerPrincipal,omitempty"`
+	// MaxStreamsPerPrincipal bounds the live event streams (/events,
+	// A2A SendStreamingMessage and SubscribeToTask, 1.0 and 0.3) one
+	// principal has open at once (default with auth on: 256; with auth off,
+	// when every client is one principal, no bound; -1: no bound). Past it
+	// a new stream is refused with a clear error (HTTP 429, or the
+	// stream's error frame for A2A).
+	MaxStreamsPerPrincipal int `json:"maxStreamsPerPrincipal,omitempty"`
+	// MaxStreamsPerStream bounds the live streams of one event stream (a
+	// conversation's /events, a task's A2A stream) open at once, all
+	// principals together (default 32; -1: no bound), refused as above.
+	MaxStreamsPerStream int `json:"maxStreamsPerStream,omitempty"`
 	// HostID names this host in the leases of the tasks it runs. Hosts
 	// sharing stores must have different ids; a host restarted with its
 	// id takes its own tasks back at once. Default: derived from the
@@ -376,6 +387,9 @@ func (c Config) Validate() error {
 	}
 	if c.Limits.MaxRunning < -1 || c.Limits.MaxRunningPerPrincipal < -1 {
 		return errors.New("config: limits.maxRunning and limits.maxRunningPerPrincipal must not be negative (-1 is no bound)")
+	}
+	if c.Limits.MaxStreamsPerPrincipal < -1 || c.Limits.MaxStreamsPerStream < -1 {
+		return errors.New("config: limits.maxStreamsPerPrincipal and limits.maxStreamsPerStream must not be negative (-1 is no bound)")
 	}
 	if c.Limits.MaxAgentBytes < -1 || c.Agent.HistoryBytes < -1 || c.Agent.HistoryLimit < 0 {
 		return errors.New("config: agent.historyLimit, agent.historyBytes and limits.maxAgentBytes must not be negative (-1 is no bound for the bytes)")
@@ -486,8 +500,23 @@ func (c Config) withDefaults() Config {
 			l.MaxRunningPerPrincipal = DefaultMaxRunningPerPrincipal(l.MaxRunning)
 		}
 	}
+	if l.MaxStreamsPerPrincipal == 0 {
+		l.MaxStreamsPerPrincipal = -1
+		if c.Auth.Enabled {
+			l.MaxStreamsPerPrincipal = DefaultMaxStreamsPerPrincipal
+		}
+	}
+	if l.MaxStreamsPerStream == 0 {
+		l.MaxStreamsPerStream = DefaultMaxStreamsPerStream
+	}
 	return c
 }
+
+// The defaults of the bounds on live event streams (LimitsConfig).
+const (
+	DefaultMaxStreamsPerPrincipal = 256
+	DefaultMaxStreamsPerStream    = 32
+)
 
 // resolveSecret reads "env:NAME" from the environment; anything else is the
 // value itself.

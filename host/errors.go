@@ -65,6 +65,7 @@ var errorTable = []errorCode{
 	{ErrShuttingDown, -32000, http.StatusServiceUnavailable, "SHUTTING_DOWN"},
 	{taskrt.ErrQuota, -32000, http.StatusTooManyRequests, "QUOTA_EXCEEDED"},
 	{taskrt.ErrHostBusy, -32000, http.StatusTooManyRequests, "HOST_BUSY"},
+	{ErrTooManyStreams, -32000, http.StatusTooManyRequests, "TOO_MANY_STREAMS"},
 	{store.ErrNoSpace, -32000, http.StatusInsufficientStorage, "STORAGE_FULL"},
 	{a2a.ErrUnauthenticated, -31401, http.StatusUnauthorized, "UNAUTHENTICATED"},
 	{a2a.ErrUnauthorized, -31403, http.StatusForbidden, "UNAUTHORIZED"},

@@ -73,8 +73,13 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 			return lastEventAhead(after, last)
 		}
 	}
+	release, err := s.streamSlots.take(auth.Principal, sse.ContextStream(contextID))
+	if err != nil {
+		return err
+	}
 	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
+		defer release()
 		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, 0, f, enc)
 		if err != nil && !errors.Is(err, errClientGone) && !errors.Is(err, errStreamShutdown) {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "event stream ended with an error",

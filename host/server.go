@@ -86,6 +86,7 @@ type Server struct {
 	usage        *taskrt.Usage
 	metricsToken []byte // sha256 of the /metrics token; nil: open
 	openStreams  atomic.Int64
+	streamSlots  *streamSlots // live streams per principal and per event stream
 
 	// Streams are served on streamsCtx, which ends after the turns have
 	// (so that a stream still delivers its task's final status).
@@ -161,7 +162,8 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	s := &Server{cfg: cfg, stores: st, hub: hub, auth: auth,
 		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log,
 		tel: tel, ownTel: ownTel, usage: usage, creds: creds, browser: newBrowserGuard(cfg),
-		chainID: opts.ChainID}
+		chainID:     opts.ChainID,
+		streamSlots: newStreamSlots(cfg.Limits.MaxStreamsPerPrincipal, cfg.Limits.MaxStreamsPerStream)}
 	if s.chainID == "" {
 		s.chainID = chainIDOf(cfg.Limits.HostID)
 	}
@@ -508,9 +510,21 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 		enc = sse.A2A03Encoder{RequestID: req.ID}
 		snapshot = func(t *a2a.Task) any { return a2av0.FromV1Task(t) }
 	}
+	release := func() {}
+	if err == nil && stream.snapshot == nil {
+		// Refused past the bounds on live streams: the turn a
+		// SendStreamingMessage started runs on (GetTask, or a stream
+		// once one is closed, follows it).
+		if r, terr := s.streamSlots.take(call.auth.Principal, sse.TaskStream(stream.taskID)); terr != nil {
+			err, call.err = terr, terr
+		} else {
+			release = r
+		}
+	}
 	setRetryAfter(c, err)
 	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
+		defer release()
 		if err == nil && stream.snapshot != nil {
 			_ = writeFrame(w, marshalResponse(req.ID, snapshot(stream.snapshot), nil))
 			return

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/looopy-go/looopy/loop"
@@ -122,6 +123,14 @@ func (h *Hub) TailLen(streamName string) (events int, bytes int64) {
 	return st.n, st.tbytes
 }
 
+// LogReads returns how many subscribers read the log back now (records
+// older than their stream's in-memory tail) and how many wait for their
+// turn: one subscriber of a stream reads the log at a time, and the others
+// take what it read.
+func (h *Hub) LogReads() (reading, waiting int64) {
+	return h.logReads.Load(), h.logReadsWaiting.Load()
+}
+
 // Hub appends events to the durable log and wakes the subscribers of each
 // stream. Subscribers are never pushed events: they are woken and read from
 // the log (or its in-memory tail) from their own cursor, so a slow
@@ -146,6 +155,9 @@ type Hub struct {
 	followCtx  context.Context // ends with Close
 	stopFollow context.CancelFunc
 	followers  sync.WaitGroup
+
+	logReads        atomic.Int64 // reads of the log by lagging subscribers under way
+	logReadsWaiting atomic.Int64 // lagging subscribers waiting for their stream's reader
 
 	mu        sync.Mutex
 	closed    bool
@@ -180,6 +192,16 @@ type stream struct {
 	finished bool
 	subs     map[*Subscription]struct{}
 	unfollow context.CancelFunc // stops the follower (Config.Follow); nil when none runs
+
+	// The read-back of records older than the tail: one subscriber of the
+	// stream reads the log at a time (rsem holds its token), and the batch
+	// it read is kept (shared, guarded by the token) for the others, which
+	// lag at about the same place. So a stream's lagging subscribers cost
+	// the log one reader, not one each, whatever their number.
+	rsem        chan struct{}
+	shared      []Item
+	sharedAfter uint64       // shared holds every record after it, up to its last
+	rwait       atomic.Int32 // subscribers waiting for rsem
 }
 
 // New returns a Hub over cfg.Log.
@@ -481,7 +503,7 @@ func (h *Hub) acquire(name string) (*stream, error) {
 	}
 	st := h.streams[name]
 	if st == nil {
-		st = &stream{name: name}
+		st = &stream{name: name, rsem: make(chan struct{}, 1)}
 		st.qcond.L = &st.qmu
 		if at, ok := h.finished[name]; ok && time.Since(at) <= h.markTTL() {
 			st.finished = true

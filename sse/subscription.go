@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 
@@ -94,7 +95,6 @@ type Subscription struct {
 	// readLimit is how many records the next read of the log asks for
 	// (0: ReadBatch), from the size of the last ones.
 	readLimit int
-	lastTask  string // interned task id of replayed records
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -271,6 +271,38 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 	from, tn, tb := st.from, st.n, st.tbytes
 	st.mu.RUnlock()
 
+	// One subscriber of the stream reads the log at a time; the others
+	// wait for it, then take what it read when that covers their cursor.
+	h := s.hub
+	h.logReadsWaiting.Add(1)
+	st.rwait.Add(1)
+	var stop error
+	select {
+	case st.rsem <- struct{}{}:
+	case <-ctx.Done():
+		stop = ctx.Err()
+	case <-s.closed:
+		stop = ErrClosed
+	case <-h.done:
+		stop = ErrClosed
+	}
+	st.rwait.Add(-1)
+	h.logReadsWaiting.Add(-1)
+	if stop != nil {
+		return false, stop
+	}
+	defer func() {
+		// The batch is kept only for the subscribers waiting for it, so
+		// that a stream no one lags on holds none.
+		if st.rwait.Load() == 0 {
+			st.shared = nil
+		}
+		<-st.rsem
+	}()
+	if s.takeShared() {
+		return true, nil
+	}
+
 	// A read asks for as many records as fit ReadBatchBytes at the mean
 	// size of the last ones read (or of the tail's); the first, when
 	// neither is known, for one.
@@ -278,10 +310,12 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 	if limit == 0 {
 		limit = 1
 		if tn > 0 {
-			limit = int(min(max(s.hub.readBytes/max(tb/int64(tn), 1), 1), int64(s.hub.batch)))
+			limit = int(min(max(h.readBytes/max(tb/int64(tn), 1), 1), int64(h.batch)))
 		}
 	}
-	recs, err := s.hub.log.Read(ctx, st.name, s.cursor, limit)
+	h.logReads.Add(1)
+	recs, err := h.log.Read(ctx, st.name, s.cursor, limit)
+	h.logReads.Add(-1)
 	if err != nil {
 		return false, fmt.Errorf("read %q after %d: %w", st.name, s.cursor, err)
 	}
@@ -293,34 +327,52 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 	}
 	if len(recs) > 0 {
 		mean := max(n/int64(len(recs)), 1)
-		s.readLimit = int(min(max(s.hub.readBytes/mean, 1), int64(s.hub.batch)))
+		s.readLimit = int(min(max(h.readBytes/mean, 1), int64(h.batch)))
 	}
 	if len(recs) == 0 {
 		// The log holds nothing the tail does not: what lay between the
 		// cursor and the tail has expired. Continue from the tail.
-		s.hub.logger.Warn("event log has no records before the in-memory tail", "stream", st.name, "after", s.cursor, "tail_from", from)
+		h.logger.Warn("event log has no records before the in-memory tail", "stream", st.name, "after", s.cursor, "tail_from", from)
 		s.cursor = from
 		return true, nil
 	}
+	batch := make([]Item, 0, len(recs))
 	prev := s.cursor
+	lastTask := ""
 	for _, r := range recs {
 		if r.Seq <= prev {
 			return false, fmt.Errorf("read %q after %d: log returned seq %d after %d", st.name, s.cursor, r.Seq, prev)
 		}
 		prev = r.Seq
-		it := Item{ID: r.Seq, Data: r.Data}
+		// A memo: the subscribers taking this batch share its encodings.
+		it := Item{ID: r.Seq, Data: r.Data, memo: new(memo)}
 		var task []byte
 		it.Kind, task = probe(r.Data)
-		if string(task) != s.lastTask {
-			s.lastTask = string(task)
+		if string(task) != lastTask {
+			lastTask = string(task)
 		}
-		it.TaskID = s.lastTask
+		it.TaskID = lastTask
 		if it.Kind == "" {
-			s.hub.logger.Warn("skipping an event log record that is not an event", "stream", st.name, "seq", r.Seq)
+			h.logger.Warn("skipping an event log record that is not an event", "stream", st.name, "seq", r.Seq)
 		}
-		s.buf = append(s.buf, it)
+		batch = append(batch, it)
 	}
+	st.shared, st.sharedAfter = batch, s.cursor
+	s.buf = append(s.buf, batch...)
 	return true, nil
+}
+
+// takeShared fills buf from the batch another subscriber of the stream
+// read from the log, when it holds the records right after the cursor.
+// Caller holds the stream's read token.
+func (s *Subscription) takeShared() bool {
+	sh := s.st.shared
+	if len(sh) == 0 || s.cursor < s.st.sharedAfter || s.cursor >= sh[len(sh)-1].ID {
+		return false
+	}
+	i := sort.Search(len(sh), func(i int) bool { return sh[i].ID > s.cursor })
+	s.buf = append(s.buf, sh[i:]...)
+	return true
 }
 
 // ParseFilter builds the filter of an external subscriber from request

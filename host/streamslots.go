@@ -1,0 +1,57 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ErrTooManyStreams refuses a live event stream past
+// limits.maxStreamsPerPrincipal or limits.maxStreamsPerStream.
+var ErrTooManyStreams = errors.New("too many live event streams")
+
+// streamSlots counts the live event streams of each principal and of each
+// event stream, so that one client's streams cannot take the host's work
+// from everyone else's: each stream costs the host a reader, its
+// encodings and its writes for every event.
+type streamSlots struct {
+	perPrincipal int // <= 0: no bound
+	perStream    int // <= 0: no bound
+
+	mu          sync.Mutex
+	byPrincipal map[string]int
+	byStream    map[string]int
+}
+
+func newStreamSlots(perPrincipal, perStream int) *streamSlots {
+	return &streamSlots{perPrincipal: perPrincipal, perStream: perStream,
+		byPrincipal: map[string]int{}, byStream: map[string]int{}}
+}
+
+// take counts one more stream of principal on stream, or refuses it with
+// ErrTooManyStreams. The returned release must be called once it ends.
+func (t *streamSlots) take(principal, stream string) (release func(), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.perPrincipal > 0 && t.byPrincipal[principal] >= t.perPrincipal {
+		return nil, fmt.Errorf("%w: this client has %d open, limits.maxStreamsPerPrincipal; close one first", ErrTooManyStreams, t.perPrincipal)
+	}
+	if t.perStream > 0 && t.byStream[stream] >= t.perStream {
+		return nil, fmt.Errorf("%w: this conversation or task has %d open, limits.maxStreamsPerStream; close one first", ErrTooManyStreams, t.perStream)
+	}
+	t.byPrincipal[principal]++
+	t.byStream[stream]++
+	var once sync.Once
+	return func() { once.Do(func() { t.give(principal, stream) }) }, nil
+}
+
+func (t *streamSlots) give(principal, stream string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byPrincipal[principal]--; t.byPrincipal[principal] <= 0 {
+		delete(t.byPrincipal, principal)
+	}
+	if t.byStream[stream]--; t.byStream[stream] <= 0 {
+		delete(t.byStream, stream)
+	}
+}
