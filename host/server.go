@@ -490,9 +490,14 @@ func (s *Server) handleRPC(c *fiber.Ctx, v03 bool) error {
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("enduser.id", call.auth.Principal))
 		}
-		if v03 {
+		// A principal at its bound of live streams is refused before a
+		// streaming message starts a turn it could not follow.
+		if streamingMethod(req.Method) {
+			err = s.streamSlots.room(call.auth.Principal)
+		}
+		if err == nil && v03 {
 			stream, err = s.rpc03(ctx, c, &call, answer)
-		} else {
+		} else if err == nil {
 			stream, err = s.rpc10(ctx, c, &call, answer)
 		}
 	}

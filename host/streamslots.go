@@ -28,13 +28,28 @@ func newStreamSlots(perPrincipal, perStream int) *streamSlots {
 		byPrincipal: map[string]int{}, byStream: map[string]int{}}
 }
 
+// room refuses, as take would, a principal that has its bound of streams
+// open (a check before a streaming call starts anything; take decides).
+func (t *streamSlots) room(principal string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.perPrincipal > 0 && t.byPrincipal[principal] >= t.perPrincipal {
+		return t.principalFull()
+	}
+	return nil
+}
+
+func (t *streamSlots) principalFull() error {
+	return fmt.Errorf("%w: this client has %d open, limits.maxStreamsPerPrincipal; close one first", ErrTooManyStreams, t.perPrincipal)
+}
+
 // take counts one more stream of principal on stream, or refuses it with
 // ErrTooManyStreams. The returned release must be called once it ends.
 func (t *streamSlots) take(principal, stream string) (release func(), err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.perPrincipal > 0 && t.byPrincipal[principal] >= t.perPrincipal {
-		return nil, fmt.Errorf("%w: this client has %d open, limits.maxStreamsPerPrincipal; close one first", ErrTooManyStreams, t.perPrincipal)
+		return nil, t.principalFull()
 	}
 	if t.perStream > 0 && t.byStream[stream] >= t.perStream {
 		return nil, fmt.Errorf("%w: this conversation or task has %d open, limits.maxStreamsPerStream; close one first", ErrTooManyStreams, t.perStream)

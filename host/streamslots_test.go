@@ -69,7 +69,7 @@ func TestLiveStreamsBoundedPerStreamAndPrincipal(t *testing.T) {
 	refused(open(ctx2), "maxStreamsPerPrincipal")
 
 	// The A2A streams count too: SendStreamingMessage is answered with the
-	// stream's error frame (its turn runs on; GetTask follows it).
+	// stream's error frame, before it starts a turn.
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hello"}],"contextId":%q}}}`, ctx2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -78,6 +78,13 @@ func TestLiveStreamsBoundedPerStreamAndPrincipal(t *testing.T) {
 	_ = resp.Body.Close()
 	if !strings.Contains(string(b), "too many live event streams") || !strings.Contains(string(b), "maxStreamsPerPrincipal") {
 		t.Fatalf("an A2A stream past the principal's bound: %s", b)
+	}
+	tasks, err := c.ListTasks(context.Background(), &a2a.ListTasksRequest{ContextID: ctx2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks.Tasks) != 1 {
+		t.Fatalf("a refused SendStreamingMessage left %d tasks in its conversation; want only the first", len(tasks.Tasks))
 	}
 
 	// A closed stream gives its place back once the host has seen it go
