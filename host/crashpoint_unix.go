@@ -19,3 +19,11 @@ func killSelf() {
 	time.Sleep(100 * time.Millisecond)
 	os.Exit(137)
 }
+
+// termSelf asks the process to stop gracefully, as a SIGTERM from outside
+// does.
+func termSelf() {
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		fmt.Fprintln(os.Stderr, "crashpoint: kill:", err)
+	}
+}

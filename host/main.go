@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -266,7 +267,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	if err != nil {
 		return err
 	}
-	cp, err := crashpointFromEnv(os.Getenv(crashpointEnv))
+	cp, hold, err := crashpointFromEnv(os.Getenv(crashpointEnv))
 	if err != nil {
 		return err
 	}
@@ -284,6 +285,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	}
 	srv, err := NewServer(cfg, Options{ChainID: chainID,
 		crashpoint: cp,
+		onSuspend:  hold,
 		tel:        tel,
 		Stores:     stores,
 		Model:      model,
@@ -431,32 +433,67 @@ func hostID(dataDir string) string {
 // and its final events are not yet in the log. The points are taskrt's
 // Point constants and remote.PointAcknowledged (a remote agent's
 // acknowledgement read, its task's id not recorded yet).
+//
+// With ":term" after the count (turn-committed:1:term, a runtime's point
+// only) the process stops gracefully there instead: it sends itself
+// SIGTERM and holds the turn at that point until the shutdown's grace
+// (limits.shutdownGrace) has run out and the running turns are suspended,
+// for the stop tests.
 const crashpointEnv = "LOOOPY_CRASHPOINT"
 
-func crashpointFromEnv(v string) (func(string), error) {
+// crashpointFromEnv reads crashpointEnv: the hook for the crash points,
+// and, for a stop point (":term"), the hook the runtime calls once it
+// suspends the turns (nil otherwise).
+func crashpointFromEnv(v string) (func(string), func(), error) {
 	if v == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	point, nth, _ := strings.Cut(v, ":")
+	point, rest, _ := strings.Cut(v, ":")
+	nth, mode, _ := strings.Cut(rest, ":")
 	n := 1
 	if nth != "" {
 		var err error
 		if n, err = strconv.Atoi(nth); err != nil || n < 1 {
-			return nil, fmt.Errorf("%s=%q: the count after ':' must be a positive number", crashpointEnv, v)
+			return nil, nil, fmt.Errorf("%s=%q: the count after ':' must be a positive number", crashpointEnv, v)
 		}
 	}
 	switch point {
 	case taskrt.PointTaskStarting, taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnCommitted,
-		taskrt.PointTurnSettled, remote.PointAcknowledged:
+		taskrt.PointTurnSettled, taskrt.PointEndSaved:
+	case remote.PointAcknowledged:
+		if mode != "" {
+			return nil, nil, fmt.Errorf("%s=%q: %q has no stop mode", crashpointEnv, v, point)
+		}
 	default:
-		return nil, fmt.Errorf("%s=%q: unknown point %q", crashpointEnv, v, point)
+		return nil, nil, fmt.Errorf("%s=%q: unknown point %q", crashpointEnv, v, point)
 	}
 	var seen atomic.Int64
-	return func(p string) {
-		if p == point && seen.Add(1) == int64(n) {
-			killSelf()
-		}
-	}, nil
+	switch mode {
+	case "":
+		return func(p string) {
+			if p == point && seen.Add(1) == int64(n) {
+				killSelf()
+			}
+		}, nil, nil
+	case "term":
+		suspended := make(chan struct{})
+		var once sync.Once
+		return func(p string) {
+				if p != point || seen.Add(1) != int64(n) {
+					return
+				}
+				termSelf()
+				select {
+				case <-suspended:
+				case <-time.After(10 * time.Minute):
+					// A hang guard: the shutdown never suspended the turns.
+					fmt.Fprintln(os.Stderr, "crashpoint: the shutdown did not suspend the turns")
+				}
+			}, func() {
+				once.Do(func() { close(suspended) })
+			}, nil
+	}
+	return nil, nil, fmt.Errorf("%s=%q: unknown mode %q (want term)", crashpointEnv, v, mode)
 }
 
 // ErrVersion is returned by ParseFlags for -version: print Version and exit.

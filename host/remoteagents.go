@@ -93,9 +93,12 @@ func (m *Main) remoteAgents(cfg Config, chainID string) ([]*remote.Agent, error)
 	}
 	eg := plugins.NewEgress(plugins.EgressConfig{Logger: m.log.With("component", "egress"), UserAgent: "looopy"})
 	m.closers = append(m.closers, eg.Close)
-	cp, err := crashpointFromEnv(os.Getenv(crashpointEnv))
+	cp, hold, err := crashpointFromEnv(os.Getenv(crashpointEnv))
 	if err != nil {
 		return nil, err
+	}
+	if hold != nil {
+		cp = nil // a stop point is the runtime's (see crashpointFromEnv)
 	}
 	var out []*remote.Agent
 	for _, rc := range cfg.RemoteAgents {

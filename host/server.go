@@ -54,6 +54,9 @@ type Options struct {
 	// crashpoint is Main's crash hook for the crash tests (see
 	// crashpointFromEnv); nil in production.
 	crashpoint func(point string)
+	// onSuspend is Main's hook for the stop tests (a crash point held
+	// until the shutdown suspends the turns); nil in production.
+	onSuspend func()
 }
 
 // Server is the Looopy HTTP server: A2A 1.0 and 0.3, the Looopy event
@@ -183,7 +186,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		MaxAgents: cfg.Limits.MaxAgents, MaxAgentBytes: max(cfg.Limits.MaxAgentBytes, 0),
 		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: max(cfg.Limits.MaxRunningPerPrincipal, 0),
 		MaxRunning:  max(cfg.Limits.MaxRunning, 0),
-		TurnContext: turnContext, Crashpoint: opts.crashpoint, Logger: log,
+		TurnContext: turnContext, Crashpoint: opts.crashpoint, OnSuspend: opts.onSuspend, Logger: log,
 		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery(),
 		KeepDebugThoughts: cfg.Thoughts.Debug, Credentials: creds, Usage: usage}
 	if w := st.Space; w != nil {

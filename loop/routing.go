@@ -85,6 +85,9 @@ func (s *Subtask) PassUp(ctx context.Context, child InputRequest, remoteTaskID, 
 // sub-task's stream (its input-required or auth-required, and its status);
 // the parent's status goes back to working when none of its sub-tasks runs.
 func (s *Subtask) suspend(ctx context.Context, child InputRequest) {
+	if Suspended(ctx) {
+		return // handed on: nothing more is written (see Finish)
+	}
 	s.mu.Lock()
 	if s.done {
 		s.mu.Unlock()

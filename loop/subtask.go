@@ -222,6 +222,13 @@ func (s *Subtask) AddUsage(ctx context.Context, u Usage) error {
 // of its sub-tasks runs any more. err is the failure's reason (nil for a
 // completed task). Finishing twice does nothing.
 func (s *Subtask) Finish(ctx context.Context, status TaskStatus, content string, err error) {
+	if Suspended(ctx) {
+		// The host hands the parent's turn on (StopError.Suspend): the
+		// sub-task is left as a crash leaves it, for the resumed call to
+		// run again or report interrupted; a final record written now
+		// would have its end cut from its stream.
+		return
+	}
 	s.mu.Lock()
 	if s.done {
 		s.mu.Unlock()

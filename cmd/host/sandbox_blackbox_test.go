@@ -70,6 +70,13 @@ func startSandboxHost(t *testing.T, top, pluginDir string, pluginsCfg map[string
 // is the port to listen on, when chosen ahead.
 func startSandboxHostWith(t *testing.T, top, pluginDir string, pluginsCfg, extra map[string]any) *sandboxHost {
 	t.Helper()
+	return startSandboxHostEnv(t, top, pluginDir, pluginsCfg, extra)
+}
+
+// startSandboxHostEnv is startSandboxHostWith with variables added to the
+// host's environment (NAME=value).
+func startSandboxHostEnv(t *testing.T, top, pluginDir string, pluginsCfg, extra map[string]any, env ...string) *sandboxHost {
+	t.Helper()
 	bin := sandboxHostBinary(t)
 	if _, err := os.Stat(filepath.Join(pluginDir, "scripted-model")); err != nil {
 		installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
@@ -102,6 +109,9 @@ func startSandboxHostWith(t *testing.T, top, pluginDir string, pluginsCfg, extra
 	h := &sandboxHost{base: base, out: &syncBuf{}, exited: make(chan error, 1)}
 	cmd := exec.Command(bin, "-config", cfgPath, "-log-format", "text")
 	cmd.Dir = top
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = h.out, h.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -629,6 +629,12 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 		}
 		content, status, err = r.answer(ctx, msg)
 	}
+	if loop.Suspended(ctx) {
+		// The host hands the parent's turn on (its shutdown): the remote
+		// task goes on, and the resumed call follows it by its recorded
+		// id, as after a crash.
+		return loop.ToolResult{}, ctx.Err()
+	}
 	if ctx.Err() != nil {
 		r.cancelRemote()
 		st.Finish(ctx, loop.TaskCanceled, "", ctx.Err())

@@ -60,7 +60,7 @@ func (rt *Runtime) expire(ctx context.Context, rec loop.TaskRecord, expired []lo
 		for i, r := range expired {
 			ids[i] = fmt.Sprintf("%q", r.InputID)
 		}
-		return rt.finishStored(ctx, rec, loop.TaskFailed,
+		return rt.finishOwned(ctx, rec, loop.TaskFailed,
 			fmt.Sprintf("request %s expired with no answer", strings.Join(ids, ", ")))
 	}
 	reqs := append([]loop.InputRequest(nil), rec.Requests...)

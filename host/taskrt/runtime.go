@@ -47,6 +47,10 @@ const (
 	// PointTurnSettled: the final events are in the log; the lease is
 	// still held.
 	PointTurnSettled = "turn-settled"
+	// PointEndSaved: the end of a task no turn runs (a cancel of a paused
+	// task, an expired request, a task failed at recovery) is saved; its
+	// final events are not in the log yet.
+	PointEndSaved = "end-saved"
 )
 
 func (rt *Runtime) crashpoint(p string) {
@@ -205,6 +209,11 @@ type Config struct {
 	// of a task's life (see the Point constants). Crash tests make the
 	// process die there; nothing else should set it.
 	Crashpoint func(point string)
+	// OnSuspend, when set, is called once a shutdown's grace ran out and
+	// the turns still running are suspended (StopError.Suspend). Stop
+	// tests hold a turn at a Crashpoint until then; nothing else should
+	// set it.
+	OnSuspend func()
 	// TurnContext, when set, derives a turn's context (which the runtime
 	// owns) from the request that started it: e.g. to continue its trace.
 	TurnContext func(turn, request context.Context) context.Context
@@ -865,6 +874,41 @@ func (rt *Runtime) unregister(r *Run) {
 	r.cancel(nil)
 }
 
+// endOf reports whether e announces the end of a task whose record says so
+// already: a final (or paused) status or a task-complete, of r's task or
+// of one of its sub-tasks, and the requests its turn's end announces. Such
+// events pass even once r is suspended: they follow a write the stop did
+// not cut, and without them that task's stream would never end.
+func endOf(r *Run, e loop.Event) bool {
+	switch ev := e.(type) {
+	case *loop.TaskComplete:
+		return true
+	case *loop.TaskStatusEvent:
+		return ev.Status != loop.TaskWorking && ev.Status != loop.TaskSubmitted && ev.Status != loop.TaskWaitingSubtask
+	case *loop.InputRequired:
+		return ev.TaskID == r.TaskID
+	case *loop.AuthRequired:
+		return ev.TaskID == r.TaskID
+	}
+	return false
+}
+
+// handedOn reports whether r's turn was handed on by the shutdown: it
+// stopped (suspended) or never started, and wrote nothing of its end. A
+// turn the stop reached after it had decided to end (its commit written or
+// being written) is not: it ends as any other, its final events out before
+// its lease goes.
+func handedOn(r *Run, out loop.Outcome, err error) bool {
+	if !r.handedOn() {
+		return false
+	}
+	if err != nil {
+		return true // not started: nothing of it was written
+	}
+	var se *loop.StopError
+	return out.Status == loop.TaskWorking && errors.As(out.Err, &se) && se.Suspend
+}
+
 // isFinal reports whether e is the status that ends r's turn.
 func isFinal(r *Run, e loop.Event) bool {
 	st, ok := e.(*loop.TaskStatusEvent)
@@ -900,16 +944,24 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		if k := e.Head().Kind; k.Internal() && !(rt.cfg.KeepDebugThoughts && k == loop.KindInternalThoughtProcess) {
 			return // internal events are for tracing, not for the log clients read
 		}
-		if r.lost() || r.handedOn() {
+		final := isFinal(r, e)
+		if final && !r.lost() {
+			// The turn is saved (the loop announces its end only after
+			// that); nothing of its end is in the log yet.
+			rt.crashpoint(PointTurnCommitted)
+		}
+		if r.lost() || (r.handedOn() && !endOf(r, e)) {
 			// The task is another process's now (or will be, or the next
-			// start's): its stream is theirs.
+			// start's): its stream is theirs. A turn's end is never cut:
+			// the loop announces it only once its record is written (a
+			// suspended turn writes and announces no end), so a stop that
+			// comes between the two must not leave that record final with
+			// a stream that never says so.
 			return
 		}
-		if isFinal(r, e) {
-			// The turn is saved (the loop announces its end only after
-			// that): the context takes the next turn before anyone can
-			// see this one end.
-			rt.crashpoint(PointTurnCommitted)
+		if final {
+			// The context takes the next turn before anyone can see this
+			// one end.
 			rt.releaseContext(r)
 		}
 		tc, subEnd := e.(*loop.TaskComplete)
@@ -963,7 +1015,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 			// of its writes for want of space): it is handed on as below.
 			r.cancel(se)
 		}
-		if r.handedOn() && !r.lost() {
+		if handedOn(r, out, err) && !r.lost() {
 			// Suspended by the shutdown: nothing of the turn's end was
 			// written or published, as in a crash at this moment. The
 			// leases go at once, so that another host (or the next start)
@@ -1292,10 +1344,29 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 		}
 		defer func() { _ = rt.st.Leases.ReleaseLease(context.WithoutCancel(ctx), l) }()
 	}
-	if err := rt.finishStored(ctx, rec, loop.TaskCanceled, "canceled by the client"); err != nil {
+	finish := rt.finishStored // a working task's lease is held (above)
+	if rec.Status != loop.TaskWorking {
+		finish = rt.finishOwned // a paused task's is taken for its end
+	}
+	if err := finish(ctx, rec, loop.TaskCanceled, "canceled by the client"); err != nil {
 		return rec, err
 	}
 	return rt.Load(ctx, principal, taskID)
+}
+
+// finishOwned is finishStored under the task's lease, taken here and
+// released once the end is announced: a process that dies between the
+// record's write and its final events leaves the lease behind, and
+// recovery (the next start, or another host once it lapses) announces
+// that end (settleEnded). Without the lease nothing would mark the task,
+// final but unannounced. ErrBusy: another process holds the task.
+func (rt *Runtime) finishOwned(ctx context.Context, rec loop.TaskRecord, st loop.TaskStatus, why string) error {
+	r := &Run{TaskID: rec.ID, ContextID: rec.ContextID}
+	if err := rt.own(ctx, r, false); err != nil {
+		return err
+	}
+	defer rt.disown(r)
+	return rt.finishStored(ctx, rec, st, why)
 }
 
 // cancels returns the cancel signals when they are in use.
@@ -1521,6 +1592,7 @@ func (rt *Runtime) finishStored(ctx context.Context, rec loop.TaskRecord, st loo
 	if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
 		return fmt.Errorf("finish task %q: %w", rec.ID, err)
 	}
+	rt.crashpoint(PointEndSaved)
 	// Its sub-agents' requests it passed up will not be answered: the
 	// sub-tasks behind them end as it does (a remote one's task is
 	// canceled), before its own end is announced.
@@ -1592,6 +1664,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		rt.cancelAll(errShutdown)
+		if rt.cfg.OnSuspend != nil {
+			rt.cfg.OnSuspend()
+		}
 		<-done
 	}
 	rt.cancelAll(errShutdown)
