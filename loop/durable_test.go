@@ -508,3 +508,64 @@ func TestRefusedWriteSuspendsTheTurn(t *testing.T) {
 		}
 	})
 }
+
+// A sub-agent's call cut by the host's suspension of its parent's turn
+// (StopError.Suspend) ends its sub-task with nothing written: its record
+// stays working and no end of it is announced, as a crash leaves it; the
+// resumed turn reports the call interrupted, which ends the sub-task
+// failed, with its final events. Before, the cut call's Finish wrote the
+// sub-task canceled with its end events dropped by the suspension, and the
+// resumed turn, finding the record final, announced nothing: a sub-task
+// final with a stream that never said so.
+func TestSuspendedSubtaskWritesNoEnd(t *testing.T) {
+	durableBackends(t, func(t *testing.T, db durableBackend) {
+		reached := make(chan struct{})
+		var once sync.Once
+		tools := toolsMap{"delegate": func(ctx context.Context, c loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+			st, err := env.StartSubtask(ctx, loop.SubtaskSpec{AgentID: "helper", Prompt: "do it", CallID: c.ID})
+			if err != nil {
+				return loop.ToolResult{}, err
+			}
+			once.Do(func() { close(reached) })
+			<-ctx.Done()
+			st.Finish(ctx, loop.TaskCanceled, "", ctx.Err()) // as a cut sub-agent's call does
+			return loop.ToolResult{}, ctx.Err()
+		}}
+		l := newLoop(t, loop.Config{Model: toolThenAnswer(nil, call("s1", "delegate", `{}`)), Toolsets: []loop.Toolset{tools},
+			Checkpoints: db, Journal: db, Subtasks: db})
+		a := newAgent(t, db, l, func(c *loop.AgentConfig) { c.ContextID = "ctx-d" })
+		ctx, stop := context.WithCancelCause(context.Background())
+		defer stop(nil)
+		go func() {
+			<-reached
+			stop(&loop.StopError{Reason: loop.ReasonShutdown, Message: "shut down", Suspend: true})
+		}()
+		rec := &recorder{}
+		out, err := a.Turn(ctx, loop.TurnInput{TaskID: "task-d", Sink: rec, Messages: []loop.Message{{Role: loop.RoleUser, Content: "go"}}})
+		if err != nil || out.Status != loop.TaskWorking {
+			t.Fatalf("suspended turn: %+v, %v", out, err)
+		}
+		subID := loop.SubtaskID("task-d", "s1")
+		sub, err := db.LoadTask(context.Background(), subID)
+		if err != nil || sub.Status != loop.TaskWorking {
+			t.Fatalf("after the suspension the sub-task is %s (%v), want working: nothing of its end written", sub.Status, err)
+		}
+		if n := rec.count(loop.KindTaskComplete); n != 0 {
+			t.Fatalf("the suspended turn announced %d task-complete events", n)
+		}
+		again := &recorder{}
+		if res := resume(t, db, l, again); res.Status != loop.TaskCompleted {
+			t.Fatalf("resumed: %s %q", res.Status, res.Content)
+		}
+		sub, _ = db.LoadTask(context.Background(), subID)
+		ended := false
+		for _, e := range again.events {
+			if tc, ok := e.(*loop.TaskComplete); ok && tc.TaskID == subID && tc.Status == sub.Status {
+				ended = true
+			}
+		}
+		if !sub.Status.Terminal() || !ended {
+			t.Fatalf("after the resume the sub-task is %s, its end announced: %v; want it ended with its final events", sub.Status, ended)
+		}
+	})
+}
