@@ -53,6 +53,7 @@ type Main struct {
 	serveErr  error
 	maxConns  int
 	closers   []func() error
+	closeMu   sync.Mutex // serializes Close
 	// configFile is the config file ParseFlags read: no plugin is granted
 	// the folder holding it.
 	configFile string
@@ -329,6 +330,10 @@ func (m *Main) Done() <-chan error { return m.served }
 // plugins are closed and Badger is closed cleanly. Every wait is bounded:
 // a part that does not stop in time is named in the error and left behind.
 func (m *Main) Close() error {
+	// One Close at a time: a second (a signal handler's and a deferred
+	// one, say) waits for the first and finds nothing left to close.
+	m.closeMu.Lock()
+	defer m.closeMu.Unlock()
 	var errs []error
 	if m.server != nil {
 		grace := time.Duration(m.Config.withDefaults().Limits.ShutdownGrace)
