@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +10,6 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
-	"github.com/a2aproject/a2a-go/v2/a2aclient"
-	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 )
 
 // fillUntilFree writes a file into dir's filesystem until about left bytes
@@ -138,54 +134,8 @@ func TestBlackBoxDiskFullSuspendsTheTurn(t *testing.T) {
 		}
 		return st == "TASK_STATE_COMPLETED"
 	})
-	hc := &http.Client{Transport: lastEventID{"0"}, Timeout: 2 * time.Minute}
-	card, err := agentcard.NewResolver(hc).Resolve(ctx, h.base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(hc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Destroy()
-	var replay []a2a.Event
-	final := a2a.TaskState("")
-	for ev, err := range c2.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: taskID}) {
-		if err != nil {
-			t.Fatalf("replay of task %s: %v", taskID, err)
-		}
-		replay = append(replay, ev)
-		if st, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && st.Status.State.Terminal() {
-			final = st.Status.State
-		}
-	}
-	if final != a2a.TaskStateCompleted {
-		t.Fatalf("the replay ends %q, want completed", final)
-	}
-	j := 0
-	for i, ev := range first.events {
-		want, _ := json.Marshal(ev)
-		for ; j < len(replay); j++ {
-			if got, _ := json.Marshal(replay[j]); string(got) == string(want) {
-				break
-			}
-		}
-		if j == len(replay) {
-			t.Fatalf("event %d the client saw before the disk filled is not replayed: %s", i, want)
-		}
-		j++
-	}
-	got, err := c2.GetTask(ctx, &a2a.GetTaskRequest{ID: taskID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	for _, a := range got.Artifacts {
-		for _, p := range a.Parts {
-			text.WriteString(p.Text())
-		}
-	}
-	if !strings.Contains(text.String(), "tick40 done") {
-		t.Fatalf("the resumed task's answer: %q, want the whole answer", text.String())
+	_, text := replayHoldsWhatWasSeen(t, ctx, h.base, taskID, first.events, "once space returned")
+	if !strings.Contains(text, "tick40 done") {
+		t.Fatalf("the resumed task's answer: %q, want the whole answer", text)
 	}
 }

@@ -24,6 +24,62 @@ func (l lastEventID) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
+// replayHoldsWhatWasSeen subscribes to task id on the host at base from
+// the first event (Last-Event-ID 0), requires the replay to end completed
+// and to hold every event of seen, in order (what a client saw before the
+// stream was cut, when), and returns the task and its answer's text.
+func replayHoldsWhatWasSeen(t *testing.T, ctx context.Context, base string, id a2a.TaskID, seen []a2a.Event, when string) (*a2a.Task, string) {
+	t.Helper()
+	hc := &http.Client{Transport: lastEventID{"0"}, Timeout: 2 * time.Minute}
+	card, err := agentcard.NewResolver(hc).Resolve(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Destroy()
+	var replay []a2a.Event
+	final := a2a.TaskState("")
+	for ev, err := range c.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: id}) {
+		if err != nil {
+			t.Fatalf("replay of task %s %s: %v", id, when, err)
+		}
+		replay = append(replay, ev)
+		if st, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && st.Status.State.Terminal() {
+			final = st.Status.State
+		}
+	}
+	if final != a2a.TaskStateCompleted {
+		t.Fatalf("the replay of task %s %s ends %q, want completed", id, when, final)
+	}
+	j := 0
+	for i, ev := range seen {
+		want, _ := json.Marshal(ev)
+		for ; j < len(replay); j++ {
+			if got, _ := json.Marshal(replay[j]); string(got) == string(want) {
+				break
+			}
+		}
+		if j == len(replay) {
+			t.Fatalf("event %d the client saw is not in the replay %s: %s", i, when, want)
+		}
+		j++
+	}
+	got, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for _, a := range got.Artifacts {
+		for _, p := range a.Parts {
+			text.WriteString(p.Text())
+		}
+	}
+	return got, text.String()
+}
+
 // TestBlackBoxGracefulStopLeavesTurnsResumable: a SIGTERM whose grace runs
 // out while a turn runs is never worse than a kill -9 at that moment. The
 // turn is not ended failed: the client's stream ends with SHUTTING_DOWN
@@ -106,55 +162,8 @@ func TestBlackBoxGracefulStopLeavesTurnsResumable(t *testing.T) {
 
 	// The next start resumes the task; it completes.
 	h2 := startSandboxHostWith(t, top, pluginDir, nil, limits)
-	hc := &http.Client{Transport: lastEventID{"0"}, Timeout: 2 * time.Minute}
-	card, err := agentcard.NewResolver(hc).Resolve(ctx, h2.base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(hc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Destroy()
-	var replay []a2a.Event
-	final := a2a.TaskState("")
-	for ev, err := range c2.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: taskID}) {
-		if err != nil {
-			t.Fatalf("replay of task %s after the restart: %v", taskID, err)
-		}
-		replay = append(replay, ev)
-		if st, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && st.Status.State.Terminal() {
-			final = st.Status.State
-		}
-	}
-	if final != a2a.TaskStateCompleted {
-		t.Fatalf("the task cut by the shutdown ended %q after the restart, want completed", final)
-	}
-	// Every event the client saw is in the replay, in order.
-	j := 0
-	for i, ev := range first.events {
-		want, _ := json.Marshal(ev)
-		for ; j < len(replay); j++ {
-			if got, _ := json.Marshal(replay[j]); string(got) == string(want) {
-				break
-			}
-		}
-		if j == len(replay) {
-			t.Fatalf("event %d the client saw before the stop is not replayed after the restart: %s", i, want)
-		}
-		j++
-	}
-	got, err := c2.GetTask(ctx, &a2a.GetTaskRequest{ID: taskID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	for _, a := range got.Artifacts {
-		for _, p := range a.Parts {
-			text.WriteString(p.Text())
-		}
-	}
-	if got.Status.State != a2a.TaskStateCompleted || !strings.Contains(text.String(), "tick4 done") {
-		t.Fatalf("after the restart the task is %s with %q, want completed with the whole answer", got.Status.State, text.String())
+	got, text := replayHoldsWhatWasSeen(t, ctx, h2.base, taskID, first.events, "after the restart")
+	if got.Status.State != a2a.TaskStateCompleted || !strings.Contains(text, "tick4 done") {
+		t.Fatalf("after the restart the task is %s with %q, want completed with the whole answer", got.Status.State, text)
 	}
 }
