@@ -281,39 +281,10 @@ func (c *capBody) RoundTrip(r *http.Request) (*http.Response, error) {
 		res.Body.Close()
 		return nil, fmt.Errorf("the card of remote agent %q is %d bytes, over the bound of %d (maxCardBytes)", c.name, res.ContentLength, c.max)
 	}
-	res.Body = &cappedReader{rc: res.Body, left: c.max, name: c.name, max: c.max}
+	res.Body = &overReader{rc: res.Body, left: c.max,
+		over: fmt.Errorf("the card of remote agent %q is over the bound of %d bytes (maxCardBytes)", c.name, c.max)}
 	return res, nil
 }
-
-type cappedReader struct {
-	rc   io.ReadCloser
-	left int64
-	max  int64
-	name string
-}
-
-func (c *cappedReader) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		// One byte more tells a body of exactly max bytes from a longer one.
-		var one [1]byte
-		n, err := c.rc.Read(one[:])
-		if n > 0 {
-			return 0, fmt.Errorf("the card of remote agent %q is over the bound of %d bytes (maxCardBytes)", c.name, c.max)
-		}
-		if err == nil {
-			err = io.EOF
-		}
-		return 0, err
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.rc.Read(p)
-	c.left -= int64(n)
-	return n, err
-}
-
-func (c *cappedReader) Close() error { return c.rc.Close() }
 
 // transport adds the configured headers and the trace context, and only
 // toward the agent's own origin.
