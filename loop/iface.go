@@ -292,6 +292,41 @@ type MultiStreamAppender interface {
 	AppendStreams(ctx context.Context, appends []StreamAppend) (first []uint64, err error)
 }
 
+// CommitAppend is what an EventCommitter appends to one stream around a
+// turn's commit: Before, the events queued ahead of the turn's end, and
+// After, the events that announce that end.
+type CommitAppend struct {
+	Stream string
+	Before [][]byte
+	After  [][]byte
+}
+
+// EventCommitter is an EventLog kept in the same store as a turn's commit,
+// which it can save in the write that appends the events announcing the
+// turn's end: the end is never in the log without the commit it announces,
+// and the commit costs no sync of its own.
+type EventCommitter interface {
+	// Commits reports whether a commit tc would make lands in this log's
+	// store, so that AppendCommit may make it instead.
+	Commits(tc TurnCommitter) bool
+	// AppendCommit appends, in one durable write, each entry's Before
+	// records to its stream, then saves c (as TurnCommitter.CommitTurn
+	// does, its lease fence and task version checked first), then appends
+	// each entry's After records after them. When c is refused (commitErr:
+	// ErrLeaseLost, ErrConflict, ...) the Before records are still
+	// appended and none of After. err: nothing was written. first holds each
+	// stream's first sequence number, in the order given (0 for an entry
+	// that had nothing appended). The streams must be distinct.
+	AppendCommit(ctx context.Context, appends []CommitAppend, c TurnCommit) (first []uint64, commitErr, err error)
+}
+
+// CommitterUnwrapper is a TurnCommitter that passes its commits on to
+// another (a wrapper adding telemetry): EventCommitter.Commits looks
+// through it.
+type CommitterUnwrapper interface {
+	UnwrapCommitter() TurnCommitter
+}
+
 // Lease is the right of one owner (a host process) to work on something
 // (a running task) until Expires. It is held by renewing it before it
 // lapses; another owner may take it only after it has. Token grows with
