@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,7 +26,12 @@ func TestMain(m *testing.M) {
 		serveChatProcess(spec)
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if looopyBin != "" {
+		// the binaries built once for this run (see binaries) are 70 MB
+		_ = os.RemoveAll(filepath.Dir(looopyBin))
+	}
+	os.Exit(code)
 }
 
 // serveChatProcess serves the default reply "chunks,delay" (a count and a

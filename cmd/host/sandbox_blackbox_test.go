@@ -28,6 +28,15 @@ var (
 	hostBinErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if hostBin != "" {
+		// the host built once for the package's black-box tests (70 MB)
+		_ = os.RemoveAll(filepath.Dir(hostBin))
+	}
+	os.Exit(code)
+}
+
 // sandboxHostBinary builds the host once for the package's black-box tests.
 func sandboxHostBinary(t *testing.T) string {
 	t.Helper()

@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if chatHostDir != "" {
 		_ = os.RemoveAll(chatHostDir)
 	}
+	if bin != "" {
+		_ = os.RemoveAll(filepath.Dir(bin))
+	}
 	os.Exit(code)
 }
 

@@ -49,6 +49,10 @@ func TestMain(m *testing.M) {
 	if browserCancel != nil {
 		browserCancel()
 	}
+	if code == 0 && shotsDir != "" && os.Getenv("LOOOPY_TEST_ARTIFACTS") == "" {
+		// screenshots are kept (their paths logged) only when a test failed
+		_ = os.RemoveAll(shotsDir)
+	}
 	os.Exit(code)
 }
 
