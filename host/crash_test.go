@@ -728,8 +728,11 @@ func TestLongCrashPoints(t *testing.T) {
 	root := t.TempDir()
 	bin := hostBinary(t)
 	// The task's lease and record are one write on Badger (lease-taken is
-	// reached only where they are two: see host/taskrt TestStartWrites).
-	points := []string{"task-starting", "task-saved", "turn-committed", "turn-settled"}
+	// reached only where they are two: see host/taskrt TestStartWrites);
+	// so are a turn's commit and its final events (turn-ending comes
+	// before that write; turn-committed, between the two where they are
+	// separate, is never reached: see TestTurnEndIsOneWriteWithItsCommit).
+	points := []string{"task-starting", "task-saved", "turn-ending", "turn-settled"}
 	for _, point := range points {
 		for _, nth := range []int{1, 4} {
 			t.Run(fmt.Sprintf("%s:%d", point, nth), func(t *testing.T) {

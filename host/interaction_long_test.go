@@ -18,7 +18,9 @@ import (
 // TestLongApprovalKills kills the real binary (SIGKILL) around approvals:
 // while tasks wait, once an approval is stored and before its call runs
 // (crash point task-saved), as the approved call writes its ledger line,
-// and once the turn that ran it is saved (crash point turn-committed).
+// and as the turn that ran it is about to be saved with its final events
+// (crash point turn-ending: the call's result is journaled, the turn not
+// saved).
 // After each restart: a task nobody approved never ran its tool; each
 // approved call ran at most once (exactly once unless the kill cut it off
 // mid-run, which the journal then reports as interrupted); every task ends
@@ -31,7 +33,7 @@ func TestLongApprovalKills(t *testing.T) {
 		{"while-waiting", ""},
 		{"approval-stored", fmt.Sprintf("task-saved:%d", waiting+1)},
 		{"as-the-call-writes", ""},
-		{"turn-saved", fmt.Sprintf("turn-committed:%d", waiting+1)},
+		{"turn-ending", fmt.Sprintf("turn-ending:%d", waiting+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			approvalKill(t, bin, filepath.Join(root, tc.name), tc.name, tc.crashpoint, waiting)

@@ -434,12 +434,12 @@ func hostID(dataDir string) string {
 
 // crashpointEnv names a point between two writes of a task's life where
 // the process kills itself (SIGKILL), for the crash tests:
-// LOOOPY_CRASHPOINT=turn-committed:3 dies the third time a turn is saved
-// and its final events are not yet in the log. The points are taskrt's
+// LOOOPY_CRASHPOINT=turn-ending:3 dies the third time a turn is about to
+// write its commit with its final events. The points are taskrt's
 // Point constants and remote.PointAcknowledged (a remote agent's
 // acknowledgement read, its task's id not recorded yet).
 //
-// With ":term" after the count (turn-committed:1:term, a runtime's point
+// With ":term" after the count (turn-ending:1:term, a runtime's point
 // only) the process stops gracefully there instead: it sends itself
 // SIGTERM and holds the turn at that point until the shutdown's grace
 // (limits.shutdownGrace) has run out and the running turns are suspended,
@@ -463,7 +463,7 @@ func crashpointFromEnv(v string) (func(string), func(), error) {
 		}
 	}
 	switch point {
-	case taskrt.PointTaskStarting, taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnCommitted,
+	case taskrt.PointTaskStarting, taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnEnding, taskrt.PointTurnCommitted,
 		taskrt.PointTurnSettled, taskrt.PointEndSaved:
 	case remote.PointAcknowledged:
 		if mode != "" {

@@ -69,7 +69,10 @@ type hubEvents struct {
 	log loop.EventLog
 }
 
-var _ taskrt.Events = hubEvents{}
+var (
+	_ taskrt.Events    = hubEvents{}
+	_ taskrt.EndEvents = hubEvents{}
+)
 
 func (h hubEvents) Sink(onErr func(loop.Event, error)) loop.EventSink { return h.hub.Sink(onErr) }
 
@@ -116,6 +119,30 @@ func (h hubEvents) Settle(ctx context.Context, taskID, contextID string, termina
 	}
 	return errors.Join(errs...)
 }
+
+// CommitEnd has the Hub write a turn's commit with the events that
+// announce its end, when its log keeps the commit's store (Badger).
+// The write gets the commit's span when tc traces its commits.
+func (h hubEvents) CommitEnd(ctx context.Context, tc loop.TurnCommitter, c loop.TurnCommit, end []loop.Event, onDurable func()) (bool, error) {
+	ts, ok := tc.(*tracedStore)
+	if !ok || !h.hub.CommitsEnds(tc) {
+		return h.hub.CommitEnd(ctx, tc, c, end, onDurable)
+	}
+	ctx, done := ts.startCommit(ctx, c)
+	handled, err := h.hub.CommitEnd(ctx, tc, c, end, onDurable)
+	if handled {
+		done(err)
+	} else {
+		// Not written (a stream finished, the Hub closing): the commit
+		// is made, in a span of its own, by CommitTurn.
+		done(errEndNotWritten)
+	}
+	return handled, err
+}
+
+// errEndNotWritten marks the span of a turn's end the event log did not
+// write: CommitTurn makes the commit after it.
+var errEndNotWritten = errors.New("the event log did not write the turn's end; committed on its own")
 
 func (h hubEvents) Retire(ctx context.Context, taskID string) error {
 	return h.hub.Retire(ctx, sse.TaskStream(taskID))

@@ -48,6 +48,16 @@ var (
 // CommitTurn saves a finished turn in one synced write, in a
 // store.commit_turn span.
 func (s *tracedStore) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
+	ctx, done := s.startCommit(ctx, c)
+	err := s.backend.CommitTurn(ctx, c)
+	done(err)
+	return err
+}
+
+// startCommit opens the store.commit_turn span of c's write (made by
+// CommitTurn, or by the event log with the turn's final events) and
+// returns what records its end.
+func (s *tracedStore) startCommit(ctx context.Context, c loop.TurnCommit) (context.Context, func(error)) {
 	began := time.Now()
 	ctx, span := s.tel.startSpan(ctx, "store.commit_turn")
 	if span.IsRecording() {
@@ -58,10 +68,13 @@ func (s *tracedStore) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 		}
 		span.SetAttributes(attrs...)
 	}
-	err := s.backend.CommitTurn(ctx, c)
-	s.end(ctx, span, began, opCommit, err)
-	return err
+	return ctx, func(err error) { s.end(ctx, span, began, opCommit, err) }
 }
+
+// UnwrapCommitter is the backend: an event log of the same store writes a
+// turn's commit with the turn's final events (loop.EventCommitter), with
+// no store.commit_turn span of its own.
+func (s *tracedStore) UnwrapCommitter() loop.TurnCommitter { return s.backend }
 
 // SaveCheckpoint saves a turn's checkpoint, in a store.checkpoint span.
 func (s *tracedStore) SaveCheckpoint(ctx context.Context, cp loop.Checkpoint) error {

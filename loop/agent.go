@@ -590,7 +590,9 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 			c.DeleteCheckpoint = rec.ID
 			cps = nil
 		}
-		if err := tc.CommitTurn(ctx, c); err != nil {
+		// With the events that announce the turn's end, when its sink
+		// can write them with the commit.
+		if err := o.end.commit(ctx, tc, c, o); err != nil {
 			a.meta.Status, a.meta.Error = AgentFailed, err.Error()
 			// What was added to the cache is not stored: forget it, so
 			// that a later turn does not save it as its own.

@@ -113,6 +113,22 @@ type SinkFunc func(Event)
 // Emit calls f(e).
 func (f SinkFunc) Emit(e Event) { f(e) }
 
+// EndSink is an EventSink that can publish the events that announce a
+// turn's end in the write that saves the turn (its log keeps the turn's
+// commit too): the end is then never out before the commit it announces,
+// and the two cost one durable write instead of two. The loop uses it when
+// the turn's sink offers it and the agent commits whole turns.
+type EndSink interface {
+	EventSink
+	// CommitEnd saves c, as tc would, and publishes end after every event
+	// emitted before, in one atomic write: both, or neither. It reports
+	// false when it cannot: nothing was done, and the caller commits with
+	// tc and emits end after. With true, err is the commit's refusal
+	// (ErrLeaseLost, ErrConflict) or the write's failure: none of end was
+	// published.
+	CommitEnd(ctx context.Context, tc TurnCommitter, c TurnCommit, end []Event) (bool, error)
+}
+
 // MessageStore keeps the history of each conversation (contextId).
 // Messages are ordered by the sequence Append gives them.
 type MessageStore interface {

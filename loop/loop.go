@@ -275,6 +275,37 @@ type Outcome struct {
 	// turn. Nil when the turn saved no task record.
 	Saved *TaskRecord
 	Err   error
+
+	// end is how the turn's end events go out with its commit (EndSink),
+	// while OnFinish runs.
+	end *endHook
+}
+
+// endHook lets the commit of a turn (OnFinish) publish the events that
+// announce its end in the same write, through the turn's EndSink.
+type endHook struct {
+	tr   *turn
+	sink EndSink
+	sent bool // the end is out: the loop does not announce it again
+}
+
+// commit saves c with tc, with o's end events in the same write when the
+// turn's sink can; otherwise with tc alone (the loop announces the end
+// after).
+func (h *endHook) commit(ctx context.Context, tc TurnCommitter, c TurnCommit, o *Outcome) error {
+	if h == nil || h.tr.halted.Load() {
+		return tc.CommitTurn(ctx, c)
+	}
+	tr := h.tr
+	end := tr.endEvents(o)
+	tr.emitMu.Lock()
+	handled, err := h.sink.CommitEnd(ctx, tc, c, end)
+	tr.emitMu.Unlock()
+	if !handled {
+		return tc.CommitTurn(ctx, c)
+	}
+	h.sent = err == nil
+	return err
 }
 
 // Reasons a turn ends.
@@ -484,7 +515,18 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 		// The task is not stored: nothing of the turn may be either.
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
 	} else if t.OnFinish != nil {
-		if err := t.OnFinish(context.WithoutCancel(ctx), &out); err != nil {
+		if es, ok := tr.sink.(EndSink); ok {
+			out.end = &endHook{tr: tr, sink: es}
+		}
+		err := t.OnFinish(context.WithoutCancel(ctx), &out)
+		if err != nil {
+			if out.end != nil && out.end.sent {
+				// Not expected (the end is out with the commit, and
+				// OnFinish fails only for the commit): the end stands.
+				err = nil
+			}
+		}
+		if err != nil {
 			out.Status, out.Reason = TaskFailed, ReasonError
 			out.Err = fmt.Errorf("finish turn: %w", err)
 			if se := (&StopError{}); tr.refused(err) && Suspended(ctx) && errors.As(context.Cause(ctx), &se) {
@@ -513,7 +555,11 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 		l.metrics.turn(ctx, &out)
 	}
 	_ = tr.budget(ctx, &out, true, 0)
-	tr.finish(&out)
+	sent := out.end != nil && out.end.sent
+	out.end = nil
+	if !sent {
+		tr.finish(&out)
+	}
 	return out
 }
 
@@ -527,6 +573,16 @@ func (tr *turn) stored(ctx context.Context) error {
 }
 
 func (tr *turn) finish(out *Outcome) {
+	for _, e := range tr.endEvents(out) {
+		tr.emit(e)
+	}
+}
+
+// endEvents are the events that announce the end of the turn as out says
+// it: the requests it ends on, its final status and its task-complete,
+// stamped as emit stamps them.
+func (tr *turn) endEvents(out *Outcome) []Event {
+	var end []Event
 	st := &TaskStatusEvent{Header: Header{Kind: KindTaskStatus}, Status: out.Status,
 		Message: out.StatusMessage(), Metadata: EndMetadata(*out)}
 	if len(out.PendingCalls) > 0 {
@@ -542,15 +598,18 @@ func (tr *turn) finish(out *Outcome) {
 		}
 		for _, r := range out.Requests {
 			if r.InputType == InputAuth {
-				tr.emit(authRequiredEvent(r))
+				end = append(end, authRequiredEvent(r))
 				continue
 			}
-			tr.emit(inputRequiredEvent(r))
+			end = append(end, inputRequiredEvent(r))
 		}
 	}
-	tr.emit(st)
-	tr.emit(&TaskComplete{Header: Header{Kind: KindTaskComplete}, Status: out.Status,
+	end = append(end, st, &TaskComplete{Header: Header{Kind: KindTaskComplete}, Status: out.Status,
 		Content: out.Content, Reason: out.Reason, Usage: out.Usage, Metadata: EndMetadata(*out)})
+	for _, e := range end {
+		tr.stamp(e)
+	}
+	return end
 }
 
 // emit stamps the header and hands the event to the sink, one at a time.
@@ -558,6 +617,18 @@ func (tr *turn) emit(e Event) {
 	if tr.halted.Load() {
 		return // suspended at a refused write: nothing more is announced
 	}
+	tr.stamp(e)
+	tr.emitMu.Lock()
+	defer tr.emitMu.Unlock()
+	if ts, ok := e.(*ThoughtStream); ok && !tr.stampThought(ts) {
+		return
+	}
+	tr.sink.Emit(e)
+}
+
+// stamp fills in the header of an event of the turn: its context, task
+// and time.
+func (tr *turn) stamp(e Event) {
 	h := e.Head()
 	if h.ContextID == "" {
 		h.ContextID = tr.t.ContextID
@@ -571,12 +642,6 @@ func (tr *turn) emit(e Event) {
 	if h.Timestamp.IsZero() {
 		h.Timestamp = time.Now().UTC()
 	}
-	tr.emitMu.Lock()
-	defer tr.emitMu.Unlock()
-	if ts, ok := e.(*ThoughtStream); ok && !tr.stampThought(ts) {
-		return
-	}
-	tr.sink.Emit(e)
 }
 
 func (tr *turn) run(ctx context.Context) Outcome {

@@ -179,7 +179,8 @@ type stream struct {
 	queue   []pending // events waiting to be appended, in order
 	qbytes  int64     // bytes of the queue and of the batch being appended
 	spare   []pending
-	writing bool // a writer goroutine owns the queue
+	writing bool    // a writer goroutine owns the queue
+	partner *stream // the other stream of a writer that owns both queues (writePair)
 
 	mu       sync.RWMutex
 	loaded   bool   // last and from are known
@@ -379,6 +380,126 @@ func (h *Hub) Sink(onErr func(loop.Event, error)) loop.EventSink {
 			}
 		}
 	})
+}
+
+// endCommit is a turn's commit queued with the events that announce the
+// turn's end (Hub.CommitEnd).
+type endCommit struct {
+	c         loop.TurnCommit
+	items     []Item
+	onDurable func()
+	res       chan endResult // buffered
+}
+
+type endResult struct {
+	handled bool
+	err     error
+}
+
+// CommitsEnds reports whether the Hub's log keeps the commits tc makes, so
+// that CommitEnd can write one with the end it announces.
+func (h *Hub) CommitsEnds(tc loop.TurnCommitter) bool {
+	el, ok := h.log.(loop.EventCommitter)
+	_, ok2 := h.log.(loop.MultiStreamAppender)
+	return ok && ok2 && el.Commits(tc)
+}
+
+// CommitEnd publishes events, the last ones of a turn (of one task, in one
+// context), after everything queued for their task's and context's streams
+// before them, and has the log save c in the same write: the end is never
+// in the log without the commit it announces, and the commit takes no sync
+// of its own. onDurable, when set, runs once the write is durable, before
+// any subscriber can see the events.
+//
+// It reports false when it cannot (the log is not an EventCommitter of
+// tc's store, the events do not all name the same task and context, a
+// stream is finished, the Hub is closed): then nothing was done, and the
+// caller commits with tc and publishes the events after. With true, err is
+// the commit's refusal (loop.ErrLeaseLost, loop.ErrConflict, ...) or the
+// write's failure: none of the events is published then; the events
+// queued before them are.
+func (h *Hub) CommitEnd(ctx context.Context, tc loop.TurnCommitter, c loop.TurnCommit, events []loop.Event, onDurable func()) (bool, error) {
+	el, ok := h.log.(loop.EventCommitter)
+	ml, ok2 := h.log.(loop.MultiStreamAppender)
+	if !ok || !ok2 || len(events) == 0 || !el.Commits(tc) {
+		return false, nil
+	}
+	items := make([]Item, len(events))
+	var taskID, contextID string
+	for i, e := range events {
+		it, err := itemOf(e)
+		if err != nil {
+			return false, nil // the usual path reports it
+		}
+		hd := e.Head()
+		if i == 0 {
+			taskID, contextID = hd.TaskID, hd.ContextID
+		}
+		if hd.TaskID == "" || hd.ContextID == "" || hd.TaskID != taskID || hd.ContextID != contextID {
+			return false, nil
+		}
+		items[i] = it
+	}
+	ec := &endCommit{c: c, items: items, onDurable: onDurable, res: make(chan endResult, 1)}
+	an, bn := TaskStream(taskID), ContextStream(contextID)
+	for {
+		queued, err := h.queueEnd(ml, an, bn, ec)
+		if err != nil {
+			return false, nil
+		}
+		if queued {
+			break
+		}
+		// A stream has a writer of its own (or shares one with another
+		// stream): the commit waits until neither is written.
+		for _, n := range []string{an, bn} {
+			if err := h.Flush(ctx, n); err != nil {
+				return false, nil
+			}
+		}
+	}
+	// The write completes whatever ctx does (the Hub waits for it on
+	// Close): its outcome is the caller's to know.
+	r := <-ec.res
+	return r.handled, r.err
+}
+
+// queueEnd queues ec in the streams an and bn when one writer owns both or
+// neither has one (then it starts one); it reports whether it did.
+func (h *Hub) queueEnd(ml loop.MultiStreamAppender, an, bn string, ec *endCommit) (bool, error) {
+	a, err := h.acquire(an)
+	if err != nil {
+		return false, err
+	}
+	defer h.release(a)
+	b, err := h.acquire(bn)
+	if err != nil {
+		return false, err
+	}
+	defer h.release(b)
+	unlock := lockQueues(a, b)
+	defer unlock()
+	switch {
+	case a.writing && b.writing && a.partner == b && b.partner == a:
+	case !a.writing && !b.writing:
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return false, ErrClosed
+		}
+		a.refs++ // the writer's
+		b.refs++
+		h.writers.Add(1)
+		h.mu.Unlock()
+		a.writing, b.writing = true, true
+		a.partner, b.partner = b, a
+		go h.writePair(ml, a, b)
+	default:
+		return false, nil
+	}
+	a.queue = append(a.queue, pending{end: ec})
+	b.queue = append(b.queue, pending{end: ec})
+	return true, nil
 }
 
 // Flush waits until every event queued for stream is in the log.

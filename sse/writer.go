@@ -16,6 +16,7 @@ type pending struct {
 	it    Item
 	res   chan pubResult // buffered; nil when nobody waits
 	onErr func(error)    // when nobody waits
+	end   *endCommit     // a turn's commit with its end (Hub.CommitEnd): no event of its own
 }
 
 type pubResult struct {
@@ -190,6 +191,7 @@ func (h *Hub) startPair(ml loop.MultiStreamAppender, an string, p pending, bn st
 	h.writers.Add(1)
 	h.mu.Unlock()
 	a.writing, b.writing = true, true
+	a.partner, b.partner = b, a
 	a.queue = append(a.queue, p)
 	b.queue = append(b.queue, q)
 	go h.writePair(ml, a, b)
@@ -211,6 +213,9 @@ func lockQueues(a, b *stream) func() {
 }
 
 // writePair appends the queues of a and b, together, until both are empty.
+// A turn's commit queued in both (Hub.CommitEnd) is written with what the
+// queues hold before it and the events that announce the turn's end, in
+// one write to the log.
 func (h *Hub) writePair(ml loop.MultiStreamAppender, a, b *stream) {
 	defer h.writers.Done()
 	for {
@@ -218,6 +223,7 @@ func (h *Hub) writePair(ml loop.MultiStreamAppender, a, b *stream) {
 		if len(a.queue) == 0 && len(b.queue) == 0 {
 			for _, st := range []*stream{a, b} {
 				st.writing = false
+				st.partner = nil
 				st.queue, st.spare = nil, nil
 				st.qcond.Broadcast()
 			}
@@ -227,17 +233,39 @@ func (h *Hub) writePair(ml loop.MultiStreamAppender, a, b *stream) {
 			return
 		}
 		var ba, bb []pending
-		if len(a.queue) > 0 {
-			ba = a.take()
-		}
-		if len(b.queue) > 0 {
-			bb = b.take()
+		var ec *endCommit
+		ia, ib := endAt(a.queue), endAt(b.queue)
+		switch {
+		case ia >= 0 && ib >= 0 && a.queue[ia].end == b.queue[ib].end && fitsBeforeEnd(a.queue[:ia]) && fitsBeforeEnd(b.queue[:ib]):
+			ec = a.queue[ia].end
+			ba, bb = a.takeN(ia+1), b.takeN(ib+1)
+		case ia == 0 && ib == 0 && a.queue[0].end != b.queue[0].end, ia == 0 && ib < 0, ib == 0 && ia < 0:
+			// A commit queued in one stream only (never made so): it
+			// goes back to its caller undone.
+			if ia == 0 {
+				ba = a.takeN(1)
+			}
+			if ib == 0 {
+				bb = b.takeN(1)
+			}
+		default:
+			// The events queued before a commit go first when there are
+			// too many of them to share its write.
+			ba, bb = a.takeN(cutAt(a.queue, ia)), b.takeN(cutAt(b.queue, ib))
 		}
 		a.qcond.Broadcast()
 		b.qcond.Broadcast()
 		unlock()
 
 		switch {
+		case ec != nil:
+			h.appendEnd(ml, a, ba, b, bb, ec)
+		case len(ba) > 0 && ba[0].end != nil || len(bb) > 0 && bb[0].end != nil:
+			for _, p := range append(ba, bb...) {
+				if p.end != nil {
+					p.end.res <- endResult{}
+				}
+			}
 		case len(ba) == 0:
 			h.appendBatch(b, bb)
 		case len(bb) == 0:
@@ -248,6 +276,61 @@ func (h *Hub) writePair(ml loop.MultiStreamAppender, a, b *stream) {
 		a.giveBack(ba)
 		b.giveBack(bb)
 	}
+}
+
+// maxBeforeEnd and maxBytesBeforeEnd bound the events queued before a
+// turn's commit that share its write: more go in a write of their own
+// first, so that the commit's write stays small.
+const (
+	maxBeforeEnd      = 64
+	maxBytesBeforeEnd = 1 << 20
+)
+
+func fitsBeforeEnd(q []pending) bool {
+	if len(q) > maxBeforeEnd {
+		return false
+	}
+	var n int
+	for i := range q {
+		n += len(q[i].it.Data)
+	}
+	return n <= maxBytesBeforeEnd
+}
+
+// endAt returns the index of the first commit in q, -1 when it holds none.
+func endAt(q []pending) int {
+	for i := range q {
+		if q[i].end != nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// cutAt is how many events of q to append now: those before its first
+// commit (at end, -1: none), at most maxAppend.
+func cutAt(q []pending, end int) int {
+	n := len(q)
+	if end >= 0 {
+		n = end
+	}
+	return min(n, maxAppend)
+}
+
+// takeN removes the first n entries of the queue and returns them (nil
+// for none). Caller holds st.qmu.
+func (st *stream) takeN(n int) []pending {
+	if n == 0 {
+		return nil
+	}
+	batch := st.queue
+	if len(batch) > n {
+		st.queue = append(st.spare[:0], batch[n:]...)
+		batch = batch[:n]
+	} else {
+		st.queue = st.spare[:0]
+	}
+	return batch
 }
 
 // appendPair appends ba to a and bb to b in one write to the log, then
@@ -291,6 +374,87 @@ func (h *Hub) appendPair(ml loop.MultiStreamAppender, a *stream, ba []pending, b
 	first.pub.Unlock()
 	answer(ba, ids[0], nil)
 	answer(bb, ids[1], nil)
+}
+
+// appendEnd writes a turn's commit (ec) in one write to the log with ba
+// and bb, the events queued before it in a and b (each ending with the
+// commit's entry), and the events that announce the turn's end after them
+// in both streams. A refused commit leaves ba and bb appended alone; a
+// failed write appends them as any batch.
+func (h *Hub) appendEnd(ml loop.MultiStreamAppender, a *stream, ba []pending, b *stream, bb []pending, ec *endCommit) {
+	ba, bb = ba[:len(ba)-1], bb[:len(bb)-1]
+	el := h.log.(loop.EventCommitter) // CommitEnd queues a commit only then
+	first, second := a, b
+	if b.name < a.name {
+		first, second = b, a
+	}
+	first.pub.Lock()
+	second.pub.Lock()
+	a.mu.RLock()
+	fin := a.finished
+	a.mu.RUnlock()
+	b.mu.RLock()
+	fin = fin || b.finished
+	b.mu.RUnlock()
+	var ids []uint64
+	var commitErr, err error
+	if !fin {
+		ends := make([][]byte, len(ec.items))
+		for i := range ec.items {
+			ends[i] = ec.items[i].Data
+		}
+		ids, commitErr, err = el.AppendCommit(context.Background(), []loop.CommitAppend{
+			{Stream: a.name, Before: records(ba), After: ends}, {Stream: b.name, Before: records(bb), After: ends}}, ec.c)
+		if err == nil && len(ids) != 2 {
+			err = fmt.Errorf("the log answered %d first ids for 2 streams", len(ids))
+		}
+	}
+	if fin || err != nil {
+		// Nothing was written: the events before the commit go as any
+		// others. A finished stream takes no end: the caller commits
+		// and publishes it the usual way (and hears it refused).
+		second.pub.Unlock()
+		first.pub.Unlock()
+		switch {
+		case len(ba) > 0 && len(bb) > 0:
+			h.appendPair(ml, a, ba, b, bb)
+		case len(ba) > 0:
+			h.appendBatch(a, ba)
+		case len(bb) > 0:
+			h.appendBatch(b, bb)
+		}
+		if fin {
+			ec.res <- endResult{}
+		} else {
+			ec.res <- endResult{handled: true, err: fmt.Errorf("publish the end of a turn of %q: %w", ec.c.ContextID, err)}
+		}
+		return
+	}
+	fa, fb := ba, bb
+	if commitErr == nil {
+		if ec.onDurable != nil {
+			ec.onDurable()
+		}
+		fa = make([]pending, 0, len(ba)+len(ec.items))
+		fa = append(fa, ba...)
+		fb = make([]pending, 0, len(bb)+len(ec.items))
+		fb = append(fb, bb...)
+		for _, it := range ec.items {
+			fa = append(fa, pending{it: it})
+			fb = append(fb, pending{it: it})
+		}
+	}
+	if len(fa) > 0 {
+		h.published(a, fa, ids[0])
+	}
+	if len(fb) > 0 {
+		h.published(b, fb, ids[1])
+	}
+	second.pub.Unlock()
+	first.pub.Unlock()
+	answer(ba, ids[0], nil)
+	answer(bb, ids[1], nil)
+	ec.res <- endResult{handled: true, err: commitErr}
 }
 
 // appendBatch appends batch to the log, then publishes it to the tail and

@@ -20,13 +20,14 @@ import (
 )
 
 // TestBlackBoxGracefulStopNeverCutsATurnsEnd: a SIGTERM whose grace runs
-// out after a turn's end was written (its record final, or paused on its
-// client) and before its final events are in the log. The turn is not
-// handed on: its final status goes out before its lease is released, so
-// that after the restart the task's stream ends with the status its
-// record has. The stop comes from the host itself at that point
-// (LOOOPY_CRASHPOINT=turn-committed:1:term), which holds the turn there
-// until the shutdown has suspended the running turns: no timing involved.
+// out once a turn has decided its end (its record final, or paused on its
+// client) and is about to write it with its final events (one write on
+// Badger). The turn is not handed on: its end is written and its final
+// status goes out before its lease is released, so that after the restart
+// the task's stream ends with the status its record has. The stop comes
+// from the host itself at that point (LOOOPY_CRASHPOINT=turn-ending:1:term),
+// which holds the turn there until the shutdown has suspended the running
+// turns: no timing involved.
 // Without the control the task was completed (or input-required) with a
 // stream that never said so, and nothing ever repaired it.
 func TestBlackBoxGracefulStopNeverCutsATurnsEnd(t *testing.T) {
@@ -51,7 +52,7 @@ func TestBlackBoxGracefulStopNeverCutsATurnsEnd(t *testing.T) {
 					{"toolCall":{"name":"get_location","arguments":{"precision":"city"}}}]}],
 					"default":{"steps":[{"text":"all done"}]}}`})
 			limits := map[string]any{"limits": map[string]any{"shutdownGrace": "1s"}}
-			h := startSandboxHostEnv(t, top, pluginDir, nil, limits, "LOOOPY_CRASHPOINT=turn-committed:1:term")
+			h := startSandboxHostEnv(t, top, pluginDir, nil, limits, "LOOOPY_CRASHPOINT=turn-ending:1:term")
 			c := a2aClient(t, h.base, "")
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
@@ -98,7 +99,7 @@ func TestBlackBoxGracefulStopNeverCutsATurnsEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.Status.State != tc.want {
-				t.Fatalf("task %s is %s after the restart, want %s (the stop came after its end was written)", taskID, got.Status.State, tc.want)
+				t.Fatalf("task %s is %s after the restart, want %s (the stop came once its end was decided)", taskID, got.Status.State, tc.want)
 			}
 			// The replay of its stream from the start carries that end.
 			// An input-required task's stream stays open: it is read until

@@ -41,8 +41,13 @@ const (
 	PointLeaseTaken = "lease-taken"
 	// PointTaskSaved: the task is stored; no client was told yet.
 	PointTaskSaved = "task-saved"
+	// PointTurnEnding: the turn's commit and the final events that
+	// announce it are about to be written together (Events offers
+	// EndEvents): nothing of either is stored yet.
+	PointTurnEnding = "turn-ending"
 	// PointTurnCommitted: the turn is saved; its final events are not
-	// in the log yet.
+	// in the log yet. Only where the two are separate writes (the log
+	// cannot save the turn's commit).
 	PointTurnCommitted = "turn-committed"
 	// PointTurnSettled: the final events are in the log; the lease is
 	// still held.
@@ -112,6 +117,30 @@ type Events interface {
 	Retire(ctx context.Context, taskID string) error
 	// KeepContext has a context's stream expire ttl after now.
 	KeepContext(ctx context.Context, contextID string, ttl time.Duration) error
+}
+
+// EndEvents is Events whose log also keeps the turns' commits (the host's
+// Hub over a Badger store): a turn's commit and the events that announce
+// its end are then one write.
+type EndEvents interface {
+	// CommitEnd publishes end (events of one task) after the events queued
+	// before, and saves c (as tc would) in the same write: both or
+	// neither. onDurable runs once the write is durable, before anyone can
+	// read the events. false: it cannot (nothing was done, the caller
+	// commits and publishes as usual); with true, err is the commit's
+	// refusal or the write's failure, and none of end is published.
+	CommitEnd(ctx context.Context, tc loop.TurnCommitter, c loop.TurnCommit, end []loop.Event, onDurable func()) (bool, error)
+}
+
+// endSink is a turn's EventSink that also publishes its end with its
+// commit (loop.EndSink).
+type endSink struct {
+	loop.SinkFunc
+	end func(ctx context.Context, tc loop.TurnCommitter, c loop.TurnCommit, end []loop.Event) (bool, error)
+}
+
+func (s endSink) CommitEnd(ctx context.Context, tc loop.TurnCommitter, c loop.TurnCommit, end []loop.Event) (bool, error) {
+	return s.end(ctx, tc, c, end)
 }
 
 // Artifacts is what the runtime needs of the artifact store: the
@@ -584,7 +613,7 @@ type startGate struct {
 // drops them all when it could not be).
 func (g *startGate) sink(next loop.EventSink) loop.EventSink {
 	g.emit = next
-	return loop.SinkFunc(func(e loop.Event) {
+	f := loop.SinkFunc(func(e loop.Event) {
 		g.mu.Lock()
 		if !g.settled {
 			g.held = append(g.held, e)
@@ -596,6 +625,19 @@ func (g *startGate) sink(next loop.EventSink) loop.EventSink {
 			next.Emit(e)
 		}
 	})
+	es, ok := next.(loop.EndSink)
+	if !ok {
+		return f
+	}
+	return endSink{SinkFunc: f, end: func(ctx context.Context, tc loop.TurnCommitter, c loop.TurnCommit, end []loop.Event) (bool, error) {
+		g.mu.Lock()
+		open := g.settled && g.err == nil && len(g.held) == 0
+		g.mu.Unlock()
+		if !open {
+			return false, nil // the end goes after what the gate holds
+		}
+		return es.CommitEnd(ctx, tc, c, end)
+	}}
 }
 
 // decide records the write's outcome and lets the held events out (in
@@ -940,7 +982,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		rt.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
 			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
 	})
-	sink := loop.SinkFunc(func(e loop.Event) {
+	emit := loop.SinkFunc(func(e loop.Event) {
 		if k := e.Head().Kind; k.Internal() && !(rt.cfg.KeepDebugThoughts && k == loop.KindInternalThoughtProcess) {
 			return // internal events are for tracing, not for the log clients read
 		}
@@ -985,6 +1027,12 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 			}(tc.TaskID)
 		}
 	})
+	var sink loop.EventSink = emit
+	if ee, ok := rt.ev.(EndEvents); ok {
+		sink = endSink{SinkFunc: emit, end: func(ctx context.Context, tc loop.TurnCommitter, c loop.TurnCommit, end []loop.Event) (bool, error) {
+			return rt.commitEnd(ctx, ee, r, tc, c, end)
+		}}
+	}
 	var run loop.EventSink = sink
 	var stopRenew func()
 	if g == nil {
@@ -1103,6 +1151,34 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		rt.crashpoint(PointTurnSettled)
 		rt.disown(r)
 	}()
+}
+
+// commitEnd saves r's turn (c) and publishes the events that announce its
+// end in one write, as the sink would publish them one by one after the
+// commit: the turn's context is released before anyone can read its end.
+// It reports false when the events are not the sink's to publish that way
+// (the task is another process's now, or one of them would not pass a
+// stop): the loop then commits and emits them as usual.
+func (rt *Runtime) commitEnd(ctx context.Context, ee EndEvents, r *Run, tc loop.TurnCommitter, c loop.TurnCommit, end []loop.Event) (bool, error) {
+	if r.lost() {
+		return false, nil
+	}
+	final := false
+	for _, e := range end {
+		if k := e.Head().Kind; k.Internal() || (r.handedOn() && !endOf(r, e)) {
+			return false, nil
+		}
+		final = final || isFinal(r, e)
+	}
+	// Nothing of the turn's end is stored yet.
+	rt.crashpoint(PointTurnEnding)
+	var onDurable func()
+	if final {
+		// The context takes the next turn before anyone can see this
+		// one end.
+		onDurable = func() { rt.releaseContext(r) }
+	}
+	return ee.CommitEnd(ctx, tc, c, end, onDurable)
 }
 
 // renew keeps r's lease while its turn runs; a lost lease cancels the
