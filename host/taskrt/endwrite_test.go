@@ -3,6 +3,7 @@ package taskrt
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,4 +293,188 @@ func containsStr(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// The Hub's CommitEnd with a live subscriber: the events queued before the
+// commit come first, the end after them, in the write of the commit; a
+// refused commit (a stale task version) has the events before it appended
+// and read by the subscriber, and none of the end, neither in the log nor
+// in what the subscriber reads; the ids stay contiguous across both.
+func TestHubCommitEndRefusedPublishesNoEnd(t *testing.T) {
+	t.Parallel()
+	db, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	hub, err := sse.New(sse.Config{Log: db.Events()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hub.Close() })
+	ctx := context.Background()
+	rec := loop.TaskRecord{ID: "t", ContextID: "c", Status: loop.TaskWorking, CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC()}
+	if err := db.SaveTask(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Version++
+	sub, err := hub.Subscribe(ctx, sse.TaskStream("t"), 0, sse.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Close() }()
+	hd := func(k loop.EventKind) loop.Header { return loop.Header{Kind: k, TaskID: "t", ContextID: "c"} }
+	sink := hub.Sink(func(e loop.Event, err error) { t.Errorf("event %s not logged: %v", e.Head().Kind, err) })
+	end := func() []loop.Event {
+		return []loop.Event{&loop.TaskStatusEvent{Header: hd(loop.KindTaskStatus), Status: loop.TaskCompleted},
+			&loop.TaskComplete{Header: hd(loop.KindTaskComplete), Status: loop.TaskCompleted}}
+	}
+	commit := func(r loop.TaskRecord) loop.TurnCommit {
+		r.Status = loop.TaskCompleted
+		return loop.TurnCommit{ContextID: "c", Agent: loop.AgentMetadata{ContextID: "c", Status: loop.AgentReady}, Task: &r}
+	}
+	for range 3 {
+		sink.Emit(&loop.ContentDelta{Header: hd(loop.KindContentDelta), Delta: "piece"})
+	}
+	stale := rec
+	stale.Version--
+	handled, err := hub.CommitEnd(ctx, db, commit(stale), end(), func() { t.Error("onDurable ran for a refused commit") })
+	if !handled || !errors.Is(err, loop.ErrConflict) {
+		t.Fatalf("CommitEnd of a stale version: %v, %v; want handled, ErrConflict", handled, err)
+	}
+	got := kindsOfStream(t, db, sse.TaskStream("t"))
+	if len(got) != 3 || got[2] != string(loop.KindContentDelta) {
+		t.Fatalf("after the refused commit the stream holds %v, want the 3 deltas alone", got)
+	}
+	for i := range 3 {
+		it, err := sub.Next(ctx)
+		if err != nil || it.ID != uint64(i+1) || it.Kind != loop.KindContentDelta {
+			t.Fatalf("subscriber's event %d: %+v, %v; want delta %d", i, it, err, i+1)
+		}
+	}
+	sink.Emit(&loop.ContentDelta{Header: hd(loop.KindContentDelta), Delta: "once more"})
+	durable := false
+	handled, err = hub.CommitEnd(ctx, db, commit(rec), end(), func() { durable = true })
+	if !handled || err != nil || !durable {
+		t.Fatalf("CommitEnd: %v, %v, onDurable ran: %v", handled, err, durable)
+	}
+	got = kindsOfStream(t, db, sse.TaskStream("t"))
+	want := []string{"content-delta", "content-delta", "content-delta", "content-delta", "task-status:completed", "task-complete"}
+	if len(got) != len(want) {
+		t.Fatalf("stream %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("stream %v, want %v", got, want)
+		}
+	}
+	if ck := kindsOfStream(t, db, sse.ContextStream("c")); len(ck) != len(want) || ck[4] != want[4] || ck[5] != want[5] {
+		t.Fatalf("context stream %v, want %v", ck, want)
+	}
+	for i := 4; i <= 6; i++ {
+		it, err := sub.Next(ctx)
+		if err != nil || it.ID != uint64(i) {
+			t.Fatalf("subscriber's event %d: %+v, %v", i, it, err)
+		}
+	}
+	stored, err := db.LoadTask(ctx, "t")
+	if err != nil || stored.Status != loop.TaskCompleted {
+		t.Fatalf("task after the commit: %s, %v", stored.Status, err)
+	}
+}
+
+func kindsOfStream(t *testing.T, db *store.Badger, stream string) []string {
+	t.Helper()
+	recs, err := db.Events().Read(context.Background(), stream, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range recs {
+		out = append(out, kindsOf(t, [][]byte{r.Data})...)
+	}
+	return out
+}
+
+// A turn whose commit is refused (its task written meanwhile by someone
+// else: a version conflict) through the Hub on Badger: nothing of its
+// completed end is ever logged; the loop announces the failure instead,
+// as when the commit and the end were two writes.
+func TestTurnEndRefusedAnnouncesTheFailure(t *testing.T) {
+	t.Parallel()
+	db, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	hub, err := sse.New(sse.Config{Log: db.Events()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hub.Close() })
+	m := &scriptModel{gate: make(chan struct{})}
+	l, err := loop.New(loop.Config{Model: m, Checkpoints: db, Journal: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var points []string
+	rt, err := New(Config{Loop: l, Events: hubEndEvents{hub: hub, log: db.Events()}, Owner: "host-a",
+		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db,
+			Leases: db, TaskLeases: db},
+		Crashpoint: func(p string) { mu.Lock(); points = append(points, p); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		rt.Shutdown(ctx)
+	})
+	ctx := context.Background()
+	st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c", Message: user("hello")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.Run.TaskID
+	rec, err := db.LoadTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Metadata = map[string]any{"touched": true}
+	if err := db.SaveTask(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	close(m.gate)
+	if err := rt.Wait(ctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.Flush(ctx, sse.TaskStream(id)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if !containsStr(points, PointTurnEnding) {
+		t.Errorf("crash points %v: the commit did not go with the end", points)
+	}
+	mu.Unlock()
+	got := kindsOfStream(t, db, sse.TaskStream(id))
+	for _, k := range got {
+		if k == "task-status:completed" {
+			t.Fatalf("stream %v announces the end of a turn whose commit was refused", got)
+		}
+	}
+	if len(got) < 2 || got[len(got)-2] != "task-status:failed" || got[len(got)-1] != string(loop.KindTaskComplete) {
+		t.Fatalf("stream %v, want it to end with the failed status and task-complete", got)
+	}
+	evs, err := (&logEvents{log: db.Events()}).events(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := evs[len(evs)-2].(*loop.TaskStatusEvent); !strings.Contains(fs.Message, "concurrent modification") {
+		t.Fatalf("the failed status says %q, want the commit's version conflict", fs.Message)
+	}
+	stored, err := db.LoadTask(ctx, id)
+	if err != nil || stored.Status == loop.TaskCompleted {
+		t.Fatalf("task after a refused commit: %s, %v", stored.Status, err)
+	}
 }
