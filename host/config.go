@@ -276,6 +276,16 @@ type LimitsConfig struct {
 	// it a new turn is refused with a clear error, so that one principal's
 	// turns cannot take every turn of the host.
 	MaxRunningPerPrincipal int `json:"maxRunningPerPrincipal,omitempty"`
+	// MaxStreams bounds the live event streams (/events, A2A
+	// SendStreamingMessage and SubscribeToTask, 1.0 and 0.3) open at once
+	// on the host, all principals together, with auth on or off (default:
+	// half the connection cap, limits.maxConnections or the share of the
+	// process's open-file limit it takes, so that streams never hold every
+	// connection; -1: no bound). Past it a new stream is refused with a
+	// clear error (HTTP 429, or the stream's error frame
+	// TOO_MANY_STREAMS for A2A); a stream's place is given back however
+	// it ends (its end, the client gone, the host's stop).
+	MaxStreams int `json:"maxStreams,omitempty"`
 	// MaxStreamsPerPrincipal bounds the live event streams (/events,
 	// A2A SendStreamingMessage and SubscribeToTask, 1.0 and 0.3) one
 	// principal has open at once (default with auth on: 256; with auth off,
@@ -388,8 +398,8 @@ func (c Config) Validate() error {
 	if c.Limits.MaxRunning < -1 || c.Limits.MaxRunningPerPrincipal < -1 {
 		return errors.New("config: limits.maxRunning and limits.maxRunningPerPrincipal must not be negative (-1 is no bound)")
 	}
-	if c.Limits.MaxStreamsPerPrincipal < -1 || c.Limits.MaxStreamsPerStream < -1 {
-		return errors.New("config: limits.maxStreamsPerPrincipal and limits.maxStreamsPerStream must not be negative (-1 is no bound)")
+	if c.Limits.MaxStreams < -1 || c.Limits.MaxStreamsPerPrincipal < -1 || c.Limits.MaxStreamsPerStream < -1 {
+		return errors.New("config: limits.maxStreams, limits.maxStreamsPerPrincipal and limits.maxStreamsPerStream must not be negative (-1 is no bound)")
 	}
 	if c.Limits.MaxAgentBytes < -1 || c.Agent.HistoryBytes < -1 || c.Agent.HistoryLimit < 0 {
 		return errors.New("config: agent.historyLimit, agent.historyBytes and limits.maxAgentBytes must not be negative (-1 is no bound for the bytes)")
@@ -509,6 +519,9 @@ func (c Config) withDefaults() Config {
 	if l.MaxStreamsPerStream == 0 {
 		l.MaxStreamsPerStream = DefaultMaxStreamsPerStream
 	}
+	if l.MaxStreams == 0 {
+		l.MaxStreams = DefaultMaxStreams(l.MaxConnections)
+	}
 	return c
 }
 
@@ -517,6 +530,19 @@ const (
 	DefaultMaxStreamsPerPrincipal = 256
 	DefaultMaxStreamsPerStream    = 32
 )
+
+// DefaultMaxStreams is the default of limits.maxStreams: half the
+// connections the host keeps open (maxConnections as configured, or three
+// eighths of the process's open-file limit), at least 8. A live stream
+// holds a connection for as long as it runs; the other half stays for the
+// requests that are not streams.
+func DefaultMaxStreams(maxConnections int) int {
+	limit, _ := connectionCap(maxConnections)
+	if n := limit / 2; n > 8 {
+		return n
+	}
+	return 8
+}
 
 // resolveSecret reads "env:NAME" from the environment; anything else is the
 // value itself.

@@ -251,7 +251,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 			return fmt.Errorf("listen on %s: %w", dc.Addr, err)
 		}
 		limit, nofile := connectionCap(cfg.Limits.MaxConnections)
-		m.log.Info("connection cap", "max_connections", limit, "open_file_limit", nofile)
+		m.log.Info("connection cap", "max_connections", limit, "open_file_limit", nofile, "max_streams", cfg.Limits.MaxStreams)
 		m.ln = newConnListener(ln, limit, m.log)
 		m.maxConns = limit
 		m.closers = append(m.closers, func() error { return ignoreClosed(ln.Close()) })

@@ -166,7 +166,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		toolsets: opts.Toolsets, plugins: opts.Plugins, artifacts: opts.Artifacts, log: log,
 		tel: tel, ownTel: ownTel, usage: usage, creds: creds, browser: newBrowserGuard(cfg),
 		chainID:     opts.ChainID,
-		streamSlots: newStreamSlots(cfg.Limits.MaxStreamsPerPrincipal, cfg.Limits.MaxStreamsPerStream)}
+		streamSlots: newStreamSlots(cfg.Limits.MaxStreams, cfg.Limits.MaxStreamsPerPrincipal, cfg.Limits.MaxStreamsPerStream)}
 	if s.chainID == "" {
 		s.chainID = chainIDOf(cfg.Limits.HostID)
 	}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// liveStream is a raw /events stream: the client's own TCP connection, so
+// a test can drop it as a vanishing client would.
+type liveStream struct {
+	conn   *net.TCPConn
+	status int
+	body   string // the answer of a refused stream
+}
+
+// openEvents opens GET /events/{contextID} on its own connection and reads
+// the answer's head (and a refused stream's body).
+func openEvents(t *testing.T, h *sandboxHost, contextID string) *liveStream {
+	t.Helper()
+	addr := strings.TrimPrefix(h.base, "http://")
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := c.(*net.TCPConn)
+	_ = conn.SetDeadline(time.Now().Add(time.Minute)) // a hang guard only
+	fmt.Fprintf(conn, "GET /events/%s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", contextID, addr)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("/events/%s: %v", contextID, err)
+	}
+	s := &liveStream{conn: conn, status: resp.StatusCode}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		s.body = string(b)
+		_ = conn.Close()
+		return s
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return s
+}
+
+// vanish drops the connection as a client killed mid-stream does: no FIN
+// handshake, a reset.
+func (s *liveStream) vanish() {
+	_ = s.conn.SetLinger(0)
+	_ = s.conn.Close()
+}
+
+// a2aStream sends a SendStreamingMessage and reads its whole stream (the
+// turn's events to its end, or the one error frame of a refusal).
+func a2aStream(t *testing.T, h *sandboxHost, contextID, text string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+		"params": map[string]any{"message": map[string]any{"messageId": fmt.Sprintf("m-%d", time.Now().UnixNano()),
+			"role": "ROLE_USER", "contextId": contextID, "parts": []any{map[string]any{"text": text}}}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/a2a/v1", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("SendStreamingMessage: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("SendStreamingMessage stream: %v", err)
+	}
+	return string(b)
+}
+
+// newConversation runs one turn and returns its conversation's id.
+func newConversation(t *testing.T, h *sandboxHost) string {
+	t.Helper()
+	a := h.rpc(t, "", "SendMessage", map[string]any{"message": map[string]any{
+		"messageId": fmt.Sprintf("m-%d", time.Now().UnixNano()), "role": "ROLE_USER",
+		"parts": []any{map[string]any{"text": "hello"}}}})
+	var r struct {
+		Task struct {
+			ContextID string `json:"contextId"`
+		} `json:"task"`
+	}
+	if a.Error != nil || json.Unmarshal(a.Result, &r) != nil || r.Task.ContextID == "" {
+		t.Fatalf("SendMessage: %+v %s", a.Error, a.Result)
+	}
+	return r.Task.ContextID
+}
+
+// TestBlackBoxLiveStreamsBoundedHostWide: with auth off (every client one
+// principal, no bound per principal) the real binary holds at most
+// limits.maxStreams (3 here) live streams, across conversations and
+// surfaces. The next /events is refused with 429 naming the bound, the
+// next A2A SendStreamingMessage with the error frame TOO_MANY_STREAMS and
+// no turn started; a closed stream, a stream that ended with its turn and
+// a client that vanished mid-stream (its connection reset) each give their
+// place back: after three rounds of vanishing clients the host still takes
+// three streams.
+func TestBlackBoxLiveStreamsBoundedHostWide(t *testing.T) {
+	const limit = 3
+	top := t.TempDir()
+	h := startSandboxHostWith(t, top, top+"/plugins", nil, map[string]any{
+		"limits": map[string]any{"shutdownGrace": "2s", "maxStreams": limit, "maxStreamsPerStream": -1, "heartbeat": "500ms"},
+	})
+	ctxA, ctxB := newConversation(t, h), newConversation(t, h)
+	var live []*liveStream
+	t.Cleanup(func() {
+		for _, s := range live {
+			_ = s.conn.Close()
+		}
+	})
+	for i := 0; i < limit; i++ {
+		c := ctxA
+		if i == limit-1 {
+			c = ctxB // the bound is the host's, not the conversation's
+		}
+		s := openEvents(t, h, c)
+		if s.status != http.StatusOK {
+			t.Fatalf("stream %d of %d: status %d %s", i+1, limit, s.status, s.body)
+		}
+		live = append(live, s)
+	}
+	if s := openEvents(t, h, ctxB); s.status != http.StatusTooManyRequests || !strings.Contains(s.body, "limits.maxStreams") {
+		t.Fatalf("a stream past the host's bound: status %d %s; want 429 naming limits.maxStreams", s.status, s.body)
+	}
+	tasksBefore := taskCount(t, h)
+	if out := a2aStream(t, h, ctxB, "hello"); !strings.Contains(out, "TOO_MANY_STREAMS") || !strings.Contains(out, "limits.maxStreams") {
+		t.Fatalf("an A2A stream past the host's bound: %s", out)
+	}
+	if n := taskCount(t, h); n != tasksBefore {
+		t.Fatalf("a refused SendStreamingMessage started a turn: %d tasks, %d before", n, tasksBefore)
+	}
+
+	// reopen waits until a new stream is taken (the host sees a closed or
+	// reset connection at its next write, a heartbeat at most); the
+	// deadline only ends a hung wait, a leaked place never comes back.
+	reopen := func(what string) *liveStream {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			s := openEvents(t, h, ctxA)
+			if s.status == http.StatusOK {
+				return s
+			}
+			if s.status != http.StatusTooManyRequests {
+				t.Fatalf("%s: status %d %s", what, s.status, s.body)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the place never came back (%s)", what, s.body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	// A client that closes its stream gives its place back.
+	_ = live[0].conn.Close()
+	live[0] = reopen("a stream after one was closed")
+
+	// A stream that ends with its turn gives its place back: with one
+	// place free, five streamed turns in a row each get it.
+	_ = live[0].conn.Close()
+	live = live[1:]
+	for i := 0; i < 5; i++ {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			out := a2aStream(t, h, ctxB, fmt.Sprintf("turn %d", i))
+			if strings.Contains(out, "TASK_STATE_COMPLETED") {
+				break
+			}
+			if !strings.Contains(out, "TOO_MANY_STREAMS") || time.Now().After(deadline) {
+				t.Fatalf("streamed turn %d: %s", i, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	live = append(live, reopen("a stream after five streamed turns"))
+
+	// Clients that vanish mid-stream: three rounds, each resetting every
+	// stream the host holds and taking all of its places again.
+	for round := 0; round < 3; round++ {
+		for _, s := range live {
+			s.vanish()
+		}
+		live = live[:0]
+		for i := 0; i < limit; i++ {
+			live = append(live, reopen(fmt.Sprintf("round %d, stream %d after clients vanished", round+1, i+1)))
+		}
+		if s := openEvents(t, h, ctxA); s.status != http.StatusTooManyRequests {
+			t.Fatalf("round %d: a stream past the bound: status %d", round+1, s.status)
+		}
+	}
+}
