@@ -146,6 +146,9 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
+	// A model call's token reservation outlives no turn: one left by a
+	// host that died lapses after a turn's bound.
+	usage.ReserveTTL = time.Duration(cfg.Limits.TurnTimeout)
 	creds := loop.NewCredentials()
 	lp, err := loop.New(loop.Config{Model: opts.Model, Credentials: creds, Toolsets: opts.Toolsets, SystemPrompt: cfg.Agent.SystemPrompt,
 		MaxIterations: cfg.Agent.MaxIterations, Tracer: tel.tracer, Logger: log,

@@ -30,6 +30,8 @@ const (
 	DefaultMaxRetryAfter = time.Minute
 	// MaxSubAgentDepth bounds sub-agent nesting.
 	MaxSubAgentDepth = 8
+	// DefaultReserveTokens is Config.ReserveTokens' default.
+	DefaultReserveTokens = 4096
 )
 
 // RetryPolicy says how transient model errors are retried: up to Attempts
@@ -86,6 +88,11 @@ type Config struct {
 	// (TurnUsage.Final), to account for the whole turn. It must be safe for
 	// concurrent use by many turns.
 	Budget func(ctx context.Context, t *Turn, used TurnUsage) error
+	// ReserveTokens is the answer's size a model call is reckoned to use
+	// at most when its request sets no max tokens, for the budget's
+	// reservation before the call (TurnUsage.PendingTokens; default
+	// DefaultReserveTokens).
+	ReserveTokens int
 	// Approval, when set, is asked before each tool call whether the call
 	// needs an approval: such a call does not run; the turn ends waiting
 	// for input with the request (Outcome.Requests), and the task's next
@@ -118,25 +125,26 @@ type Config struct {
 // parallel, repeat until the model stops or the iteration limit is reached.
 // A Loop holds no per-turn state and is safe for concurrent use.
 type Loop struct {
-	model        Model
-	params       ModelParams
-	toolsets     []Toolset
-	systemPrompt string
-	maxIter      int
-	concurrency  int
-	toolTimeout  time.Duration
-	retry        RetryPolicy
-	tracer       trace.Tracer
-	log          *slog.Logger
-	checkpoints  CheckpointStore
-	journal      Journal
-	metrics      *loopMetrics
-	budget       func(context.Context, *Turn, TurnUsage) error
-	approval     ApprovalGate
-	checkArgs    func(schema, args json.RawMessage) error
-	subtasks     TaskStore
-	subtaskTTL   time.Duration
-	credentials  *Credentials
+	model         Model
+	params        ModelParams
+	toolsets      []Toolset
+	systemPrompt  string
+	maxIter       int
+	concurrency   int
+	toolTimeout   time.Duration
+	retry         RetryPolicy
+	tracer        trace.Tracer
+	log           *slog.Logger
+	checkpoints   CheckpointStore
+	journal       Journal
+	metrics       *loopMetrics
+	budget        func(context.Context, *Turn, TurnUsage) error
+	reserveTokens int
+	approval      ApprovalGate
+	checkArgs     func(schema, args json.RawMessage) error
+	subtasks      TaskStore
+	subtaskTTL    time.Duration
+	credentials   *Credentials
 	// thoughtRank is VerbosityRank of Config.ThoughtLevel.
 	thoughtRank   int
 	debugThoughts bool
@@ -168,16 +176,17 @@ func New(cfg Config) (*Loop, error) {
 			MaxDelay:      orDefault(cfg.Retry.MaxDelay, DefaultRetryMaxDelay),
 			MaxRetryAfter: orDefault(cfg.Retry.MaxRetryAfter, DefaultMaxRetryAfter),
 		},
-		tracer:      cfg.Tracer,
-		log:         cfg.Logger,
-		checkpoints: cfg.Checkpoints,
-		journal:     cfg.Journal,
-		budget:      cfg.Budget,
-		approval:    cfg.Approval,
-		checkArgs:   cfg.CheckArguments,
-		subtasks:    cfg.Subtasks,
-		subtaskTTL:  cfg.SubtaskTTL,
-		credentials: cfg.Credentials,
+		tracer:        cfg.Tracer,
+		log:           cfg.Logger,
+		checkpoints:   cfg.Checkpoints,
+		journal:       cfg.Journal,
+		budget:        cfg.Budget,
+		reserveTokens: orDefault(cfg.ReserveTokens, DefaultReserveTokens),
+		approval:      cfg.Approval,
+		checkArgs:     cfg.CheckArguments,
+		subtasks:      cfg.Subtasks,
+		subtaskTTL:    cfg.SubtaskTTL,
+		credentials:   cfg.Credentials,
 
 		thoughtRank:   VerbosityRank(level),
 		debugThoughts: cfg.DebugThoughts,
@@ -554,7 +563,7 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	if l.metrics != nil {
 		l.metrics.turn(ctx, &out)
 	}
-	_ = tr.budget(ctx, &out, true, 0)
+	_ = tr.budget(ctx, &out, true, 0, 0)
 	sent := out.end != nil && out.end.sent
 	out.end = nil
 	if !sent {
@@ -778,18 +787,24 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
 		return nil, true
 	}
-	if err := tr.budget(ctx, out, false, 0); err != nil {
+	req := &ModelRequest{Messages: conv, Tools: tr.defs, Stream: true,
+		Temperature: tr.l.params.Temperature, MaxTokens: tr.l.params.MaxTokens}
+	if tr.l.params.Model != "" {
+		req.Metadata = map[string]any{"model": tr.l.params.Model}
+	}
+	// The call's tokens are reserved with the check: held until the next
+	// report counts what it used.
+	est := 0
+	if tr.l.budget != nil {
+		est = tr.tokenEstimate(req)
+	}
+	if err := tr.budget(ctx, out, false, 0, est); err != nil {
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonBudget, err
 		return nil, true
 	}
 	tr.emit(&InternalLLMCall{Header: Header{Kind: KindInternalLLMCall}, Iteration: iter,
 		MessageCount: len(conv), ToolCount: len(tr.defs)})
 	tr.planThoughts(iter, conv, out)
-	req := &ModelRequest{Messages: conv, Tools: tr.defs, Stream: true,
-		Temperature: tr.l.params.Temperature, MaxTokens: tr.l.params.MaxTokens}
-	if tr.l.params.Model != "" {
-		req.Metadata = map[string]any{"model": tr.l.params.Model}
-	}
 	resp, err := tr.callModel(ctx, iter, req)
 	if serr := tr.stored(ctx); serr != nil {
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, serr
@@ -812,7 +827,7 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		// The tools it asks for run only within budget. Refused, the answer
 		// is kept without its calls (a call with no result would break
 		// the history).
-		if err := tr.budget(ctx, out, false, tr.hostCalls(msg.ToolCalls)); err != nil {
+		if err := tr.budget(ctx, out, false, tr.hostCalls(msg.ToolCalls), 0); err != nil {
 			out.Messages[len(out.Messages)-1].ToolCalls = nil
 			if msg.Content != "" {
 				out.Content = msg.Content

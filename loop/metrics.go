@@ -23,7 +23,17 @@ type TurnUsage struct {
 	// that turns running at once cannot pass a tool-call limit together.
 	// A later report's ToolCalls corrects for calls that did not run.
 	PendingToolCalls int
-	Iterations       int
+	// PendingTokens, on the report made before a model call, is the most
+	// the call is reckoned to use (its answer's max tokens, or
+	// Config.ReserveTokens, plus its prompt's size at 4 bytes a token).
+	// The budget reserves them: it refuses when the principal's tokens
+	// with the reservations of its calls running now reached a limit, and
+	// otherwise holds them until the turn's next report, which counts what
+	// the call used instead (a failed or canceled call: nothing), so that
+	// turns calling at once cannot pass a token limit together by more
+	// than one call.
+	PendingTokens int
+	Iterations    int
 	// Final is set on the last report of a turn, after it ended; an error
 	// returned then is ignored.
 	Final bool
@@ -98,7 +108,7 @@ func (lm *loopMetrics) tool(ctx context.Context, name string, d time.Duration, o
 }
 
 // budget asks Config.Budget whether the turn may go on.
-func (tr *turn) budget(ctx context.Context, out *Outcome, final bool, pending int) error {
+func (tr *turn) budget(ctx context.Context, out *Outcome, final bool, pending, pendingTokens int) error {
 	b := tr.l.budget
 	if b == nil {
 		return nil
@@ -114,7 +124,7 @@ func (tr *turn) budget(ctx context.Context, out *Outcome, final bool, pending in
 		tr.reserved = int(tr.toolCalls.Load()) + pending
 	}
 	err := b(ctx, tr.t, TurnUsage{Usage: out.Usage.Add(tr.subUsage), ToolCalls: tr.reservedCallsLocked(), PendingToolCalls: pending,
-		Iterations: out.Iterations, Final: final})
+		PendingTokens: pendingTokens, Iterations: out.Iterations, Final: final})
 	if err != nil && pending > 0 {
 		tr.reserved = 0 // refused: the budget did not count them
 	}
@@ -141,4 +151,26 @@ func (tr *turn) hostCalls(calls []ToolCall) int {
 		}
 	}
 	return n
+}
+
+// tokenEstimate is the most a model call of req is reckoned to use, for
+// the budget's reservation (TurnUsage.PendingTokens): the answer's max
+// tokens (the loop's default when the request sets none) and the prompt
+// at 4 bytes a token.
+func (tr *turn) tokenEstimate(req *ModelRequest) int {
+	n := req.MaxTokens
+	if n <= 0 {
+		n = tr.l.reserveTokens
+	}
+	size := 0
+	for _, m := range req.Messages {
+		size += len(m.Content) + len(m.Name)
+		for _, c := range m.ToolCalls {
+			size += len(c.Name) + len(c.Arguments)
+		}
+	}
+	for _, d := range req.Tools {
+		size += len(d.Name) + len(d.Description) + len(d.Parameters)
+	}
+	return n + size/4 + 1
 }

@@ -189,3 +189,43 @@ func TestBudgetReservesTheRoundsCalls(t *testing.T) {
 		t.Fatalf("final report %+v, want the 2 calls that ran", final)
 	}
 }
+
+// The report before each model call reserves what the call may use:
+// its answer's max tokens (Config.ReserveTokens when the request sets
+// none) and its prompt at 4 bytes a token; a call that fails is followed
+// by the turn's final report, which counts nothing for it.
+func TestBudgetReservesTheModelCallsTokens(t *testing.T) {
+	t.Parallel()
+	prompt := strings.Repeat("x", 4000)
+	for _, tc := range []struct {
+		name            string
+		maxTokens, want int
+	}{{"max tokens set", 300, 300}, {"the loop's default", 0, 700}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &fakeModel{fn: func(int, *loop.ModelRequest, func(loop.Delta)) (*loop.ModelResponse, error) {
+				return nil, &loop.ModelError{Code: "bad_request", Message: "refused"}
+			}}
+			var mu sync.Mutex
+			var seen []loop.TurnUsage
+			l := newLoop(t, loop.Config{Model: m, ReserveTokens: 700, Params: loop.ModelParams{MaxTokens: tc.maxTokens},
+				Budget: func(_ context.Context, _ *loop.Turn, u loop.TurnUsage) error {
+					mu.Lock()
+					defer mu.Unlock()
+					seen = append(seen, u)
+					return nil
+				}})
+			out := l.Run(context.Background(), userTurn(prompt, &recorder{}))
+			if out.Status != loop.TaskFailed {
+				t.Fatalf("outcome %s (%v), want failed", out.Status, out.Err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) != 2 || seen[1].Final != true || seen[1].PendingTokens != 0 || seen[1].TotalTokens != 0 {
+				t.Fatalf("reports %+v, want the reservation then a final report counting nothing", seen)
+			}
+			if got := seen[0].PendingTokens; got < tc.want+1000 || got > tc.want+1100 {
+				t.Fatalf("reserved %d tokens before the call, want %d for the answer and about 1000 for the prompt", got, tc.want)
+			}
+		})
+	}
+}

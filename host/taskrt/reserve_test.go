@@ -3,9 +3,11 @@ package taskrt
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/store"
@@ -157,4 +159,116 @@ func TestReserveRefusesARoundPastTheLimit(t *testing.T) {
 	if err := u.Budget(ctx, tr, loop.TurnUsage{ToolCalls: 3}); err == nil {
 		t.Fatal("a model call at 3 of 3 was allowed")
 	}
+}
+
+var _ UsageCounters = (*redisstore.Store)(nil)
+
+// A token limit holds for model calls made at once: before each call the
+// turn's report reserves what the call may use (PendingTokens), checked
+// and held in one step, in memory and on the counters hosts share in
+// Redis. 40 turns of one principal check at once, then each call uses its
+// whole reservation: the principal's tokens pass its limit by less than
+// one call's reservation. Before, each turn passed the check before any
+// counted its tokens, and the 40 calls used 40 times a call (4,000
+// tokens against a limit of 1,000).
+func TestTokenLimitHoldsForConcurrentModelCalls(t *testing.T) {
+	const limit, perCall, callers = 1000, 100, 40
+	for name, hosts := range usageHosts(t, map[string]UsageLimit{"turns": {Tokens: limit}}) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			turn := func(i int) *loop.Turn {
+				return &loop.Turn{TaskID: fmt.Sprintf("task-%d", i), Auth: &loop.AuthContext{Principal: "turns"}}
+			}
+			var checked, ended sync.WaitGroup
+			var admitted atomic.Int64
+			var refusal atomic.Value
+			start := make(chan struct{})
+			for i := range callers {
+				checked.Add(1)
+				ended.Add(1)
+				go func() {
+					defer ended.Done()
+					<-start
+					err := hosts[i%2].Budget(ctx, turn(i), loop.TurnUsage{PendingTokens: perCall})
+					checked.Done()
+					// Every turn has checked before any call's tokens are
+					// counted: what a check-then-count lets through.
+					checked.Wait()
+					used := loop.TurnUsage{Final: true}
+					if err == nil {
+						admitted.Add(1)
+						used.Usage = loop.Usage{PromptTokens: 60, CompletionTokens: 40, TotalTokens: perCall}
+					} else {
+						refusal.Store(err)
+					}
+					_ = hosts[i%2].Budget(ctx, turn(i), used)
+				}()
+			}
+			close(start)
+			ended.Wait()
+			got := hosts[1].Usage(ctx, "turns")
+			if got.TotalTokens >= limit+perCall {
+				t.Fatalf("%d of %d concurrent model calls admitted: %d tokens used, the limit is %d (one call reserves %d)",
+					admitted.Load(), callers, got.TotalTokens, limit, perCall)
+			}
+			if got.TotalTokens != admitted.Load()*perCall || got.ReservedTokens != 0 || got.Turns != callers {
+				t.Fatalf("after the turns: %+v, %d admitted; want every call's tokens counted, nothing held", got, admitted.Load())
+			}
+			if err, _ := refusal.Load().(error); err == nil || !strings.Contains(err.Error(), `principal "turns" has used`) {
+				t.Fatalf("refusal: %v", err)
+			}
+		})
+	}
+}
+
+// A model call's reservation is given back when the call fails or is
+// canceled (the turn's next report counts nothing for it), and on shared
+// counters a reservation its host never settled (the host died) lapses.
+func TestTokenReservationReleased(t *testing.T) {
+	const limit = 1000
+	for name, hosts := range usageHosts(t, map[string]UsageLimit{"alice": {Tokens: limit}}) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			a := &loop.Turn{TaskID: "a", Auth: alice()}
+			b := &loop.Turn{TaskID: "b", Auth: alice()}
+			if err := hosts[0].Budget(ctx, a, loop.TurnUsage{PendingTokens: limit}); err != nil {
+				t.Fatalf("a call reserving the whole limit: %v", err)
+			}
+			err := hosts[1].Budget(ctx, b, loop.TurnUsage{PendingTokens: 10})
+			if err == nil || !strings.Contains(err.Error(), "model calls running now hold 1000 more") {
+				t.Fatalf("a second call while the first holds the limit: %v", err)
+			}
+			// a's call fails: the turn ends having used nothing.
+			if err := hosts[0].Budget(ctx, a, loop.TurnUsage{Final: true}); err != nil {
+				t.Fatal(err)
+			}
+			if err := hosts[1].Budget(ctx, b, loop.TurnUsage{PendingTokens: limit}); err != nil {
+				t.Fatalf("a call after the failed one gave its reservation back: %v", err)
+			}
+			if got := hosts[1].Usage(ctx, "alice"); got.TotalTokens != 0 {
+				t.Fatalf("a failed call counted: %+v", got)
+			}
+			_ = hosts[1].Budget(ctx, b, loop.TurnUsage{Final: true})
+		})
+	}
+	t.Run("lapsed", func(t *testing.T) {
+		hosts := usageHosts(t, map[string]UsageLimit{"alice": {Tokens: limit}})["redis"]
+		ctx := context.Background()
+		hosts[0].ReserveTTL = 300 * time.Millisecond
+		if err := hosts[0].Budget(ctx, &loop.Turn{TaskID: "dead", Auth: alice()}, loop.TurnUsage{PendingTokens: limit}); err != nil {
+			t.Fatal(err)
+		}
+		// hosts[0] dies holding it: hosts[1] is refused until it lapses.
+		b := &loop.Turn{TaskID: "b", Auth: alice()}
+		if err := hosts[1].Budget(ctx, b, loop.TurnUsage{PendingTokens: 10}); err == nil {
+			t.Fatal("a call while another host's reservation holds the limit was allowed")
+		}
+		deadline := time.Now().Add(time.Minute) // a hang guard: the hold lapses after 300 ms
+		for hosts[1].Budget(ctx, b, loop.TurnUsage{PendingTokens: 10}) != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("a dead host's reservation never lapsed")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -29,6 +30,12 @@ type PrincipalUsage struct {
 	TotalTokens      int64 `json:"totalTokens"`
 	ToolCalls        int64 `json:"toolCalls"`
 	Turns            int64 `json:"turns"`
+	// ReservedTokens are held by the model calls of the principal's turns
+	// running now (loop.TurnUsage.PendingTokens): counted against its
+	// token limit, never saved; each call's real usage replaces its
+	// reservation when the turn reports next. On shared counters they are
+	// not reported here.
+	ReservedTokens int64 `json:"reservedTokens,omitempty"`
 }
 
 // UsageKV is the part of the store the usage counters persist in.
@@ -46,6 +53,15 @@ type UsageCounters interface {
 	// past limit, in one step on the store; it returns the counters after
 	// it and whether n was added.
 	ReserveCounter(ctx context.Context, namespace, key, name string, n, limit int64) (map[string]int64, bool, error)
+	// ReserveHeld holds n under id (replacing what id held) while
+	// counter name plus everything held is below limit, in one step on the
+	// store; a hold not settled within ttl lapses (its host died). It
+	// returns the counter and the total held by others, and whether n is
+	// held.
+	ReserveHeld(ctx context.Context, namespace, key, id, name string, n, limit int64, ttl time.Duration) (cur, held int64, ok bool, err error)
+	// AddCountersSettling is AddCounters that also drops the hold of id,
+	// in the same step.
+	AddCountersSettling(ctx context.Context, namespace, key, id string, deltas map[string]int64) (map[string]int64, error)
 	Counters(ctx context.Context, namespace, key string) (map[string]int64, error)
 }
 
@@ -80,11 +96,15 @@ type Usage struct {
 	tokens    metric.Int64Counter
 	toolCalls metric.Int64Counter
 
-	mu     sync.Mutex
-	by     map[string]*PrincipalUsage
-	last   map[string]loop.TurnUsage // by task id: what the turn reported last
-	seq    uint64                    // totals snapshots taken (u.mu)
-	savers map[string]*usageSaver    // by principal (u.mu)
+	mu   sync.Mutex
+	by   map[string]*PrincipalUsage
+	last map[string]loop.TurnUsage // by task id: what the turn reported last
+	held map[string]int64          // by task id: tokens reserved for its model call running now
+	// ReserveTTL is how long a token reservation on shared counters
+	// lasts unsettled (a host that died holding it); default 10 minutes.
+	ReserveTTL time.Duration
+	seq        uint64                 // totals snapshots taken (u.mu)
+	savers     map[string]*usageSaver // by principal (u.mu)
 }
 
 // usageSaver writes a principal's totals to kv, the newest snapshot each
@@ -108,7 +128,7 @@ func NewUsage(kv UsageKV, limits map[string]UsageLimit, meter metric.Meter, log 
 		log = slog.New(slog.DiscardHandler)
 	}
 	u := &Usage{kv: kv, limits: limits, log: log, by: map[string]*PrincipalUsage{}, last: map[string]loop.TurnUsage{},
-		savers: map[string]*usageSaver{}}
+		held: map[string]int64{}, savers: map[string]*usageSaver{}}
 	var err1, err2 error
 	u.tokens, err1 = meter.Int64Counter("looopy.principal.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used by each principal's turns."))
@@ -203,8 +223,21 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 	pu.CompletionTokens += int64(used.CompletionTokens - prev.CompletionTokens)
 	pu.TotalTokens += dTok
 	pu.ToolCalls += dTools
+	if h, ok := u.held[t.TaskID]; ok {
+		// The call it was reserved for has ended: what it used is in
+		// this report (nothing, when it failed or was canceled).
+		pu.ReservedTokens -= h
+		delete(u.held, t.TaskID)
+	}
 	lim, limited := u.limitOf(p)
 	var refused error
+	if limited && !used.Final && used.PendingTokens > 0 {
+		// The check and the reservation are one step (under u.mu).
+		if refused = overLimit(p, lim, *pu); refused == nil && lim.Tokens > 0 {
+			pu.ReservedTokens += int64(used.PendingTokens)
+			u.held[t.TaskID] = int64(used.PendingTokens)
+		}
+	}
 	if limited && !used.Final && used.PendingToolCalls > 0 {
 		// The calls about to run are reserved in the same step as the
 		// check (under u.mu): refused, they are not counted.
@@ -236,7 +269,7 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 	if used.Final || !limited {
 		return nil
 	}
-	if used.PendingToolCalls > 0 {
+	if used.PendingToolCalls > 0 || used.PendingTokens > 0 {
 		return refused
 	}
 	return overLimit(p, lim, cur)
@@ -252,6 +285,7 @@ func (u *Usage) saveLocked(p string, snapshot PrincipalUsage) {
 		u.savers[p] = s
 	}
 	u.seq++
+	snapshot.ReservedTokens = 0 // held by calls of this process only
 	s.latest, s.seq = snapshot, u.seq
 	if s.running {
 		return
@@ -332,6 +366,8 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 	}
 	u.mu.Lock()
 	prev := u.last[t.TaskID]
+	_, settling := u.held[t.TaskID]
+	delete(u.held, t.TaskID)
 	if used.Final {
 		delete(u.last, t.TaskID)
 	} else {
@@ -353,6 +389,10 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 	var totals map[string]int64
 	var err error
 	switch {
+	case settling:
+		// The call a reservation was held for has ended: its hold goes
+		// in the step that counts what it used.
+		totals, err = u.shared.AddCountersSettling(context.WithoutCancel(ctx), usageNamespace, p, t.TaskID, d)
 	case used.Final || d[cntPrompt] != 0 || d[cntCompletion] != 0 || d[cntTotal] != 0 || d[cntToolCalls] != 0:
 		totals, err = u.shared.AddCounters(context.WithoutCancel(ctx), usageNamespace, p, d)
 	case limited && reserve == 0:
@@ -364,6 +404,28 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 		return nil
 	}
 	if used.Final || !limited {
+		return nil
+	}
+	if used.PendingTokens > 0 && lim.Tokens > 0 {
+		if totals != nil {
+			// Tool calls at their limit refuse the call before it holds.
+			if err := overLimit(p, UsageLimit{ToolCalls: lim.ToolCalls}, usageOf(totals)); err != nil {
+				return err
+			}
+		}
+		cur, held, ok, err := u.shared.ReserveHeld(context.WithoutCancel(ctx), usageNamespace, p, t.TaskID, cntTotal,
+			int64(used.PendingTokens), lim.Tokens, u.reserveTTL())
+		if err != nil {
+			u.log.LogAttrs(ctx, slog.LevelWarn, "usage not counted", slog.String("principal", p),
+				slog.String("error", err.Error()))
+			return nil
+		}
+		if !ok {
+			return overLimit(p, UsageLimit{Tokens: lim.Tokens}, PrincipalUsage{TotalTokens: cur, ReservedTokens: held})
+		}
+		u.mu.Lock()
+		u.held[t.TaskID] = int64(used.PendingTokens)
+		u.mu.Unlock()
 		return nil
 	}
 	if reserve > 0 {
@@ -395,6 +457,13 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 		return overLimit(p, UsageLimit{Tokens: lim.Tokens}, cur)
 	}
 	return overLimit(p, lim, usageOf(totals))
+}
+
+func (u *Usage) reserveTTL() time.Duration {
+	if u.ReserveTTL > 0 {
+		return u.ReserveTTL
+	}
+	return 10 * time.Minute
 }
 
 // count records tokens and tool calls of p in the metrics.
@@ -431,7 +500,11 @@ func overReserve(p string, lim UsageLimit, cur PrincipalUsage, n int64) error {
 
 // overLimit returns the error of a principal whose usage cur reached lim.
 func overLimit(p string, lim UsageLimit, cur PrincipalUsage) error {
-	if lim.Tokens > 0 && cur.TotalTokens >= lim.Tokens {
+	if lim.Tokens > 0 && cur.TotalTokens+cur.ReservedTokens >= lim.Tokens {
+		if cur.ReservedTokens > 0 && cur.TotalTokens < lim.Tokens {
+			return fmt.Errorf("principal %q has used %d tokens and its model calls running now hold %d more, its limit is %d",
+				p, cur.TotalTokens, cur.ReservedTokens, lim.Tokens)
+		}
 		return fmt.Errorf("principal %q has used %d tokens, its limit is %d", p, cur.TotalTokens, lim.Tokens)
 	}
 	if lim.ToolCalls > 0 && cur.ToolCalls >= lim.ToolCalls {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -109,4 +110,92 @@ func parseCounters(k string, m map[string]string) (map[string]int64, error) {
 		out[name] = n
 	}
 	return out, nil
+}
+
+// heldKey is the hash of the holds on the counters of (namespace, key):
+// field the holder's id, value "amount:expiry" (unix ms).
+func (s *Store) heldKey(ns, key string) string {
+	return s.p + "cntheld:" + strconv.Itoa(len(ns)) + ":" + ns + ":" + key
+}
+
+// ReserveHeld holds n under id (replacing what id held) while counter name
+// of (namespace, key) plus every hold on it is below limit: the check and
+// the hold are one step on the server (a script), so holders on any number
+// of hosts never pass the limit together. A hold not dropped within ttl
+// lapses: the host that took it died. It returns the counter, what the
+// others hold, and whether n is held.
+func (s *Store) ReserveHeld(ctx context.Context, namespace, key, id, name string, n, limit int64, ttl time.Duration) (cur, held int64, ok bool, err error) {
+	if err := s.checkKV(namespace, key, nil, false); err != nil {
+		return 0, 0, false, fmt.Errorf("reserve held: %w", err)
+	}
+	if err := ctxErr(ctx, "reserve held"); err != nil {
+		return 0, 0, false, err
+	}
+	if ttl <= 0 {
+		ttl = time.Minute
+	}
+	res, err := reserveHeldScript.Run(ctx, s.rdb, []string{s.cntKey(namespace, key), s.heldKey(namespace, key)},
+		id, name, n, limit, ttl.Milliseconds()).Int64Slice()
+	if err != nil {
+		return 0, 0, false, wrap("reserve held", err)
+	}
+	if len(res) != 3 {
+		return 0, 0, false, corrupt(s.heldKey(namespace, key), fmt.Errorf("reserve held: %d results", len(res)))
+	}
+	return res[1], res[2], res[0] == 1, nil
+}
+
+// reserveHeldScript: KEYS[1] the counters, KEYS[2] the holds; ARGV id,
+// name, n, limit, ttl (ms). Lapsed holds are dropped on the way.
+var reserveHeldScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = 0
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  local amount, expiry = string.match(all[i+1], '^(%d+):(%d+)$')
+  if amount == nil or tonumber(expiry) <= now then
+    redis.call('HDEL', KEYS[2], all[i])
+  elseif all[i] ~= ARGV[1] then
+    held = held + tonumber(amount)
+  end
+end
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[2]) or '0')
+local ok = 0
+if cur + held < tonumber(ARGV[4]) then
+  local ttl = tonumber(ARGV[5])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ':' .. (now + ttl))
+  local left = redis.call('PTTL', KEYS[2])
+  if left < ttl then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+  ok = 1
+else
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+return {ok, cur, held}
+`)
+
+// AddCountersSettling is AddCounters that drops the hold of id
+// (ReserveHeld) in the same transaction.
+func (s *Store) AddCountersSettling(ctx context.Context, namespace, key, id string, deltas map[string]int64) (map[string]int64, error) {
+	if err := s.checkKV(namespace, key, nil, false); err != nil {
+		return nil, fmt.Errorf("add counters: %w", err)
+	}
+	if err := ctxErr(ctx, "add counters"); err != nil {
+		return nil, err
+	}
+	k := s.cntKey(namespace, key)
+	pipe := s.rdb.TxPipeline()
+	for name, d := range deltas {
+		if d != 0 {
+			pipe.HIncrBy(ctx, k, name, d)
+		}
+	}
+	pipe.HDel(ctx, s.heldKey(namespace, key), id)
+	all := pipe.HGetAll(ctx, k)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, wrap("add counters", err)
+	}
+	return parseCounters(k, all.Val())
 }
