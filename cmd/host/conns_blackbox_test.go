@@ -43,14 +43,14 @@ func TestBlackBoxConnectionFloodKeepsServing(t *testing.T) {
 	if err := os.WriteFile(cfgPath, cb, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &sandboxHost{base: base, out: &syncBuf{}, exited: make(chan error, 1)}
+	h := &sandboxHost{base: base, out: &syncBuf{}}
 	cmd := exec.Command("prlimit", "--nofile=256:256", bin, "-config", cfgPath, "-log-format", "text")
 	cmd.Dir = top
 	cmd.Stdout, cmd.Stderr = h.out, h.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { h.exited <- cmd.Wait() }()
+	h.watch(cmd)
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		if t.Failed() {

@@ -61,10 +61,23 @@ func sandboxHostBinary(t *testing.T) string {
 }
 
 type sandboxHost struct {
-	base   string
-	pid    int
-	out    *syncBuf
+	base string
+	pid  int
+	out  *syncBuf
+	// exited gets the process's end (its Wait's error) once; gone is
+	// closed when it has ended, however often it is asked (a test that
+	// took the end from exited leaves its cleanup nothing to wait for).
 	exited chan error
+	gone   chan struct{}
+}
+
+// watch waits for cmd to end in the background: exited and gone report it.
+func (h *sandboxHost) watch(cmd *exec.Cmd) {
+	h.exited, h.gone = make(chan error, 1), make(chan struct{})
+	go func() {
+		h.exited <- cmd.Wait()
+		close(h.gone)
+	}()
 }
 
 // startSandboxHost runs the host on a plugin folder with the given plugins
@@ -115,7 +128,7 @@ func startSandboxHostEnv(t *testing.T, top, pluginDir string, pluginsCfg, extra 
 	if err := os.WriteFile(cfgPath, cb, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &sandboxHost{base: base, out: &syncBuf{}, exited: make(chan error, 1)}
+	h := &sandboxHost{base: base, out: &syncBuf{}}
 	cmd := exec.Command(bin, "-config", cfgPath, "-log-format", "text")
 	cmd.Dir = top
 	if len(env) > 0 {
@@ -126,11 +139,14 @@ func startSandboxHostEnv(t *testing.T, top, pluginDir string, pluginsCfg, extra 
 		t.Fatal(err)
 	}
 	h.pid = cmd.Process.Pid
-	go func() { h.exited <- cmd.Wait() }()
+	h.watch(cmd)
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
+		// gone, not exited: a test that killed or stopped the host has
+		// taken its end from exited already (waiting on exited then sat
+		// out the whole 30 s below).
 		select {
-		case <-h.exited:
+		case <-h.gone:
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
 		}
