@@ -144,6 +144,7 @@ const apRefusal = "needs a person's approval"
 // (whose turn pauses for the approval, as over A2A), and `looopy mcp` over
 // stdio. An exempt principal keeps its exemption.
 func TestBlackBoxApprovalHoldsOverMCP(t *testing.T) {
+	t.Parallel()
 	a := startApprovalHost(t)
 	alice := apMCP(t, a.h.base, apAliceKey)
 
@@ -229,6 +230,7 @@ func apSend(t *testing.T, c *a2aclient.Client, req *a2a.SendMessageRequest) (*a2
 // answer, a second answer on the parent is refused, and the approved call
 // runs exactly once.
 func TestBlackBoxPassedUpApprovalAnsweredOnceOnTheParent(t *testing.T) {
+	t.Parallel()
 	a := startApprovalHost(t)
 	alice := a2aClient(t, a.h.base, apAliceKey)
 	task, err := apSend(t, alice, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("local ledger pay-10"))})

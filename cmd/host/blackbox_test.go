@@ -167,6 +167,7 @@ func TestBlackBoxHostileTenant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the host binary")
 	}
+	t.Parallel()
 	top := t.TempDir()
 	bin := sandboxHostBinary(t) // the one build of the host for the package's black-box tests
 	model, err := os.ReadFile("../../examples/plugins/scripted-model/scripted-model.wasm")
@@ -208,7 +209,7 @@ func TestBlackBoxHostileTenant(t *testing.T) {
 	cfg := map[string]any{
 		"addr": fmt.Sprintf("127.0.0.1:%d", port), "publicUrl": base,
 		"dataDir": filepath.Join(top, "data"), "pluginDir": pluginDir,
-		"plugins": map[string]any{"pathRoots": []string{grants}, "cacheDir": filepath.Join(os.TempDir(), "looopy-blackbox-wasm-cache"),
+		"plugins": map[string]any{"pathRoots": []string{grants}, "cacheDir": blackboxCache(),
 			"budgets": map[string]any{"logBytesPerCall": 4096, "kvQuotaKeys": 100}},
 		"auth": map[string]any{"enabled": true, "keys": []map[string]any{
 			{"key": "env:BB_KEY_MALLORY", "principal": "mallory"}, {"key": "env:BB_KEY_BOB", "principal": "bob"}}},

@@ -111,6 +111,7 @@ const (
 // runs. The host's own origin, requests without Origin (the official A2A
 // clients of both versions) and the loopback names keep working.
 func TestBlackBoxForeignOriginsRefused(t *testing.T) {
+	t.Parallel()
 	h := startWebHost(t)
 	port := strings.TrimPrefix(h.base, "http://127.0.0.1:")
 	evil := "attacker.example:" + port
@@ -245,6 +246,7 @@ func webBrowser(t *testing.T) context.Context {
 //     the host's origin, never runs: it is a download, nosniff, under a
 //     sandbox policy.
 func TestBlackBoxBrowserAttacksRefused(t *testing.T) {
+	t.Parallel()
 	h := startWebHost(t)
 	ctx := webBrowser(t)
 	port := strings.TrimPrefix(h.base, "http://127.0.0.1:")

@@ -21,6 +21,7 @@ import (
 // once the flood is gone a normal client is served, and SIGTERM ends the
 // process.
 func TestBlackBoxConnectionFloodKeepsServing(t *testing.T) {
+	t.Parallel()
 	bin := sandboxHostBinary(t)
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		t.Fatal("prlimit (util-linux) is needed to run the host with a low open-file limit")
@@ -35,7 +36,7 @@ func TestBlackBoxConnectionFloodKeepsServing(t *testing.T) {
 	cfg := map[string]any{
 		"addr": fmt.Sprintf("127.0.0.1:%d", port), "publicUrl": base,
 		"dataDir": filepath.Join(top, "data"), "pluginDir": pluginDir,
-		"plugins": map[string]any{"cacheDir": filepath.Join(os.TempDir(), "looopy-blackbox-wasm-cache")},
+		"plugins": map[string]any{"cacheDir": blackboxCache()},
 		"limits":  map[string]any{"shutdownGrace": "2s"},
 	}
 	cb, _ := json.Marshal(cfg)

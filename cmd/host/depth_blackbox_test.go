@@ -19,6 +19,7 @@ import (
 // the conversation fail for good). The host refuses the answer: the model
 // gets an error result and the turn goes on.
 func TestBlackBoxDeepToolResultRefused(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	model := readExample(t, "scripted-model")
@@ -86,6 +87,7 @@ func TestBlackBoxDeepToolResultRefused(t *testing.T) {
 // 3,000 deep is past the bound of any answer (512); 400 deep passes that
 // one and is refused by the schema's own (64).
 func TestBlackBoxDeepSchemaRefused(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	flood := buildGuest(t, filepath.Join(top, "flood.wasm"), "../../plugins/testdata/guests/flood")

@@ -89,6 +89,7 @@ func running(st string) bool { return st == "TASK_STATE_WORKING" || st == "TASK_
 // after kill -9 every acknowledged task is there, in the state the host
 // reported.
 func TestBlackBoxDiskFull(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	small := filepath.Join(top, "small")
 	mountSmall(t, small, "224m")
@@ -228,6 +229,7 @@ func count(states map[string]string) map[string]int {
 // anything is stored, while the host goes on serving reads and the turns
 // it took end.
 func TestBlackBoxDataFolderCap(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
@@ -293,13 +295,17 @@ func floodUntilRefused(t *testing.T, h *sandboxHost, most int) ([]string, rpcAns
 // serves the artifacts already written; once space returns the same call
 // succeeds, without a restart.
 func TestBlackBoxArtifactsFillTheDisk(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	small := filepath.Join(top, "small")
 	mountSmall(t, small, "224m")
 	pluginDir := filepath.Join(top, "plugins")
 	installPlugin(t, pluginDir, "dataset-writer", "tool", readExample(t, "dataset-writer"),
 		map[string]any{"callTimeout": "5m", "hostFunctions": []string{"artifact_write", "emit", "result_read"}}, nil)
-	h := startSandboxHostWith(t, top, pluginDir, nil, map[string]any{
+	// The call's timeout (5m) is a hang guard: the host's cap (30 s by
+	// default) is raised to it, a call of 100,000 rows taking 20-30 s on
+	// a loaded machine.
+	h := startSandboxHostWith(t, top, pluginDir, map[string]any{"maxCallTimeout": "5m"}, map[string]any{
 		"dataDir": filepath.Join(small, "data"),
 		"store":   map[string]any{"memoryBytes": 64 << 20, "minFreeBytes": 160 << 20},
 		"limits":  map[string]any{"shutdownGrace": "2s"},

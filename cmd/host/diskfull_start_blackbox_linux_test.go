@@ -76,6 +76,7 @@ func fillTo(t *testing.T, dir string, left int64) string {
 // own writes is refused at start; and once space is made the host starts
 // and every acknowledged task is there.
 func TestBlackBoxStartOnAFullDisk(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	small := filepath.Join(top, "small")
 	mountSmall(t, small, "96m")
@@ -121,7 +122,7 @@ func TestBlackBoxStartOnAFullDisk(t *testing.T) {
 	base := func(minFree int64) map[string]any {
 		return map[string]any{
 			"addr": "127.0.0.1:0", "dataDir": data, "pluginDir": pluginDir,
-			"plugins": map[string]any{"cacheDir": filepath.Join(os.TempDir(), "looopy-blackbox-wasm-cache")},
+			"plugins": map[string]any{"cacheDir": blackboxCache()},
 			"store":   store(minFree),
 		}
 	}

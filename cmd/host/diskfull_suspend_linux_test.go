@@ -46,6 +46,7 @@ func fillUntilFree(t *testing.T, dir string, left int64) string {
 // own (no restart) and it completes, and a new subscription replays every
 // event the client saw, then the end.
 func TestBlackBoxDiskFullSuspendsTheTurn(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	small := filepath.Join(top, "small")
 	mountSmall(t, small, "224m")

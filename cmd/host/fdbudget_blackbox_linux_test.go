@@ -30,6 +30,7 @@ func hostFDs(t *testing.T, pid int) int {
 // host's descriptors stay bounded, and the host keeps serving: readiness,
 // and the same plugin's other calls.
 func TestBlackBoxPluginCannotExhaustDescriptors(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	grants := filepath.Join(top, "grants")

@@ -114,6 +114,7 @@ func (h *sandboxHost) taskState(t *testing.T, key, id string) string {
 // instance goes to the principals waiting in turn. Asserted on order and
 // outcomes, never on speed: the flood's turns each hold the instance 5 s.
 func TestBlackBoxFloodingPrincipalCannotStarveOthers(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),

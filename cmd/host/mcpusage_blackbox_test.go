@@ -62,6 +62,7 @@ func (h *sandboxHost) mcpCallAs(t *testing.T, key, tool, args string) string {
 // tools/call ran any number of calls (and the researcher plugin's model
 // calls) for a principal at its limit, uncounted.
 func TestBlackBoxUsageLimitsHoldOverMCP(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	installPlugin(t, pluginDir, "calculator", "tool", readExample(t, "calculator"), map[string]any{"callTimeout": "60s"}, nil)
@@ -126,6 +127,7 @@ var artID = regexp.MustCompile(`art-[0-9a-f]{24}`)
 // the TTL passed. Before, it had no owner (404 to the caller too) and no
 // expiry: 30 calls kept 93 MB for good.
 func TestBlackBoxMCPArtifactsAreOwnedAndExpire(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	installPlugin(t, pluginDir, "dataset-writer", "tool", readExample(t, "dataset-writer"),

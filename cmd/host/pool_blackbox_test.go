@@ -55,6 +55,7 @@ func sendHang(t *testing.T, h *sandboxHost, token string) string {
 // her whole call timeout (59 s against the real binary with callTimeout
 // 60s; 10 minutes here).
 func TestBlackBoxOnePrincipalCannotHoldEveryModelInstance(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	installHangingModel(t, pluginDir)
@@ -98,6 +99,7 @@ func TestBlackBoxOnePrincipalCannotHoldEveryModelInstance(t *testing.T) {
 // saying which limit stopped it: before, it ended canceled ("turn
 // canceled: context deadline exceeded"), as if the client had cancelled it.
 func TestBlackBoxTurnTimeoutFailsTheTurn(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	installHangingModel(t, pluginDir)

@@ -97,6 +97,7 @@ func sendText(t *testing.T, base, text string, md map[string]any) (string, error
 // than sub-agents nest is refused, and a task started at the deepest level
 // does not call further.
 func TestBlackBoxRemoteAgentsThatNameEachOther(t *testing.T) {
+	t.Parallel()
 	pa, pb := freePort(t), freePort(t)
 	ua, ub := fmt.Sprintf("http://127.0.0.1:%d", pa), fmt.Sprintf("http://127.0.0.1:%d", pb)
 	b := startPeerHost(t, pb, map[string]string{"peer": ua}, nil)
@@ -175,6 +176,7 @@ func (h *hangAgent) let() { h.once.Do(func() { close(h.release) }) }
 // agent answer while it hangs (its cardTimeout here outlasts the test), and
 // the turn that calls the agent gets a clear error once the fetch fails.
 func TestBlackBoxHangingRemoteAgentBlocksNothing(t *testing.T) {
+	t.Parallel()
 	hang := newHangAgent(t)
 	h := startPeerHost(t, freePort(t), map[string]string{"hang": hang.srv.URL}, nil)
 
@@ -288,6 +290,7 @@ func startLedgerHost(t *testing.T, remotes map[string]string) (*sandboxHost, str
 // refused: the request is withdrawn (an event says so) and the call takes
 // the remote task's actual outcome; the ledger shows one execution.
 func TestBlackBoxPassedUpRequestAnsweredOnTheRemoteHost(t *testing.T) {
+	t.Parallel()
 	b, ledger := startLedgerHost(t, nil)
 	a, _ := startLedgerHost(t, map[string]string{"peer": b.base})
 	ca, cb := a2aClient(t, a.base, ""), a2aClient(t, b.base, "")

@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,12 +55,91 @@ func sandboxHostBinary(t *testing.T) string {
 		hostBin = filepath.Join(dir, "looopy")
 		if b, err := exec.Command("go", "build", "-o", hostBin, ".").CombinedOutput(); err != nil {
 			hostBinErr = fmt.Errorf("build the host: %v\n%s", err, b)
+			return
 		}
+		hostBinErr = warmCompileCache(hostBin)
 	})
 	if hostBinErr != nil {
 		t.Fatal(hostBinErr)
 	}
 	return hostBin
+}
+
+// blackboxCache is the compilation cache (plugins.cacheDir) every host of
+// the package's black-box tests shares.
+func blackboxCache() string { return filepath.Join(os.TempDir(), "looopy-blackbox-wasm-cache") }
+
+// warmCompileCache runs the host once with the scripted model, until it
+// listens, so that its compiled code is in the shared cache before the
+// tests start theirs, side by side: a test then reads it (a cold compile,
+// slow on a loaded machine, would otherwise fall in whichever tests start
+// first, TestBlackBoxUnboundedCompileRefused's compileTimeout of 20 s
+// among them).
+func warmCompileCache(bin string) error {
+	top, err := os.MkdirTemp("", "looopy-blackbox-warm-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(top)
+	model, err := os.ReadFile(filepath.Join("..", "..", "examples", "plugins", "scripted-model", "scripted-model.wasm"))
+	if err != nil {
+		return fmt.Errorf("the scripted model (run make plugins-go): %w", err)
+	}
+	dir := filepath.Join(top, "plugins", "scripted-model")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "scripted-model.wasm"), model, 0o644); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(model)
+	manifest, _ := json.Marshal(map[string]any{"name": "scripted-model", "version": "1.0.0", "kind": "model",
+		"wasm": "scripted-model.wasm", "sha256": hex.EncodeToString(sum[:]),
+		"capabilities": map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}})
+	if err := os.WriteFile(filepath.Join(dir, "plugin.json"), manifest, 0o644); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cfg, _ := json.Marshal(map[string]any{"addr": fmt.Sprintf("127.0.0.1:%d", port), "dataDir": filepath.Join(top, "data"),
+		"pluginDir": filepath.Join(top, "plugins"), "plugins": map[string]any{"cacheDir": blackboxCache()}})
+	cfgPath := filepath.Join(top, "looopy.json")
+	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+		return err
+	}
+	var out syncBuf
+	cmd := exec.Command(bin, "-config", cfgPath, "-log-format", "text")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	}()
+	h := &sandboxHost{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	for deadline := time.Now().Add(5 * time.Minute); !h.ready(); time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("the host that warms the compilation cache exited: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the host that warms the compilation cache is not ready after 5 minutes:\n%s", out.String())
+		}
+	}
+	return nil
 }
 
 type sandboxHost struct {
@@ -104,16 +186,34 @@ func startSandboxHostEnv(t *testing.T, top, pluginDir string, pluginsCfg, extra 
 		installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
 			map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}, map[string]any{"script": `{"default":{"steps":[{"text":"ok"}]}}`})
 	}
-	port := freePort(t)
-	if p, ok := extra["port"].(int); ok {
-		port = p // a port chosen ahead (hosts that name each other)
-		delete(extra, "port")
+	chosen, ahead := extra["port"].(int) // a port chosen ahead (hosts that name each other)
+	delete(extra, "port")
+	for attempt := 1; ; attempt++ {
+		port := chosen
+		if !ahead {
+			port = freePort(t)
+		}
+		h, taken := startSandboxHostOn(t, bin, port, top, pluginDir, pluginsCfg, extra, env)
+		if !taken {
+			return h
+		}
+		// Another test's host or connection took the free port between
+		// its choice and the host's listen (the tests run side by side).
+		if ahead || attempt == 5 {
+			t.Fatalf("port %d is taken:\n%s", port, h.out.String())
+		}
 	}
+}
+
+// startSandboxHostOn is startSandboxHostEnv on port: the host once it
+// listens, or (taken) the host that exited because port was in use.
+func startSandboxHostOn(t *testing.T, bin string, port int, top, pluginDir string, pluginsCfg, extra map[string]any, env []string) (h *sandboxHost, taken bool) {
+	t.Helper()
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	if pluginsCfg == nil {
 		pluginsCfg = map[string]any{}
 	}
-	pluginsCfg["cacheDir"] = filepath.Join(os.TempDir(), "looopy-blackbox-wasm-cache")
+	pluginsCfg["cacheDir"] = blackboxCache()
 	cfg := map[string]any{
 		"addr": fmt.Sprintf("127.0.0.1:%d", port), "publicUrl": base,
 		"dataDir": filepath.Join(top, "data"), "pluginDir": pluginDir,
@@ -128,7 +228,7 @@ func startSandboxHostEnv(t *testing.T, top, pluginDir string, pluginsCfg, extra 
 	if err := os.WriteFile(cfgPath, cb, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &sandboxHost{base: base, out: &syncBuf{}}
+	h = &sandboxHost{base: base, out: &syncBuf{}}
 	cmd := exec.Command(bin, "-config", cfgPath, "-log-format", "text")
 	cmd.Dir = top
 	if len(env) > 0 {
@@ -154,8 +254,22 @@ func startSandboxHostEnv(t *testing.T, top, pluginDir string, pluginsCfg, extra 
 			t.Logf("host output:\n%s", h.out.String())
 		}
 	})
-	h.waitFor(t, "the host to listen", 5*time.Minute, func() bool { return h.ready() })
-	return h
+	deadline := time.Now().Add(5 * time.Minute) // a hang guard
+	for !h.ready() {
+		select {
+		case <-h.gone:
+			if strings.Contains(h.out.String(), "address already in use") {
+				return h, true
+			}
+			t.Fatalf("the host exited before it listened:\n%s", h.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for the host to listen: wedged")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return h, false
 }
 
 func (h *sandboxHost) ready() bool {
@@ -343,6 +457,7 @@ func readExample(t *testing.T, name string) []byte {
 // listens with its other plugins loaded and serves them, and the admin list
 // shows both bad plugins failed, each with its reason.
 func TestBlackBoxUnboundedCompileRefused(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	installPlugin(t, pluginDir, "wat-add", "tool", readExample(t, "wat-add"), nil, nil)
@@ -388,6 +503,7 @@ func dropPlugin(t *testing.T, pluginDir, name, kind string, wasm []byte) {
 // and the host answers /readyz meanwhile; removing the slow plugin stops its
 // load.
 func TestBlackBoxWatcherLoadsBesideASlowCompile(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
@@ -429,6 +545,7 @@ func TestBlackBoxWatcherLoadsBesideASlowCompile(t *testing.T) {
 // once when the plugin's folder is removed, answering that the plugin was
 // unloaded; likewise when the admin unloads it.
 func TestBlackBoxUnloadStopsACallInFlight(t *testing.T) {
+	t.Parallel()
 	top := t.TempDir()
 	pluginDir := filepath.Join(top, "plugins")
 	spin, err := os.ReadFile(filepath.Join("..", "..", "plugins", "testdata", "wat", "spin.wasm"))
