@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -14,12 +15,18 @@ import (
 	"github.com/looopy-go/looopy/sse"
 )
 
+// LastEventIDHeader, on an answer of GET /events/{contextId}, is the id of
+// the last event of the conversation's stream when the request opened it
+// (0: none yet); the events after it are the ones yet to come.
+const LastEventIDHeader = "Looopy-Last-Event-ID"
+
 // handleEvents serves GET /events/{contextId}: Looopy's own event stream of
 // a conversation, every event as it is (internal ones excepted), from the
 // log then live. ?taskId= and ?kinds=a,b filter it; ?verbosity=brief|
 // normal|detailed|none bounds its thought-stream events (default: the
 // operator's thoughts.verbosity); Last-Event-ID (header, or ?lastEventId=)
-// resumes it.
+// resumes it. The answer's Looopy-Last-Event-ID header says where the log
+// ended when the stream was opened.
 func (s *Server) handleEvents(c *fiber.Ctx) error {
 	auth, err := s.principal(c)
 	if err != nil {
@@ -64,15 +71,17 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if after > 0 {
-		last, err := s.hub.Last(c.UserContext(), sse.ContextStream(contextID))
-		if err != nil {
-			return err
-		}
-		if after > last {
-			return lastEventAhead(after, last)
-		}
+	last, err := s.hub.Last(c.UserContext(), sse.ContextStream(contextID))
+	if err != nil {
+		return err
 	}
+	if after > last {
+		return lastEventAhead(after, last)
+	}
+	// Where the log ended when the stream was opened: a client that wants
+	// only what comes next (looopy chat resuming a paused task) resumes
+	// from it, without reading the conversation's past.
+	c.Set(LastEventIDHeader, strconv.FormatUint(last, 10))
 	release, err := s.streamSlots.take(auth.Principal, sse.ContextStream(contextID))
 	if err != nil {
 		return err

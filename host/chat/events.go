@@ -182,6 +182,36 @@ func (f *eventFeed) read(ctx context.Context, contextID string) (bool, error) {
 
 var errAnswered = errors.New("answered")
 
+// lastEventIDHeader is the header with which a Looopy host says where the
+// conversation's event stream ended when /events was opened.
+const lastEventIDHeader = "Looopy-Last-Event-ID"
+
+// skipPast moves the session's place in the conversation's event stream
+// to its current end (a resumed conversation: what is there was shown by
+// the chat that ran it). A host that does not say where its stream ends
+// leaves the place at the start.
+func (s *session) skipPast(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(sctx, http.MethodGet,
+		s.opts.URL+"/events/"+url.PathEscape(s.contextID)+"?kinds=task-complete", nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return
+	}
+	_ = resp.Body.Close() // only the header is read
+	if resp.StatusCode != http.StatusOK {
+		return
+	}
+	if last, err := strconv.ParseInt(resp.Header.Get(lastEventIDHeader), 10, 64); err == nil && last > s.lastEvent {
+		s.lastEvent = last
+	}
+}
+
 // looopyEvent holds the fields of the event kinds the chat shows.
 type looopyEvent struct {
 	Kind         string          `json:"kind"`

@@ -215,6 +215,13 @@ func (s *session) resume(ctx context.Context) {
 		return
 	}
 	s.p.line(styleDim, "%d earlier task(s) in this conversation", len(res.Tasks))
+	// The next turn's event stream starts after the events of the past:
+	// read from the start, a paused task's earlier legs were drawn again
+	// and their task-complete (the pause) ended the wait for the answer's
+	// own, so that the prompt could come back before the answer.
+	if s.looopy {
+		s.skipPast(ctx)
+	}
 	for _, t := range res.Tasks {
 		if t.Status.State == a2a.TaskStateInputRequired || t.Status.State == a2a.TaskStateAuthRequired {
 			s.p.line(styleAsk, "task %s waits for an answer:", t.ID)

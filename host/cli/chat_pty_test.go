@@ -397,49 +397,50 @@ func TestChatAPIKey(t *testing.T) {
 // call once; n with a reason rejects the next, which never runs.
 func TestChatApproval(t *testing.T) {
 	m, ledger := chatHost(t)
+	tag := ledgerTag()
 	tm := startChat(t, []string{"LOOOPY_API_KEY=" + chatKey}, m.URL())
 	tm.expect("you> ")
-	tm.typeLine("ledger pay 10")
+	tm.typeLine("ledger pay 10 " + tag)
 	tm.expect("? [approval] ")
-	tm.expect(`call: ledger_append {"entry":"pay 10"}`)
+	tm.expect(`call: ledger_append {"entry":"pay 10 ` + tag + `"}`)
 	tm.expect("runs in: plugin ledger 1.0.0")
 	tm.expect("grants: ")
 	tm.expect("approve? [y/n reason")
-	if b, err := os.ReadFile(filepath.Join(ledger, "ledger.log")); err == nil && strings.Contains(string(b), "pay 10") {
+	if b, err := os.ReadFile(filepath.Join(ledger, "ledger.log")); err == nil && strings.Contains(string(b), "pay 10 "+tag) {
 		t.Fatalf("the ledger was written before the approval: %q", b)
 	}
 	tm.typeLine("maybe")
 	tm.expect("answer y (approve), n [reason] (reject)")
 	tm.typeLine("y")
-	tm.expect(`⚙ ledger_append {"entry":"pay 10"}`)
+	tm.expect(`⚙ ledger_append {"entry":"pay 10 ` + tag + `"}`)
 	tm.expect("Ledger: ")
 	tm.expect("you> ")
 	b, err := os.ReadFile(filepath.Join(ledger, "ledger.log"))
-	if err != nil || strings.Count(string(b), "pay 10") != 1 {
+	if err != nil || strings.Count(string(b), "pay 10 "+tag) != 1 {
 		t.Fatalf("ledger after one approval = %q (%v), want pay 10 once", b, err)
 	}
 
 	// Edited arguments: refused when not JSON, run as edited when they are.
-	tm.typeLine("ledger pay 30")
+	tm.typeLine("ledger pay 30 " + tag)
 	tm.expect("approve? [y/n reason/e {json}]")
 	tm.typeLine("e pay 3")
 	tm.expect("edited arguments must be a JSON object")
-	tm.typeLine(`e {"entry":"pay 3"}`)
-	tm.expect(`⚙ ledger_append {"entry":"pay 3"}`)
+	tm.typeLine(`e {"entry":"pay 3 ` + tag + `"}`)
+	tm.expect(`⚙ ledger_append {"entry":"pay 3 ` + tag + `"}`)
 	tm.expect("Ledger: ")
 	tm.expect("you> ")
 	b, _ = os.ReadFile(filepath.Join(ledger, "ledger.log"))
-	if strings.Contains(string(b), "pay 30") || strings.Count(string(b), "pay 3") != 1 {
+	if strings.Contains(string(b), "pay 30 "+tag) || strings.Count(string(b), "pay 3 "+tag) != 1 {
 		t.Fatalf("ledger after an edited approval = %q, want pay 3 once and no pay 30", b)
 	}
 
-	tm.typeLine("ledger pay 99")
+	tm.typeLine("ledger pay 99 " + tag)
 	tm.expect("approve? [y/n reason")
 	tm.typeLine("n too much")
 	tm.expect("ledger_append failed: ")
 	tm.expect("you> ")
 	b, _ = os.ReadFile(filepath.Join(ledger, "ledger.log"))
-	if strings.Contains(string(b), "pay 99") {
+	if strings.Contains(string(b), "pay 99 "+tag) {
 		t.Fatalf("a rejected call ran: ledger %q", b)
 	}
 	tm.typeLine("/quit")
@@ -452,9 +453,10 @@ func TestChatApproval(t *testing.T) {
 func TestChatResumeAPausedTask(t *testing.T) {
 	m, ledger := chatHost(t)
 	env := []string{"LOOOPY_API_KEY=" + chatKey}
+	entry := "resume " + ledgerTag()
 	tm := startChat(t, env, m.URL())
 	tm.expect("you> ")
-	tm.typeLine("ledger resume 5")
+	tm.typeLine("ledger " + entry)
 	tm.expect("approve? [y/n reason")
 	match := contextLine.FindStringSubmatch(tm.text())
 	if match == nil {
@@ -465,14 +467,14 @@ func TestChatResumeAPausedTask(t *testing.T) {
 
 	tm = startChat(t, env, "-context", match[1], m.URL())
 	tm.expect("waits for an answer:")
-	tm.expect(`call: ledger_append {"entry":"resume 5"}`)
+	tm.expect(`call: ledger_append {"entry":"` + entry + `"}`)
 	tm.expect("approve? [y/n reason")
 	tm.typeLine("y")
 	tm.expect("Ledger: ")
 	tm.expect("you> ")
 	b, err := os.ReadFile(filepath.Join(ledger, "ledger.log"))
-	if err != nil || strings.Count(string(b), "resume 5") != 1 {
-		t.Fatalf("ledger after the approval from the resumed chat = %q (%v), want resume 5 once", b, err)
+	if err != nil || strings.Count(string(b), entry) != 1 {
+		t.Fatalf("ledger after the approval from the resumed chat = %q (%v), want %s once", b, err, entry)
 	}
 	tm.typeLine("/quit")
 	tm.wait()
