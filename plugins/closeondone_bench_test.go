@@ -41,7 +41,7 @@ func BenchmarkCloseOnContextDone(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var stop guestStop
+			var stop *guestStop
 			if strings.HasPrefix(v, "fuel") {
 				stop, _ = guestStopOf(mod)
 			}
@@ -55,7 +55,7 @@ func BenchmarkCloseOnContextDone(b *testing.B) {
 					cctx, cancel = context.WithTimeout(ctx, time.Minute)
 					defer cancel()
 				}
-				if stop.fuel != nil {
+				if stop != nil {
 					defer stop.arm(cctx)()
 				}
 				stack[0] = uint64(len(in))

@@ -750,23 +750,35 @@ func interruptibleCode(bin []byte) (code []byte, intr *interruptible, why error)
 }
 
 // guestStop is an instance's pair of added globals.
-type guestStop struct{ interrupt, fuel api.MutableGlobal }
+type guestStop struct {
+	interrupt, fuel api.MutableGlobal
+	// stop is s.stopNow, made once per instance: arming it on every call
+	// makes no closure.
+	stop func()
+}
 
-func guestStopOf(mod api.Module) (guestStop, bool) {
+func guestStopOf(mod api.Module) (*guestStop, bool) {
 	i, ok1 := mod.ExportedGlobal(interruptExport).(api.MutableGlobal)
 	f, ok2 := mod.ExportedGlobal(fuelExport).(api.MutableGlobal)
-	return guestStop{i, f}, ok1 && ok2
+	s := &guestStop{interrupt: i, fuel: f}
+	s.stop = s.stopNow
+	return s, ok1 && ok2
+}
+
+// stopNow tells the guest to stop at its next check.
+func (s *guestStop) stopNow() {
+	s.interrupt.Set(1)
+	s.fuel.Set(0) // the next check exits (unless the guest's own store lands after it)
 }
 
 // arm stops the guest when ctx ends, until the returned function is called;
 // that function reports whether the call it guarded finished first (false:
 // the guest may have been told to stop, and the instance must go).
-func (s guestStop) arm(ctx context.Context) (disarm func() bool) {
+func (s *guestStop) arm(ctx context.Context) (disarm func() bool) {
 	if ctx.Done() == nil {
-		return func() bool { return true }
+		return alwaysFirst
 	}
-	return context.AfterFunc(ctx, func() {
-		s.interrupt.Set(1)
-		s.fuel.Set(0) // the next check exits (unless the guest's own store lands after it)
-	})
+	return context.AfterFunc(ctx, s.stop)
 }
+
+func alwaysFirst() bool { return true }

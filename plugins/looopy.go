@@ -141,7 +141,7 @@ func (d *looopyDriver) newInstance(ctx context.Context) (instance, error) {
 			_ = mod.Close(ctx)
 			return nil, errors.New("instantiate: the interrupt globals are missing")
 		}
-		in.stop = &stop
+		in.stop = stop
 		if err := in.initialize(ictx, d.intr.hasStart); err != nil {
 			_ = mod.Close(ctx)
 			if tail := in.stderr.lastLines(); tail != "" {
