@@ -257,6 +257,7 @@ var (
 	responseKeys       = []string{"message", "finishReason", "usage"}
 	usageKeys          = []string{"promptTokens", "completionTokens", "totalTokens"}
 	deltaKeys          = []string{"content", "thought"}
+	toolResultKeys     = []string{"toolCallId", "content", "isError", "data"}
 )
 
 // knownKey reads a key (key) that must be one of keys.

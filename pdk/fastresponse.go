@@ -3,7 +3,8 @@ package pdk
 import "encoding/json"
 
 // The host reads a model plugin's answer on every model call, and every
-// piece of a streamed one. ParseModelResponse and ParseDelta read them with
+// piece of a streamed one, and a tool's answer on every tool call.
+// ParseModelResponse, ParseDelta and ParseToolResult read them with
 // the scanner of parseModelRequest instead of encoding/json's reflection.
 // What a guest writes is not trusted: they decline (ok false) whatever they
 // are not sure encoding/json reads the same way (an unknown or repeated
@@ -12,7 +13,7 @@ import "encoding/json"
 // whole (json.Valid); the caller then decodes with encoding/json, which
 // gives the same result or the error. For every input they accept,
 // encoding/json accepts it too and reads the same (FuzzParseModelResponse,
-// FuzzParseDelta).
+// FuzzParseDelta, FuzzParseToolResult).
 
 // ParseModelResponse reads a model's answer as json.Unmarshal would into a
 // ModelResponse; ok false: use json.Unmarshal.
@@ -118,6 +119,49 @@ func ParseDelta(b []byte) (d Delta, ok bool) {
 		return Delta{}, false
 	}
 	return d, true
+}
+
+// ParseToolResult reads a tool's answer as json.Unmarshal would into a
+// ToolResult; ok false: use json.Unmarshal. Structured data is checked
+// whole and kept as it is written (null included, as encoding/json keeps it
+// in a json.RawMessage).
+func ParseToolResult(b []byte) (r ToolResult, ok bool) {
+	p := scanner{b: b, strict: true}
+	for more := p.open('{', '}'); more; more = p.more('}') {
+		key, ok := p.knownKey(toolResultKeys)
+		if !ok {
+			return ToolResult{}, false
+		}
+		if string(key) == "data" {
+			raw, ok := p.value()
+			if !ok || !p.validRaw(raw) {
+				return ToolResult{}, false
+			}
+			r.Data = ownRaw(raw)
+			continue
+		}
+		if p.null() {
+			continue
+		}
+		switch string(key) {
+		case "toolCallId":
+			r.ToolCallID, ok = p.text()
+		case "content":
+			r.Content, ok = p.text()
+		case "isError":
+			ok = p.boolean(&r.IsError)
+		default:
+			ok = false
+		}
+		if !ok || p.bad {
+			return ToolResult{}, false
+		}
+	}
+	p.space()
+	if p.bad || p.i != len(p.b) {
+		return ToolResult{}, false
+	}
+	return r, true
 }
 
 // validRaw reports whether a raw value the scanner took may be kept as it

@@ -82,6 +82,60 @@ func FuzzParseDelta(f *testing.F) {
 	})
 }
 
+func FuzzParseToolResult(f *testing.F) {
+	for _, s := range []string{`{"content":"a"}`, `{"toolCallId":"c","content":"\u00e9\n","isError":true,"data":{"n":[1,2.5,"x"]}}`,
+		`{"content":null,"isError":null,"data":null}`, `{"Content":"a"}`, `{"content":"a","content":"b"}`,
+		`{"data":{"a":1},"data":[2]}`, `{"data":{"a":tru}}`, `{"data":{"a" 1}}`, `{"isError":"true"}`, `{"isError":1}`,
+		`{"content":1}`, `{}`, `null`, `[]`, ``, `{"content":"\xff"}`, `{"content":"a"}}`, ` {"content":"a"} `,
+		`{"content":"a",}`, `{"content":"\ud800"}`, `{"extra":1}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got, ok := ParseToolResult([]byte(in))
+		if !ok {
+			return
+		}
+		var want ToolResult
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatalf("%q: read, but encoding/json refuses it: %v", in, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\n got %#v\nwant %#v", in, got, want)
+		}
+	})
+}
+
+// What a pdk guest writes for a tool's answer, and what encoding/json
+// writes, take the fast path and read as encoding/json reads them.
+func TestParseToolResultReadsWhatGuestsWrite(t *testing.T) {
+	for _, r := range []ToolResult{
+		{Content: "echo"},
+		{ToolCallID: "call-1", Content: "line one\nline \"two\" é \u2028", IsError: true},
+		{Content: "", Data: json.RawMessage(`{"rows":[{"a":1,"b":"x"}],"more":false}`)},
+		{Content: "n", Data: json.RawMessage(`null`)},
+	} {
+		for _, b := range [][]byte{appendToolResult(nil, &r), mustMarshal(t, &r)} {
+			got, ok := ParseToolResult(b)
+			if !ok {
+				t.Fatalf("%s: not read", b)
+			}
+			var want ToolResult
+			if err := json.Unmarshal(b, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s:\n got %#v\nwant %#v (%v)", b, got, want, err)
+			}
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // The answers a pdk guest writes, and a model's usual answers, take the
 // fast path; what it cannot be sure of is left to encoding/json.
 func TestParseModelResponseReadsUsualAnswers(t *testing.T) {

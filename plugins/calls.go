@@ -56,7 +56,18 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 	ca := &callAuth{}
 	err = p.invoke(ctx, pdk.OpToolCall, in, func(st *callState) {
 		st.env, st.toolCallID, st.auth = env, call.ID, ca
-	}, func(out []byte) error { return json.Unmarshal(out, &res) })
+	}, func(out []byte) error {
+		if r, ok := pdk.ParseToolResult(out); ok {
+			res = r
+			return nil
+		}
+		// Only an answer the scanner declines is decoded into a value
+		// of its own, so that res stays off the heap on the usual path.
+		var r loop.ToolResult
+		err := json.Unmarshal(out, &r)
+		res = r
+		return err
+	})
 	if ca.need != nil && ctx.Err() == nil {
 		// It asked for a credential it lacks: whatever it answered, the
 		// task pauses for it and the call runs again with it.
