@@ -266,8 +266,7 @@ func (in *looopyInstance) call(ctx context.Context, op pdk.Op, input []byte) (ou
 	if in.stop != nil {
 		disarm := in.stop.arm(ctx)
 		defer func() {
-			var pe *pdk.Error
-			if !disarm() && (err == nil || errors.As(err, &pe)) {
+			if !disarm() && (err == nil || isGuestError(err)) {
 				// The guest finished (an answer, or an error of its own)
 				// as its context ended: it may already be marked to stop,
 				// so it must not serve again.

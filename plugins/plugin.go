@@ -743,7 +743,6 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	}
 	out, err := inst.call(cctx, op, in)
 	healthy := true
-	var pe *pdk.Error
 	switch {
 	case ctx.Err() != nil:
 		// The caller cancelled. Whatever the guest answered after that
@@ -751,12 +750,12 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 		// answer built on one) the call ends cancelled: the outcome must
 		// not depend on whether the interrupt or the guest's own return
 		// came first.
-		if err != nil && !errors.As(err, &pe) {
+		if err != nil && !isGuestError(err) {
 			healthy = false
 		}
 		err = fmt.Errorf("plugin %q: %s cancelled: %w", p.Name(), op, ctx.Err())
 	case err != nil:
-		if !errors.As(err, &pe) {
+		if !isGuestError(err) {
 			healthy = false
 			err = p.classify(ctx, cctx, op, err, inst.stderrTail())
 		}
@@ -781,6 +780,14 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 		return p.failed(ctx, op, err)
 	}
 	return nil
+}
+
+// isGuestError reports whether err is (or wraps) the guest's own error.
+// The target errors.As needs escapes to the heap: made only when there is
+// an error to look at, not on every call.
+func isGuestError(err error) bool {
+	var pe *pdk.Error
+	return errors.As(err, &pe)
 }
 
 func (p *Plugin) failed(ctx context.Context, op pdk.Op, err error) error {
