@@ -45,16 +45,22 @@ func (p *Plugin) callTool(ctx context.Context, t *pluginTool, call loop.ToolCall
 	if env != nil {
 		req.ContextID, req.TaskID = env.ContextID, env.TaskID
 	}
-	in, err := json.Marshal(&req)
-	if err != nil {
-		return loop.ToolResult{}, fmt.Errorf("plugin %q: encode tool call: %w", p.Name(), err)
+	// The arguments were decoded above: they are valid JSON, and pdk
+	// writes the request as encoding/json would without its reflection.
+	in, ok := pdk.AppendToolCallRequest(make([]byte, 0, 72+len(call.ID)+len(call.Name)+len(args)+len(req.ContextID)+len(req.TaskID)), &req)
+	if !ok {
+		var err error
+		r := req // only this path puts the request on the heap
+		if in, err = json.Marshal(&r); err != nil {
+			return loop.ToolResult{}, fmt.Errorf("plugin %q: encode tool call: %w", p.Name(), err)
+		}
 	}
 	if env != nil && env.Auth != nil && PrincipalOf(ctx) == "" {
 		ctx = WithPrincipal(ctx, env.Auth.Principal)
 	}
 	var res loop.ToolResult
 	ca := &callAuth{}
-	err = p.invoke(ctx, pdk.OpToolCall, in, func(st *callState) {
+	err := p.invoke(ctx, pdk.OpToolCall, in, func(st *callState) {
 		st.env, st.toolCallID, st.auth = env, call.ID, ca
 	}, func(out []byte) error {
 		if r, ok := pdk.ParseToolResult(out); ok {
