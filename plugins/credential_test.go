@@ -42,7 +42,10 @@ func TestCredentialReachesOnlyItsPluginAndTask(t *testing.T) {
 	const token = "tok-only-for-authed-api-3a9c"
 	ctx := context.Background()
 	creds := loop.NewCredentials()
-	creds.Put("task-1", "plugin:authed-api", "example-oauth", token, time.Minute)
+	// The credential's lifetime only has to outlast the test (expiry is
+	// not what it checks): loading the two plugins under the race detector
+	// on a loaded machine took past a minute, and the credential was gone.
+	creds.Put("task-1", "plugin:authed-api", "example-oauth", token, time.Hour)
 	mine := authedAPI(t, "authed-api", []string{"authed-api"})
 	other := authedAPI(t, "other", nil)
 	call := loop.ToolCall{ID: "c1", Name: "profile_read", Arguments: []byte(`{}`)}
@@ -94,7 +97,7 @@ func TestExtismPluginCredential(t *testing.T) {
 	const token = "tok-for-the-extism-guest-77e1"
 	ctx := context.Background()
 	creds := loop.NewCredentials()
-	creds.Put("task-1", "plugin:xcred", "example-oauth", token, time.Minute)
+	creds.Put("task-1", "plugin:xcred", "example-oauth", token, time.Hour) // outlasts the test's loads, however slow
 	load := func(name string, callerAuth []string, grant bool) (*Registry, error) {
 		r := newRegistry(t, Config{Policy: Policy{CallerAuth: callerAuth}})
 		_, err := r.Load(ctx, install(t, t.TempDir(), name, guestWasm(t, "xcred"), func(m map[string]any) {
