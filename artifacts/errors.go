@@ -71,6 +71,33 @@ func (e *StateError) Is(target error) bool {
 		(target == ErrFailed && e.Status == StatusFailed)
 }
 
+// WriteFailedError reports a write the storage refused or failed (a full
+// disk, a blob store's error): the artifact it was for is failed now, with
+// the reason, and nothing of the write is kept. It unwraps to the
+// storage's error (store.ErrNoSpace for a full disk) and matches
+// ErrFailed.
+type WriteFailedError struct {
+	Info Info // the artifact, failed
+	Err  error
+}
+
+func (e *WriteFailedError) Error() string {
+	return fmt.Sprintf("artifact %q failed: %v", e.Info.ID, e.Err)
+}
+
+func (e *WriteFailedError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrFailed) true.
+func (e *WriteFailedError) Is(target error) bool { return target == ErrFailed }
+
+// storageError marks an error of the storage itself (a write refused by
+// Config.Writable, a blob not written, a record not committed), as
+// opposed to a request the store refused.
+type storageError struct{ err error }
+
+func (e *storageError) Error() string { return e.err.Error() }
+func (e *storageError) Unwrap() error { return e.err }
+
 func notFound(id string) error { return fmt.Errorf("%w: %q", ErrNotFound, id) }
 
 func invalid(format string, args ...any) error {

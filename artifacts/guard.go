@@ -15,7 +15,7 @@ type guardedKV struct {
 
 func (g guardedKV) update(fn func(kvTxn) error) error {
 	if err := g.check(); err != nil {
-		return err
+		return &storageError{err}
 	}
 	return g.kv.update(fn)
 }

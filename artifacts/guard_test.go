@@ -5,16 +5,22 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/looopy-go/looopy/loop"
 )
 
 var errFull = errors.New("storage full (test)")
 
 // Config.Writable is asked before every write: a refused record write
 // changes nothing, a blob refused before it starts or half-way through
-// leaves no file behind and no part recorded, reads go on, and writes are
-// taken again once the check passes.
+// leaves no file behind and no part recorded, and reads go on. The
+// artifact a refused write was for ends failed, with the reason (left
+// building, it waited forever for writes that could not be taken), and
+// its Writer sends that end to the client; writes are taken again once the
+// check passes.
 func TestWritesAskWritableFirst(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -36,62 +42,91 @@ func TestWritesAskWritableFirst(t *testing.T) {
 		return nil
 	}
 	d := NewMemory(blobs, Config{InlineMax: 1 << 10, Writable: check})
-	info, err := d.Create(ctx, Spec{Kind: KindFile, TaskID: "t1", ContextID: "c1", Name: "f", Binary: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var events []loop.Event
+	w := NewWriter(d, Scope{TaskID: "t1", ContextID: "c1"}, func(e loop.Event) { events = append(events, e) })
 	small := bytes.Repeat([]byte("a"), 100)
-	if _, err := d.AppendChunk(ctx, info.ID, small, false); err != nil {
-		t.Fatal(err)
+	big := bytes.Repeat([]byte("b"), 3*BlobCheckEvery+5)
+	// fresh makes an artifact holding small, with writes allowed.
+	fresh := func() Info {
+		t.Helper()
+		allow.Store(-1)
+		info, err := w.Create(ctx, Spec{Kind: KindFile, Name: "f", Binary: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.AppendChunk(ctx, info.ID, small, false); err != nil {
+			t.Fatal(err)
+		}
+		return info
 	}
+	// failedWith checks that the artifact ended failed by the refusal,
+	// holding only small, with its end sent.
+	failedWith := func(what string, info Info, err error) {
+		t.Helper()
+		if !errors.Is(err, errFull) || !errors.Is(err, ErrFailed) {
+			t.Fatalf("%s: %v; want the refusal, the artifact failed", what, err)
+		}
+		got, gerr := d.Get(ctx, info.ID)
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if got.Status != StatusFailed || !strings.Contains(got.Error, errFull.Error()) ||
+			got.Parts != 1 || got.Size != int64(len(small)) {
+			t.Fatalf("%s: artifact %s (%q), %d parts, %d bytes; want failed with the reason, 1 part of %d bytes",
+				what, got.Status, got.Error, got.Parts, got.Size, len(small))
+		}
+		last, ok := events[len(events)-1].(*loop.FileWrite)
+		if !ok || last.ArtifactID != info.ID || !last.Complete || !strings.Contains(last.Error, errFull.Error()) {
+			t.Fatalf("%s: last event %+v; want the artifact's end with the reason", what, events[len(events)-1])
+		}
+		if files := blobFiles(t, dir); len(files) != 0 {
+			t.Fatalf("%s: refused blob writes left files: %v", what, files)
+		}
+		rc, _, err := d.Open(ctx, info.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if !bytes.Equal(b, small) {
+			t.Fatalf("%s: read %d bytes after the refused write, want %d", what, len(b), len(small))
+		}
+	}
+	// Refused outright: a record write, then a blob.
+	info := fresh()
 	if asked.Load() == 0 {
 		t.Fatal("writes did not ask Writable")
 	}
-
-	// Refused outright: a record write, then a blob.
 	allow.Store(0)
-	if _, err := d.AppendChunk(ctx, info.ID, small, false); !errors.Is(err, errFull) {
-		t.Fatalf("inline append with writes refused: %v", err)
-	}
-	if _, err := d.Create(ctx, Spec{Kind: KindFile, TaskID: "t1", ContextID: "c1", Name: "g"}); !errors.Is(err, errFull) {
+	_, err = w.AppendChunk(ctx, info.ID, small, false)
+	failedWith("an inline append with writes refused", info, err)
+	if _, err := w.Create(ctx, Spec{Kind: KindFile, Name: "g"}); !errors.Is(err, errFull) {
 		t.Fatalf("create with writes refused: %v", err)
 	}
-	big := bytes.Repeat([]byte("b"), 3*BlobCheckEvery+5)
-	if _, err := d.AppendChunk(ctx, info.ID, big, false); !errors.Is(err, errFull) {
-		t.Fatalf("blob append with writes refused: %v", err)
-	}
+	info = fresh()
+	allow.Store(0)
+	_, err = w.AppendChunk(ctx, info.ID, big, false)
+	failedWith("a blob append with writes refused", info, err)
 	// Refused half-way through the blob: the record's first transaction
 	// (it finds the part too large to keep inline), the check before the
 	// blob and the one after its first MiB pass, the next refuses.
+	info = fresh()
 	allow.Store(3)
-	if _, err := d.AppendChunk(ctx, info.ID, big, false); !errors.Is(err, errFull) {
-		t.Fatalf("blob append refused half-way: %v", err)
-	}
-	if files := blobFiles(t, dir); len(files) != 0 {
-		t.Fatalf("refused blob writes left files: %v", files)
-	}
+	_, err = w.AppendChunk(ctx, info.ID, big, false)
+	failedWith("a blob append refused half-way", info, err)
 
-	// Reads go on, and show only what was taken.
-	got, err := d.Get(ctx, info.ID)
-	if err != nil {
-		t.Fatal(err)
+	// A write refused for what it asks (not the storage) leaves the
+	// artifact building.
+	info = fresh()
+	if _, err := w.ReplaceChunk(ctx, info.ID, 5, small); !errors.Is(err, ErrPartRange) {
+		t.Fatalf("replace of a missing part: %v", err)
 	}
-	if got.Parts != 1 || got.Size != int64(len(small)) {
-		t.Fatalf("after refused writes: %d parts, %d bytes; want 1, %d", got.Parts, got.Size, len(small))
-	}
-	rc, _, err := d.Open(ctx, info.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(rc)
-	rc.Close()
-	if !bytes.Equal(b, small) {
-		t.Fatalf("read %d bytes after refused writes, want %d", len(b), len(small))
+	if got, _ := d.Get(ctx, info.ID); got.Status != StatusBuilding {
+		t.Fatalf("a request refused for itself left the artifact %s", got.Status)
 	}
 
 	// Writes taken again.
-	allow.Store(-1)
-	if _, err := d.AppendChunk(ctx, info.ID, big, true); err != nil {
+	if _, err := w.AppendChunk(ctx, info.ID, big, true); err != nil {
 		t.Fatal(err)
 	}
 	if files := blobFiles(t, dir); len(files) != 1 {

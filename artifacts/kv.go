@@ -47,7 +47,14 @@ func (b badgerKV) view(fn func(kvTxn) error) error {
 func (b badgerKV) update(fn func(kvTxn) error) error {
 	var err error
 	for range 16 {
-		err = b.db.Update(func(txn *badger.Txn) error { return fn(badgerTxn{txn}) })
+		var fnErr error
+		err = b.db.Update(func(txn *badger.Txn) error {
+			fnErr = fn(badgerTxn{txn})
+			return fnErr
+		})
+		if err != nil && fnErr == nil && !errors.Is(err, badger.ErrConflict) {
+			return &storageError{err} // the commit failed, not the request
+		}
 		if !errors.Is(err, badger.ErrConflict) {
 			return err
 		}

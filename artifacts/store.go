@@ -120,6 +120,7 @@ const (
 // in a BlobStore. It is safe for concurrent use within one process.
 type DB struct {
 	kv        kv
+	raw       kv // kv without Config.Writable's check (failOnStorage)
 	blobs     BlobStore
 	inlineMax int64
 	maxPart   int64
@@ -184,11 +185,12 @@ func NewMemory(blobs BlobStore, cfg Config) *DB {
 }
 
 func newDB(k kv, blobs BlobStore, cfg Config) *DB {
+	raw := k
 	if cfg.Writable != nil {
 		k = guardedKV{kv: k, check: cfg.Writable}
 		blobs = guardedBlobs{BlobStore: blobs, check: cfg.Writable}
 	}
-	d := &DB{kv: k, blobs: blobs, inlineMax: cfg.InlineMax, maxPart: cfg.MaxPartSize, log: cfg.Logger, now: cfg.Now, seed: maphash.MakeSeed()}
+	d := &DB{kv: k, raw: raw, blobs: blobs, inlineMax: cfg.InlineMax, maxPart: cfg.MaxPartSize, log: cfg.Logger, now: cfg.Now, seed: maphash.MakeSeed()}
 	if d.inlineMax <= 0 {
 		d.inlineMax = defaultInlineMax
 	}

@@ -34,7 +34,10 @@ func (d *DB) putPart(ctx context.Context, id string, data []byte, rows int) (par
 	key := id + "/" + hex.EncodeToString(r[:])
 	n, err := d.blobs.Put(ctx, key, bytesReader(data))
 	if err != nil {
-		return part{}, err
+		if ctx.Err() != nil {
+			return part{}, err
+		}
+		return part{}, &storageError{err}
 	}
 	return part{Blob: key, Size: n, Rows: rows}, nil
 }
@@ -141,6 +144,7 @@ func (d *DB) AppendChunk(ctx context.Context, id string, data []byte, last bool)
 		return data, 0, nil
 	})
 	if err != nil {
+		err = d.failOnStorage(ctx, id, err)
 		return Info{}, fmt.Errorf("append to artifact %q: %w", id, err)
 	}
 	return info, nil
@@ -158,7 +162,7 @@ func (d *DB) ReplaceChunk(ctx context.Context, id string, index int, data []byte
 		return nil
 	})
 	if err != nil {
-		return Info{}, fmt.Errorf("replace part %d of artifact %q: %w", index, id, err)
+		return Info{}, fmt.Errorf("replace part %d of artifact %q: %w", index, id, d.failOnStorage(ctx, id, err))
 	}
 	return info, nil
 }
@@ -171,7 +175,7 @@ func (d *DB) WriteData(ctx context.Context, id string, data map[string]any) (Inf
 	}
 	info, err := d.replacePart(ctx, id, KindData, 0, b, nil)
 	if err != nil {
-		return Info{}, fmt.Errorf("write data artifact %q: %w", id, err)
+		return Info{}, fmt.Errorf("write data artifact %q: %w", id, d.failOnStorage(ctx, id, err))
 	}
 	return info, nil
 }
@@ -270,9 +274,44 @@ func (d *DB) AppendRows(ctx context.Context, id string, rows []Row, last bool) (
 		return data, len(norm), nil
 	})
 	if err != nil {
+		err = d.failOnStorage(ctx, id, err)
 		return Info{}, nil, fmt.Errorf("append rows to artifact %q: %w", id, err)
 	}
 	return info, norm, nil
+}
+
+// failOnStorage ends artifact id as failed when err is the storage's own
+// (a write refused on a full disk, a blob or record not written): left
+// building, the artifact would wait forever for writes that could not be
+// taken. The write's blob is gone already and nothing of it is recorded.
+// The failed status is written past Config.Writable (one small record,
+// within the margin the disk check keeps). It returns a *WriteFailedError,
+// or err as it was for any other error (or when even the failed status
+// could not be written). The artifact's write lock is held by the caller.
+func (d *DB) failOnStorage(ctx context.Context, id string, err error) error {
+	var se *storageError
+	if !errors.As(err, &se) {
+		return err
+	}
+	reason := "write failed: " + se.err.Error()
+	var m metaRecord
+	now := d.now().UTC()
+	ferr := d.raw.update(func(tx kvTxn) error {
+		var err error
+		if m, err = d.load(tx, id); err != nil {
+			return err
+		}
+		if m.Status != StatusBuilding {
+			return &StateError{ID: id, Status: m.Status}
+		}
+		m.Status, m.Error, m.UpdatedAt, m.CompletedAt = StatusFailed, reason, now, now
+		return d.save(tx, m)
+	})
+	if ferr != nil {
+		d.log.Warn("artifact left building after a failed write", "id", id, "err", ferr)
+		return err
+	}
+	return &WriteFailedError{Info: m.Info, Err: se.err}
 }
 
 // Complete implements Store.

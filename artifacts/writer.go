@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -125,6 +126,7 @@ func (w *Writer) AppendChunk(ctx context.Context, id string, data []byte, last b
 	}
 	info, err := w.store.AppendChunk(ctx, id, data, last)
 	if err != nil {
+		w.failedWrite(err)
 		return Info{}, err
 	}
 	index := info.Parts - 1
@@ -163,6 +165,7 @@ func (w *Writer) ReplaceChunk(ctx context.Context, id string, index int, data []
 	}
 	info, err := w.store.ReplaceChunk(ctx, id, index, data)
 	if err != nil {
+		w.failedWrite(err)
 		return Info{}, err
 	}
 	for i := range info.Parts {
@@ -197,6 +200,7 @@ func (w *Writer) writeData(ctx context.Context, id string, data map[string]any, 
 	}
 	info, err := w.store.WriteData(ctx, id, canon)
 	if err != nil {
+		w.failedWrite(err)
 		return Info{}, err
 	}
 	if complete {
@@ -259,6 +263,7 @@ func (w *Writer) AppendRows(ctx context.Context, id string, rows []Row, last boo
 	}
 	info, norm, err := w.store.AppendRows(ctx, id, rows, last)
 	if err != nil {
+		w.failedWrite(err)
 		return Info{}, err
 	}
 	index := info.Parts - 1
@@ -316,6 +321,23 @@ func (w *Writer) Fail(ctx context.Context, id string, reason string) (Info, erro
 	if err != nil {
 		return Info{}, err
 	}
+	w.emitFail(info, reason)
+	return info, nil
+}
+
+// failedWrite sends the end of an artifact that a write the storage
+// refused or failed left failed (*WriteFailedError), as Fail does.
+func (w *Writer) failedWrite(err error) {
+	var wf *WriteFailedError
+	if errors.As(err, &wf) {
+		w.emitFail(wf.Info, wf.Info.Error)
+	}
+}
+
+// emitFail sends the event that ends a failed artifact: for a file or
+// dataset a last, empty chunk carrying the error; for data a data-write
+// with the error and no object (its last version stands).
+func (w *Writer) emitFail(info Info, reason string) {
 	switch info.Kind {
 	case KindFile:
 		w.emit(&loop.FileWrite{Header: w.header(loop.KindFileWrite, info), ArtifactID: info.ID,
@@ -327,5 +349,4 @@ func (w *Writer) Fail(ctx context.Context, id string, reason string) (Info, erro
 		w.emit(&loop.DataWrite{Header: w.header(loop.KindDataWrite, info), ArtifactID: info.ID,
 			Version: info.Version, Complete: true, Error: reason})
 	}
-	return info, nil
 }
