@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,8 +157,22 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 	// checks it with each write, so that it holds for all of them.
 	kvUsage, _ := m.store.(plugins.KVUsager)
 	quotaKV, _ := m.store.(plugins.QuotaKV)
+	// The compiled code of the plugins is written into the data folder's
+	// filesystem (by default): like every other write there, it asks the
+	// store's check of the disk first, and is kept in memory only while the
+	// disk is below store.minFreeBytes.
+	// A cache in the data folder (the default) is the host's own: the
+	// code of modules no longer loaded is removed (each plugin update used
+	// to leave its old code for ever). One elsewhere may be shared.
+	owned := insideDir(cacheDir, dc.DataDir)
+	var cacheWritable func() error
+	if sp, ok := m.store.(interface{ Admit() error }); ok && owned {
+		cacheWritable = sp.Admit
+	}
 	reg, err := plugins.New(plugins.Config{
-		CacheDir: cacheDir,
+		CacheDir:      cacheDir,
+		CacheOwned:    owned,
+		CacheWritable: cacheWritable,
 		Policy: plugins.Policy{
 			AllowedHosts:        cfg.Plugins.AllowedHosts,
 			AllowPrivateNetwork: cfg.Plugins.AllowPrivateNetwork,
@@ -234,6 +249,12 @@ func (m *Main) loadPlugins(ctx context.Context, cfg Config) (loop.Model, []loop.
 		return nil, nil, nil, fmt.Errorf("loading plugins: %w", context.Cause(ctx))
 	}
 	log.Info("plugins loaded", "folder", abs, "count", len(reg.List()), "took", time.Since(start).String())
+	// The compiled code of modules no longer loaded (versions replaced or
+	// removed while the host was stopped) goes: the cache holds only what
+	// serves.
+	if n := reg.PruneCompileCache(); n > 0 {
+		log.Info("compile cache pruned", "removed", n, "compile_cache", cacheDir)
+	}
 	admin := &pluginAdmin{reg: reg, dir: abs}
 	if m.Model != nil {
 		return m.Model, []loop.Toolset{reg}, admin, nil
@@ -318,4 +339,15 @@ func countPlugins(dir string, only []string) int {
 		}
 	}
 	return n
+}
+
+// insideDir says whether path is dir or lies inside it (both made absolute).
+func insideDir(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

@@ -60,6 +60,7 @@ type Plugin struct {
 	redactor *strings.Replacer // the grant's secret values, nil when none
 	timedOut error             // the cause of a call's context at the grant's call timeout
 	hash     string
+	letCache func() // lets the compile cache drop this module's code (compilecache.go)
 	desc     pdk.Describe
 	stopper  string // what stops a running guest: "fuel" (interrupt.go) or "wazero"
 	tools    map[string]*pluginTool
@@ -164,15 +165,17 @@ func (p *Plugin) shutdown() {
 	if err := p.drv.close(context.Background()); err != nil {
 		p.log.Warn("close plugin runtime", "err", err)
 	}
+	if p.letCache != nil {
+		p.letCache() // the last plugin of this module: its compiled code goes
+	}
 	closeRoots(p.roots)
 	p.log.Info("plugin closed")
 }
 
 // loadEnv is what loading a plugin needs from its registry.
 type loadEnv struct {
-	cache     wazero.CompilationCache
-	icache    wazero.CompilationCache // code compiled with interrupt.go's checks instead of wazero's
-	compiles  *compileCount           // compiles running, abandoned ones included
+	caches    *compileCaches // by module: plain code, and code compiled with interrupt.go's checks instead of wazero's
+	compiles  *compileCount  // compiles running, abandoned ones included
 	policy    Policy
 	lookupEnv func(string) (string, bool)
 	log       *slog.Logger
@@ -398,6 +401,14 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	if hash != m.SHA256 {
 		return nil, fmt.Errorf("sha256 is %s, the manifest says %s", hash, m.SHA256)
 	}
+	// The module's compiled code is kept (on disk) while this load runs
+	// and, once loaded, until the plugin closes.
+	cache, icache, letCache := env.caches.hold(hash)
+	defer func() {
+		if err != nil {
+			letCache()
+		}
+	}()
 	// What the compiler is given is bounded first: wazero cannot be
 	// stopped inside a function (see compile).
 	facts, err := moduleFactsOf(sum, bin, lim)
@@ -441,9 +452,9 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	newRuntime := func(intr *interruptible) wazero.Runtime {
 		cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(g.MemoryPages)
 		if intr != nil {
-			cfg = cfg.WithCompilationCache(env.icache)
+			cfg = cfg.WithCompilationCache(icache)
 		} else {
-			cfg = cfg.WithCloseOnContextDone(true).WithCompilationCache(env.cache)
+			cfg = cfg.WithCloseOnContextDone(true).WithCompilationCache(cache)
 		}
 		return wazero.NewRuntimeWithConfig(ctx, cfg)
 	}
@@ -506,7 +517,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 		// cache when its key matches the compile above; a full compile when
 		// the cache is cold or gone), under the same bounds.
 		drv, err, _ := bounded(ctx, env, m.File, func(cctx context.Context) (*extismDriver, error) {
-			return newExtismDriver(cctx, p, bin, env.cache)
+			return newExtismDriver(cctx, p, bin, cache)
 		}, func(d *extismDriver) {
 			if d != nil {
 				_ = d.close(context.Background())
@@ -554,6 +565,7 @@ func loadPlugin(ctx context.Context, env *loadEnv, m *Manifest) (_ *Plugin, err 
 	if err := p.indexTools(); err != nil {
 		return nil, err
 	}
+	p.letCache = letCache
 	return p, nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tetratelabs/wazero"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -25,6 +24,16 @@ type Config struct {
 	// CacheDir holds wazero's compilation cache, so a restart does not
 	// compile again; "" keeps the cache in memory only.
 	CacheDir string
+	// CacheOwned says CacheDir is the registry's alone (the host's default,
+	// in its data folder): the compiled code of a module is removed when
+	// its last plugin closes (not when the registry closes: the next start
+	// reads it), and PruneCompileCache removes what no plugin loaded now is
+	// made of. A folder not owned may be shared and is never pruned.
+	CacheOwned bool
+	// CacheWritable, when set, is asked before a module's compiled code is
+	// written into CacheDir: an error (a disk nearly full) compiles it into
+	// memory only. The host sets it when CacheDir is in the data folder.
+	CacheWritable func() error
 	// Policy is what the operator allows plugins at most.
 	Policy Policy
 	// Egress is the broker behind http_request; nil: plugins have no HTTP.
@@ -170,23 +179,9 @@ func New(cfg Config) (*Registry, error) {
 	// whether it was compiled with close-on-context-done, so code compiled
 	// without those checks (rewritten modules, see interrupt.go) must never
 	// be found by a runtime that relies on them.
-	var cache, icache wazero.CompilationCache
-	if cfg.CacheDir != "" {
-		idir := filepath.Join(cfg.CacheDir, "interruptible")
-		if err := os.MkdirAll(idir, 0o755); err != nil {
-			return nil, fmt.Errorf("plugins: cache dir: %w", err)
-		}
-		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("plugins: cache dir: %w", err)
-		}
-		ic, err := wazero.NewCompilationCacheWithDir(idir)
-		if err != nil {
-			return nil, fmt.Errorf("plugins: cache dir: %w", err)
-		}
-		cache, icache = c, ic
-	} else {
-		cache, icache = wazero.NewCompilationCache(), wazero.NewCompilationCache()
+	caches, err := newCompileCaches(cfg.CacheDir, cfg.CacheOwned, cfg.CacheWritable)
+	if err != nil {
+		return nil, fmt.Errorf("plugins: cache dir: %w", err)
 	}
 	for _, h := range cfg.Policy.AllowedHosts {
 		if h == "*" {
@@ -211,7 +206,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r := &Registry{
 		env: loadEnv{
-			cache: cache, icache: icache, compiles: &compileCount{}, policy: policy, lookupEnv: lookup, log: log,
+			caches: caches, compiles: &compileCount{}, policy: policy, lookupEnv: lookup, log: log,
 			kv: cfg.KV, egress: cfg.Egress, artifacts: cfg.Artifacts, tel: tel,
 			kvQuotas: &kvQuotas{}, kvUsage: cfg.KVUsage, quotaKV: cfg.KVQuota,
 			files: &hostFiles{limit: hostFilesLimit(int64(policy.Budgets.withDefaults().OpenFilesTotal))},
@@ -237,6 +232,7 @@ func New(cfg Config) (*Registry, error) {
 // Close unloads every plugin (each closes when its running calls end) and
 // closes the compilation cache.
 func (r *Registry) Close() error {
+	r.env.caches.keep()                         // the compiled code stays for the next start
 	r.mu.Lock()                                 // retryCrowded starts no goroutine once closing is closed
 	r.closeOnce.Do(func() { close(r.closing) }) // loads still running stop at once
 	r.mu.Unlock()
@@ -256,13 +252,19 @@ func (r *Registry) Close() error {
 	for _, p := range old {
 		p.release()
 	}
-	closeCaches := func() error {
-		return errors.Join(r.env.cache.Close(context.Background()), r.env.icache.Close(context.Background()))
-	}
+	closeCaches := r.env.caches.Close
 	// A compile abandoned by a cancelled load still writes to the caches:
 	// they close when it ends, and nothing here waits for it.
 	return r.env.compiles.whenIdle(closeCaches)
 }
+
+// PruneCompileCache removes from the compile cache the code of every module
+// no plugin loaded (or being loaded) now is made of: versions replaced or
+// removed while the host was stopped, and what an older layout of the
+// cache kept. A module's code already goes when its last plugin closes;
+// the host calls this once its first loads are done. It returns how many
+// entries it removed.
+func (r *Registry) PruneCompileCache() int { return r.env.caches.Prune() }
 
 // Load reads the plugin at path (a manifest, or a folder holding
 // plugin.json), compiles and validates it, and makes it the serving version

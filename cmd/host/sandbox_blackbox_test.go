@@ -213,7 +213,9 @@ func startSandboxHostOn(t *testing.T, bin string, port int, top, pluginDir strin
 	if pluginsCfg == nil {
 		pluginsCfg = map[string]any{}
 	}
-	pluginsCfg["cacheDir"] = blackboxCache()
+	if _, ok := pluginsCfg["cacheDir"]; !ok {
+		pluginsCfg["cacheDir"] = blackboxCache()
+	}
 	cfg := map[string]any{
 		"addr": fmt.Sprintf("127.0.0.1:%d", port), "publicUrl": base,
 		"dataDir": filepath.Join(top, "data"), "pluginDir": pluginDir,
@@ -301,6 +303,7 @@ func (h *sandboxHost) waitFor(t *testing.T, what string, guard time.Duration, co
 
 type pluginInfo struct {
 	Name      string `json:"name"`
+	SHA256    string `json:"sha256"`
 	State     string `json:"state"`
 	LastError string `json:"error"`
 	Calls     int64  `json:"calls"`
