@@ -58,6 +58,15 @@ type RemoteAgentConfig struct {
 	// may name as its endpoints; by default only the url's own origin is
 	// used and an interface elsewhere is refused.
 	InterfaceOrigins []string `json:"interfaceOrigins,omitempty"`
+	// BusyRetry is how long a call keeps sending its message (or an
+	// answer to the paused remote task) again while the agent's host
+	// refuses it for now, HOST_BUSY or QUOTA_EXCEEDED (default 30s); the
+	// pause between tries starts at BusyPause (default 500ms), doubles up
+	// to 10s, and is never shorter than the host's Retry-After. A refusal
+	// asking to wait past what is left, or the last one, is an error
+	// result naming it; cancelling the caller's task stops the waiting.
+	BusyRetry Duration `json:"busyRetry,omitempty"`
+	BusyPause Duration `json:"busyPause,omitempty"`
 }
 
 func validateRemoteAgents(rs []RemoteAgentConfig) error {
@@ -114,7 +123,8 @@ func (m *Main) remoteAgents(cfg Config, chainID string) ([]*remote.Agent, error)
 		a, err := remote.New(remote.Config{Name: rc.Name, URL: rc.URL, Headers: hdr,
 			Reconnect: time.Duration(rc.Reconnect), CardTimeout: time.Duration(rc.CardTimeout), InputTimeout: cfg.Interaction.timeout(), Crashpoint: cp,
 			EventsPerCall: rc.EventsPerCall, EventBytesPerCall: rc.EventBytesPerCall, MaxCardBytes: rc.MaxCardBytes,
-			MaxSkills: rc.MaxSkills, MaxDescriptionBytes: rc.MaxDescriptionBytes, InterfaceOrigins: rc.InterfaceOrigins, ChainID: chainID},
+			MaxSkills: rc.MaxSkills, MaxDescriptionBytes: rc.MaxDescriptionBytes, InterfaceOrigins: rc.InterfaceOrigins, ChainID: chainID,
+			BusyRetry: time.Duration(rc.BusyRetry), BusyPause: time.Duration(rc.BusyPause)},
 			rt, m.tel.propagator,
 			m.log.With("component", "remote-agent", "agent", rc.Name))
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -87,6 +88,17 @@ type Config struct {
 	// every message sent to the agent carries the chain of the calling
 	// turn, this id included, and one level more of depth.
 	ChainID string
+	// BusyRetry is how long a call keeps sending its message (or its
+	// answer to a paused remote task) again while the remote host refuses
+	// it for now: HOST_BUSY (its turn limit) or QUOTA_EXCEEDED (this
+	// host's turns there), default 30s; negative: never. BusyPause is the
+	// first pause between tries (default 500ms), doubled after each
+	// refusal up to 10s, and never shorter than the Retry-After the
+	// remote host asks: a refusal asking for longer than what is left of
+	// BusyRetry ends the call at once. Cancelling the call stops the
+	// waiting; a call out of budget is an error result naming the refusal.
+	BusyRetry time.Duration
+	BusyPause time.Duration
 }
 
 // Defaults of Config's bounds.
@@ -96,6 +108,11 @@ const (
 	DefaultMaxCardBytes        = 1 << 20
 	DefaultMaxSkills           = 128
 	DefaultMaxDescriptionBytes = 64 << 10
+	DefaultBusyRetry           = 30 * time.Second
+	DefaultBusyPause           = 500 * time.Millisecond
+	// maxBusyPause bounds the pause between two tries of a busy remote
+	// host, past a longer Retry-After.
+	maxBusyPause = 10 * time.Second
 )
 
 // bound returns v, def when v is zero, or no limit when v is negative.
@@ -153,6 +170,12 @@ func New(cfg Config, rt http.RoundTripper, prop propagation.TextMapPropagator, l
 	}
 	if cfg.Reconnect <= 0 {
 		cfg.Reconnect = 60 * time.Second
+	}
+	if cfg.BusyRetry == 0 {
+		cfg.BusyRetry = DefaultBusyRetry
+	}
+	if cfg.BusyPause <= 0 {
+		cfg.BusyPause = DefaultBusyPause
 	}
 	cfg.EventsPerCall = bound(cfg.EventsPerCall, DefaultEventsPerCall)
 	cfg.EventBytesPerCall = bound(cfg.EventBytesPerCall, DefaultEventBytesPerCall)
@@ -305,7 +328,49 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if t.prop != nil {
 		t.prop.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
 	}
-	return t.base.RoundTrip(r)
+	res, err := t.base.RoundTrip(r)
+	if box, ok := r.Context().Value(retryAfterKey{}).(*retryAfterBox); ok && res != nil {
+		box.set(parseRetryAfter(res.Header.Get("Retry-After"), time.Now()))
+	}
+	return res, err
+}
+
+// retryAfterKey carries, in a request's context, the box the transport
+// puts the answer's Retry-After in: the SDK's clients hand over an
+// error's code, message and details, never the HTTP headers.
+type retryAfterKey struct{}
+
+type retryAfterBox struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+func (b *retryAfterBox) set(d time.Duration) {
+	b.mu.Lock()
+	b.d = max(b.d, d)
+	b.mu.Unlock()
+}
+
+func (b *retryAfterBox) get() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.d
+}
+
+// parseRetryAfter reads a Retry-After header: seconds, or an HTTP date
+// (0 when absent, malformed or past).
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 32); err == nil {
+		return time.Duration(max(n, 0)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // ready returns the agent's client and tool once its card is fetched: it
@@ -739,7 +804,7 @@ func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatu
 	// The remote task's thoughts come along, every level it records: the
 	// parent's readers choose theirs.
 	msg.Metadata = map[string]any{loop.ThoughtVerbosityKey: "detailed", loop.CallChainKey: r.chain(ctx).Value()}
-	status, message, final, err := r.forward(ctx, r.client.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}))
+	status, message, final, err := r.send(ctx, msg)
 	if final {
 		return message, status, nil
 	}
@@ -748,6 +813,9 @@ func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatu
 	}
 	if r.over != nil {
 		return "", "", r.over
+	}
+	if errors.Is(err, errRemoteBusy) {
+		return "", "", err
 	}
 	if r.remoteID == "" {
 		if err == nil {
@@ -1121,13 +1189,30 @@ func usageOf(md map[string]any) loop.Usage {
 // host leads the message of a -32000 error with its reason
 // ("CONTEXT_BUSY: ..."), which is matched with the server-error code and
 // nothing else of the message.
-func IsBusy(err error) bool {
+func IsBusy(err error) bool { return reasonOf(err) == loop.ReasonBusy }
+
+// Reasons of a remote Looopy host's refusals for now: its turn limit, or
+// the turns this host (its principal there) may run at once.
+const (
+	ReasonHostBusy = "HOST_BUSY"
+	ReasonQuota    = "QUOTA_EXCEEDED"
+)
+
+// IsHostBusy reports whether err is a remote host's refusal to start a
+// turn for now (HOST_BUSY or QUOTA_EXCEEDED), read as IsBusy reads its
+// reason: a message sent again later may be taken.
+func IsHostBusy(err error) bool {
+	r := reasonOf(err)
+	return r == ReasonHostBusy || r == ReasonQuota
+}
+
+// reasonOf is the reason a remote Looopy host gave for refusing: the
+// ErrorInfo metadata's (A2A 1.0), or the one leading the message of a 0.3
+// server error; "" when err says none.
+func reasonOf(err error) string {
 	var ae *a2a.Error
 	if !errors.As(err, &ae) {
-		return false
-	}
-	if errors.Is(ae.Err, a2a.ErrServerError) && strings.HasPrefix(ae.Message, loop.ReasonBusy+": ") {
-		return true
+		return ""
 	}
 	for _, d := range ae.TypedDetails {
 		if d == nil || d.TypeURL != errordetails.ErrorInfoType {
@@ -1135,16 +1220,116 @@ func IsBusy(err error) bool {
 		}
 		switch m := d.Value["metadata"].(type) {
 		case map[string]string:
-			if m["reason"] == loop.ReasonBusy {
-				return true
+			if r := m["reason"]; r != "" {
+				return r
 			}
 		case map[string]any:
-			if r, _ := m["reason"].(string); r == loop.ReasonBusy {
-				return true
+			if r, _ := m["reason"].(string); r != "" {
+				return r
 			}
 		}
 	}
-	return false
+	if errors.Is(ae.Err, a2a.ErrServerError) {
+		if r, _, ok := strings.Cut(ae.Message, ": "); ok && isReason(r) {
+			return r
+		}
+	}
+	return ""
+}
+
+// isReason says s looks like a reason: upper-case letters and
+// underscores.
+func isReason(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'A' || c > 'Z') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// retryDelayOf is the delay a google.rpc.RetryInfo detail of err asks
+// (A2A 1.0), 0 when it has none.
+func retryDelayOf(err error) time.Duration {
+	var ae *a2a.Error
+	if !errors.As(err, &ae) {
+		return 0
+	}
+	var out time.Duration
+	for _, d := range ae.TypedDetails {
+		if d == nil || !strings.HasSuffix(d.TypeURL, "google.rpc.RetryInfo") {
+			continue
+		}
+		if s, ok := d.Value["retryDelay"].(string); ok {
+			if v, err := time.ParseDuration(s); err == nil && v > 0 {
+				out = max(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// errRemoteBusy: the remote host refused the call's message for now for
+// longer than Config.BusyRetry allows.
+var errRemoteBusy = errors.New("the remote host stayed busy")
+
+// send sends msg and forwards the remote task's events (forward). A
+// refusal for now (IsHostBusy) is tried again after a pause, doubled from
+// Config.BusyPause and never shorter than the Retry-After the remote host
+// asks, for Config.BusyRetry; a refusal asking for longer than what is
+// left ends at once. Each refusal is announced on the sub-task. ctx ends
+// the waiting at once.
+func (r *run) send(ctx context.Context, msg *a2a.Message) (loop.TaskStatus, string, bool, error) {
+	cfg := &r.a.cfg
+	var start, deadline time.Time
+	pause := cfg.BusyPause
+	for tries := 1; ; tries++ {
+		box := &retryAfterBox{}
+		sctx := context.WithValue(ctx, retryAfterKey{}, box)
+		status, message, final, err := r.forward(ctx, r.client.SendStreamingMessage(sctx, &a2a.SendMessageRequest{Message: msg}))
+		if final || err == nil || ctx.Err() != nil || r.over != nil || !IsHostBusy(err) {
+			return status, message, final, err
+		}
+		reason := reasonOf(err)
+		if cfg.BusyRetry < 0 {
+			return "", "", false, fmt.Errorf("%w (%s): %w", errRemoteBusy, reason, err)
+		}
+		now := time.Now()
+		if start.IsZero() {
+			start, deadline = now, now.Add(cfg.BusyRetry)
+		}
+		asked := max(box.get(), retryDelayOf(err))
+		left := deadline.Sub(now)
+		if left <= 0 || asked > left {
+			why := fmt.Sprintf("%d refusal(s) over %s (busyRetry %s)", tries, now.Sub(start).Round(time.Millisecond), cfg.BusyRetry)
+			if left > 0 {
+				why = fmt.Sprintf("%d refusal(s); it asks to wait %s, past what is left of busyRetry (%s)", tries, asked, cfg.BusyRetry)
+			}
+			r.a.log.LogAttrs(ctx, slog.LevelWarn, "remote host busy: the call gives up", slog.String("agent", cfg.Name),
+				slog.String("reason", reason), slog.Int("tries", tries))
+			return "", "", false, fmt.Errorf("%w (%s): %s: %w", errRemoteBusy, reason, why, err)
+		}
+		wait := min(max(pause, asked), left)
+		r.a.log.LogAttrs(ctx, slog.LevelInfo, "remote host busy: trying again", slog.String("agent", cfg.Name),
+			slog.String("reason", reason), slog.Int("tries", tries), slog.Duration("wait", wait))
+		m := fmt.Sprintf("the remote host is busy (%s): trying again in %s", reason, wait.Round(time.Millisecond))
+		r.emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
+			Message: m, Metadata: map[string]any{"remoteBusy": reason}}, len(m))
+		if r.over != nil {
+			return "", "", false, r.over
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return loop.TaskCanceled, "", false, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, maxBusyPause)
+	}
 }
 
 // answer sends msg, an answer to the paused remote task's request, and
@@ -1152,7 +1337,7 @@ func IsBusy(err error) bool {
 // turn still winding down (busy) is sent again, a few times.
 func (r *run) answer(ctx context.Context, msg *a2a.Message) (string, loop.TaskStatus, error) {
 	for attempt := 0; ; attempt++ {
-		status, message, final, err := r.forward(ctx, r.client.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}))
+		status, message, final, err := r.send(ctx, msg)
 		if final {
 			return message, status, nil
 		}
@@ -1161,6 +1346,12 @@ func (r *run) answer(ctx context.Context, msg *a2a.Message) (string, loop.TaskSt
 		}
 		if r.over != nil {
 			return "", "", r.over
+		}
+		if errors.Is(err, errRemoteBusy) {
+			// The answer did not get through: the remote task would wait
+			// for it in vain.
+			r.cancelRemote()
+			return "", "", err
 		}
 		if err != nil && attempt < 50 && IsBusy(err) {
 			t := time.NewTimer(time.Duration(20*(attempt+1)) * time.Millisecond)
