@@ -67,6 +67,12 @@ type RemoteAgentConfig struct {
 	// result naming it; cancelling the caller's task stops the waiting.
 	BusyRetry Duration `json:"busyRetry,omitempty"`
 	BusyPause Duration `json:"busyPause,omitempty"`
+	// WatchEvery is how often the task of this agent that a paused task
+	// of this host waits on (a request passed up to its client) is read,
+	// to see whether it moved on there without that answer (default 2s):
+	// then the request is withdrawn and the paused task goes on with the
+	// remote task's outcome at once.
+	WatchEvery Duration `json:"watchEvery,omitempty"`
 }
 
 func validateRemoteAgents(rs []RemoteAgentConfig) error {
@@ -124,7 +130,8 @@ func (m *Main) remoteAgents(cfg Config, chainID string) ([]*remote.Agent, error)
 			Reconnect: time.Duration(rc.Reconnect), CardTimeout: time.Duration(rc.CardTimeout), InputTimeout: cfg.Interaction.timeout(), Crashpoint: cp,
 			EventsPerCall: rc.EventsPerCall, EventBytesPerCall: rc.EventBytesPerCall, MaxCardBytes: rc.MaxCardBytes,
 			MaxSkills: rc.MaxSkills, MaxDescriptionBytes: rc.MaxDescriptionBytes, InterfaceOrigins: rc.InterfaceOrigins, ChainID: chainID,
-			BusyRetry: time.Duration(rc.BusyRetry), BusyPause: time.Duration(rc.BusyPause)},
+			BusyRetry: time.Duration(rc.BusyRetry), BusyPause: time.Duration(rc.BusyPause),
+			WatchEvery: time.Duration(rc.WatchEvery)},
 			rt, m.tel.propagator,
 			m.log.With("component", "remote-agent", "agent", rc.Name))
 		if err != nil {

@@ -87,6 +87,24 @@ type RemoteTaskCanceler interface {
 	CancelRemoteTask(ctx context.Context, agentID, remoteTaskID string) (handled bool, err error)
 }
 
+// RemoteTaskWatcher is implemented by toolsets whose sub-agents' tasks
+// live on another host. WatchRemoteTask returns once the remote task
+// remoteTaskID of the sub-agent agentID no longer waits for the request
+// inputID (its own id for the request a paused parent passed up): it
+// ended there, was answered there, asks for something else, or the agent
+// no longer knows it. It returns ctx's error when ctx ends first, and
+// handled false at once when agentID is not one of the toolset's.
+type RemoteTaskWatcher interface {
+	WatchRemoteTask(ctx context.Context, agentID, remoteTaskID, inputID string) (handled bool, err error)
+}
+
+// AnswerWithdrawn is the AgentID of the answer a host records for a
+// request passed up from a remote sub-agent whose task moved on without
+// it (RemoteTaskWatcher): the call runs again with it (ToolEnv.Routed)
+// and takes the remote task's actual outcome instead of sending an
+// answer.
+const AnswerWithdrawn = "looopy:remote-task-moved-on"
+
 // ToolsetPinner is implemented by toolsets whose contents change while the
 // host runs (hot-loaded plugins). The loop calls PinToolset when a turn
 // starts, uses the returned toolset for the whole turn, and calls release when

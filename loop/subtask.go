@@ -417,6 +417,27 @@ func (l *Loop) EndPassedUp(ctx context.Context, rec TaskRecord, status TaskStatu
 	return evs, errors.Join(errs...)
 }
 
+// WatchPassedUp waits until the remote task behind r, a request a paused
+// task passed up from a remote sub-agent (Route.RemoteTaskID), no longer
+// waits for it (RemoteTaskWatcher). handled is false when r names no remote
+// task or no toolset watches its agent.
+func (l *Loop) WatchPassedUp(ctx context.Context, r InputRequest) (handled bool, err error) {
+	rt := r.Route
+	if rt == nil || rt.RemoteTaskID == "" {
+		return false, nil
+	}
+	for _, ts := range l.toolsets {
+		w, ok := ts.(RemoteTaskWatcher)
+		if !ok {
+			continue
+		}
+		if h, err := w.WatchRemoteTask(ctx, rt.AgentID, rt.RemoteTaskID, rt.InputID); h {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
 // endSubtaskRecord ends the stored sub-task id of parentID, unless it has
 // ended already, with status (failed or canceled) and why, and returns its
 // final events.

@@ -260,7 +260,14 @@ const staleScript = `{"rules": [
 // an approval) and remotes; it returns the host and its ledger file.
 func startLedgerHost(t *testing.T, remotes map[string]string) (*sandboxHost, string) {
 	t.Helper()
-	top := t.TempDir()
+	return startLedgerHostAt(t, t.TempDir(), remotes, nil)
+}
+
+// startLedgerHostAt is startLedgerHost on the folder top (the same folder
+// again: a restart of that host), each remote agent's config with the
+// fields of raExtra.
+func startLedgerHostAt(t *testing.T, top string, remotes map[string]string, raExtra map[string]any) (*sandboxHost, string) {
+	t.Helper()
 	pluginDir := filepath.Join(top, "plugins")
 	grant := filepath.Join(top, "grants", "ledger")
 	if err := os.MkdirAll(grant, 0o755); err != nil {
@@ -272,7 +279,11 @@ func startLedgerHost(t *testing.T, remotes map[string]string) (*sandboxHost, str
 		map[string]any{"allowedPaths": []map[string]any{{"path": grant}}}, map[string]any{"dir": grant})
 	var ras []map[string]any
 	for name, url := range remotes {
-		ras = append(ras, map[string]any{"name": name, "url": url, "allowPrivateNetwork": true})
+		ra := map[string]any{"name": name, "url": url, "allowPrivateNetwork": true}
+		for k, v := range raExtra {
+			ra[k] = v
+		}
+		ras = append(ras, ra)
 	}
 	h := startSandboxHostWith(t, top, pluginDir, map[string]any{"pathRoots": []string{filepath.Join(top, "grants")}}, map[string]any{
 		"remoteAgents": ras,
@@ -292,7 +303,10 @@ func startLedgerHost(t *testing.T, remotes map[string]string) (*sandboxHost, str
 func TestBlackBoxPassedUpRequestAnsweredOnTheRemoteHost(t *testing.T) {
 	t.Parallel()
 	b, ledger := startLedgerHost(t, nil)
-	a, _ := startLedgerHost(t, map[string]string{"peer": b.base})
+	// A does not watch the remote task while paused here (it would take
+	// B's outcome by itself, TestBlackBoxPausedParentWatchesTheRemoteTask):
+	// the answer of A's client meets the stale request.
+	a, _ := startLedgerHostAt(t, t.TempDir(), map[string]string{"peer": b.base}, map[string]any{"watchEvery": "1h"})
 	ca, cb := a2aClient(t, a.base, ""), a2aClient(t, b.base, "")
 
 	task, err := apSend(t, ca, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("delegate pay-7"))})

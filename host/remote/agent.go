@@ -99,6 +99,11 @@ type Config struct {
 	// waiting; a call out of budget is an error result naming the refusal.
 	BusyRetry time.Duration
 	BusyPause time.Duration
+	// WatchEvery is how often a remote task whose request a paused parent
+	// passed up is read (GetTask) to see whether it moved on without the
+	// parent's answer (WatchRemoteTask; default 2s); while the agent does
+	// not answer the pause doubles, up to a minute.
+	WatchEvery time.Duration
 }
 
 // Defaults of Config's bounds.
@@ -110,6 +115,10 @@ const (
 	DefaultMaxDescriptionBytes = 64 << 10
 	DefaultBusyRetry           = 30 * time.Second
 	DefaultBusyPause           = 500 * time.Millisecond
+	DefaultWatchEvery          = 2 * time.Second
+	// maxWatchPause bounds the pause between two reads of a watched
+	// remote task while its agent does not answer.
+	maxWatchPause = time.Minute
 	// maxBusyPause bounds the pause between two tries of a busy remote
 	// host, past a longer Retry-After.
 	maxBusyPause = 10 * time.Second
@@ -176,6 +185,9 @@ func New(cfg Config, rt http.RoundTripper, prop propagation.TextMapPropagator, l
 	}
 	if cfg.BusyPause <= 0 {
 		cfg.BusyPause = DefaultBusyPause
+	}
+	if cfg.WatchEvery <= 0 {
+		cfg.WatchEvery = DefaultWatchEvery
 	}
 	cfg.EventsPerCall = bound(cfg.EventsPerCall, DefaultEventsPerCall)
 	cfg.EventBytesPerCall = bound(cfg.EventBytesPerCall, DefaultEventBytesPerCall)
@@ -633,6 +645,12 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 		// The parent's client answered the remote task's request: the
 		// answer goes to that task, which goes on.
 		r.remoteID = a2a.TaskID(rt.Request.Route.RemoteTaskID)
+		if rt.Answer.AgentID == loop.AnswerWithdrawn && rt.Answer.ProvidedBy == "agent" {
+			// The host saw the remote task move on without an answer
+			// (WatchRemoteTask): nothing is sent, its outcome is taken.
+			content, status, err = r.movedOn(ctx)
+			break
+		}
 		var msg *a2a.Message
 		if msg, err = r.answerMessage(rt.Request, rt.Answer, env); err == nil {
 			content, status, err = r.answer(ctx, msg)
@@ -1395,6 +1413,79 @@ func (r *run) refused(ctx context.Context, msg *a2a.Message, refusal error) (str
 		Message:  fmt.Sprintf("the request passed up is withdrawn: the remote task moved on without this answer (it is %s now); the call takes its outcome", status),
 		Metadata: map[string]any{RemoteTaskKey: string(r.remoteID), "withdrawn": true}})
 	return content, status, nil
+}
+
+// movedOn takes the outcome of the remote task that moved on without the
+// answer its parent's client was asked for (its request withdrawn): the
+// task is followed to its end or its next pause, and an event of the
+// sub-task says the request is withdrawn.
+func (r *run) movedOn(ctx context.Context) (string, loop.TaskStatus, error) {
+	content, status, err := r.follow(ctx)
+	if err != nil || ctx.Err() != nil {
+		return content, status, err
+	}
+	r.a.log.LogAttrs(ctx, slog.LevelInfo, "remote task moved on without the parent's answer: its outcome is taken",
+		slog.String("agent", r.a.cfg.Name), slog.String("task_id", string(r.remoteID)), slog.String("status", string(status)))
+	r.st.Emit(&loop.TaskStatusEvent{Header: loop.Header{Kind: loop.KindTaskStatus}, Status: loop.TaskWorking,
+		Message:  fmt.Sprintf("the request passed up is withdrawn: the remote task moved on without an answer from here (it is %s now); the call takes its outcome", status),
+		Metadata: map[string]any{RemoteTaskKey: string(r.remoteID), "withdrawn": true}})
+	return content, status, nil
+}
+
+// WatchRemoteTask returns once the task remoteTaskID of this agent (agentID
+// its name; another name is not this agent's: handled false) no longer
+// waits for its request inputID (loop.RemoteTaskWatcher): it is not paused
+// any more (answered on its host directly, canceled, failed, completed),
+// it asks for another request, or the agent no longer knows it. The task
+// is read every Config.WatchEvery; while the agent does not answer (it
+// restarts) the pause doubles up to a minute, and it is read again once
+// it answers. It returns ctx's error when ctx ends first.
+func (a *Agent) WatchRemoteTask(ctx context.Context, agentID, remoteTaskID, inputID string) (bool, error) {
+	if agentID != a.cfg.Name {
+		return false, nil
+	}
+	pause := a.cfg.WatchEvery
+	for {
+		client, _, err := a.ready(ctx)
+		if err == nil {
+			var task *a2a.Task
+			task, err = client.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(remoteTaskID), HistoryLength: &noHistory})
+			switch {
+			case ctx.Err() != nil:
+				return true, ctx.Err()
+			case errors.Is(err, a2a.ErrTaskNotFound):
+				return true, nil
+			case err == nil:
+				if a.movedOnFrom(task, inputID) {
+					return true, nil
+				}
+				pause = a.cfg.WatchEvery
+			}
+		}
+		if err != nil {
+			a.log.LogAttrs(ctx, slog.LevelDebug, "watched remote task not read", slog.String("agent", a.cfg.Name),
+				slog.String("task_id", remoteTaskID), slog.String("error", err.Error()))
+			pause = min(2*pause, max(maxWatchPause, a.cfg.WatchEvery))
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return true, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// movedOnFrom says the remote task no longer waits for its request
+// inputID: it is not paused, or its open request is another one.
+func (a *Agent) movedOnFrom(task *a2a.Task, inputID string) bool {
+	status := fromState(task.Status.State)
+	if status != loop.TaskWaitingInput && status != loop.TaskWaitingAuth {
+		return true
+	}
+	r := &run{a: a, remoteID: task.ID, last: task.Status.Message}
+	return r.request(status, statusText(task.Status.Message)).InputID != inputID
 }
 
 // answeredInputIDs are the inputIds msg answers (the extension's

@@ -298,6 +298,22 @@ func (rt *Runtime) StartBackground() {
 		watching.Add(1)
 		go func() { defer watching.Done(); rt.watchCancels(ctx) }()
 	}
+	watching.Add(1)
+	go func() {
+		// The tasks a restart (or another host) left paused on remote
+		// sub-agents' requests: their remote tasks are watched again.
+		defer watching.Done()
+		tick := time.NewTicker(WatchRescanEvery)
+		defer tick.Stop()
+		for {
+			rt.watchAllPaused(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	go func() {
 		defer close(rt.sweepDone)
 		defer watching.Wait()

@@ -272,6 +272,9 @@ type Runtime struct {
 	wg          sync.WaitGroup
 	starting    sync.Map // contextId -> *sync.Mutex: one agent start per context at a time
 	recoverOnce sync.Mutex
+	// watch: the requests paused tasks passed up from remote sub-agents,
+	// watched for their remote tasks moving on (watch.go).
+	watch watches
 }
 
 // Run is a turn in progress.
@@ -1150,6 +1153,15 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		// end may be unannounced, goes last.
 		rt.crashpoint(PointTurnSettled)
 		rt.disown(r)
+		if err == nil && out.Status.Interrupted() {
+			// Paused: the requests it passed up from remote sub-agents
+			// are watched for their remote tasks moving on.
+			if rec, ok := r.Saved(); ok {
+				rt.watchPaused(rec)
+			} else if rec, lerr := rt.st.Tasks.LoadTask(context.Background(), taskID); lerr == nil {
+				rt.watchPaused(rec)
+			}
+		}
 	}()
 }
 
@@ -1730,6 +1742,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) {
 	rt.closing = true
 	stop := rt.stopSweep
 	rt.mu.Unlock()
+	rt.stopWatches()
 	if stop != nil {
 		stop()
 		<-rt.sweepDone
