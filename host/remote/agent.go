@@ -1439,13 +1439,23 @@ func (r *run) movedOn(ctx context.Context) (string, loop.TaskStatus, error) {
 // it asks for another request, or the agent no longer knows it. The task
 // is read every Config.WatchEvery; while the agent does not answer (it
 // restarts) the pause doubles up to a minute, and it is read again once
-// it answers. It returns ctx's error when ctx ends first.
+// it answers; the first read comes after WatchEvery. It returns ctx's
+// error when ctx ends first.
 func (a *Agent) WatchRemoteTask(ctx context.Context, agentID, remoteTaskID, inputID string) (bool, error) {
 	if agentID != a.cfg.Name {
 		return false, nil
 	}
 	pause := a.cfg.WatchEvery
 	for {
+		// The first read waits too: the task has just paused (or the
+		// host just started).
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return true, ctx.Err()
+		case <-t.C:
+		}
 		client, _, err := a.ready(ctx)
 		if err == nil {
 			var task *a2a.Task
@@ -1466,13 +1476,6 @@ func (a *Agent) WatchRemoteTask(ctx context.Context, agentID, remoteTaskID, inpu
 			a.log.LogAttrs(ctx, slog.LevelDebug, "watched remote task not read", slog.String("agent", a.cfg.Name),
 				slog.String("task_id", remoteTaskID), slog.String("error", err.Error()))
 			pause = min(2*pause, max(maxWatchPause, a.cfg.WatchEvery))
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return true, ctx.Err()
-		case <-t.C:
 		}
 	}
 }
