@@ -7,7 +7,7 @@ PKGS      := ./...
 BENCHTIME ?= 1s
 COUNT     ?= 6
 
-.PHONY: help build test check tools bench run plugins plugins-go plugins-all fixtures-check test-long clean
+.PHONY: help build test check tools bench bench-reference run plugins plugins-go plugins-all fixtures-check test-long clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -63,6 +63,9 @@ check: ## vet, staticcheck, formatting, go mod tidy, import directions
 
 bench: plugins-go ## run the benchmarks (-benchmem); compare runs with benchstat
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) $(PKGS)
+
+bench-reference: ## the host next to the reference A2A server (a2asrv) in the same runs, and each ratio against its goal
+	./scripts/bench-reference.sh
 
 clean:
 	rm -rf bin
