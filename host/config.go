@@ -236,6 +236,11 @@ type LimitsConfig struct {
 	// TaskTTL: finished tasks and their event logs expire after this
 	// (default 7 days).
 	TaskTTL Duration `json:"taskTTL,omitempty"`
+	// ConversationTTL: a conversation idle (no new turn) for longer, with
+	// no unfinished task (working, input-required, auth-required), is
+	// deleted with its history and agent record (default 30 days, and
+	// never less than TaskTTL; "never" keeps conversations for ever).
+	ConversationTTL Retention `json:"conversationTTL,omitempty"`
 	// MaxPageSize bounds ListTasks pages (default 100).
 	MaxPageSize int `json:"maxPageSize,omitempty"`
 	// MaxAgents bounds the conversations kept in memory (default 10000);
@@ -312,6 +317,39 @@ type LimitsConfig struct {
 // manifests: a string like "30s" or "1m30s" (see pdk.Duration). A bare
 // number is refused with an error that says so.
 type Duration = pdk.Duration
+
+// DefaultConversationTTL is limits.conversationTTL's default.
+const DefaultConversationTTL = 30 * 24 * time.Hour
+
+// Retention is a duration written as a string with a unit ("720h"), or
+// "never" (kept for ever, stored as -1).
+type Retention time.Duration
+
+// UnmarshalJSON reads "never" or a duration like "720h".
+func (r *Retention) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil && s == "never" {
+		*r = -1
+		return nil
+	}
+	var d Duration
+	if err := d.UnmarshalJSON(b); err != nil {
+		return fmt.Errorf("%w (or \"never\")", err)
+	}
+	*r = Retention(d)
+	return nil
+}
+
+// MarshalJSON writes "never" or the duration.
+func (r Retention) MarshalJSON() ([]byte, error) {
+	if r < 0 {
+		return json.Marshal("never")
+	}
+	return json.Marshal(time.Duration(r).String())
+}
+
+// Never reports whether r keeps for ever.
+func (r Retention) Never() bool { return r < 0 }
 
 // Default values.
 const (
@@ -404,6 +442,9 @@ func (c Config) Validate() error {
 	if c.Limits.MaxAgentBytes < -1 || c.Agent.HistoryBytes < -1 || c.Agent.HistoryLimit < 0 {
 		return errors.New("config: agent.historyLimit, agent.historyBytes and limits.maxAgentBytes must not be negative (-1 is no bound for the bytes)")
 	}
+	if ttl := c.Limits.ConversationTTL; ttl > 0 && c.Limits.TaskTTL > 0 && time.Duration(ttl) < time.Duration(c.Limits.TaskTTL) {
+		return fmt.Errorf("config: limits.conversationTTL %s is shorter than limits.taskTTL %s: a conversation must outlive its tasks", time.Duration(ttl), time.Duration(c.Limits.TaskTTL))
+	}
 	if err := c.Observability.validate(); err != nil {
 		return err
 	}
@@ -483,6 +524,12 @@ func (c Config) withDefaults() Config {
 	}
 	if l.TaskTTL == 0 {
 		l.TaskTTL = Duration(7 * 24 * time.Hour)
+	}
+	if l.ConversationTTL == 0 {
+		l.ConversationTTL = Retention(max(DefaultConversationTTL, time.Duration(l.TaskTTL)))
+	}
+	if l.ConversationTTL > 0 && time.Duration(l.ConversationTTL) < time.Duration(l.TaskTTL) {
+		l.ConversationTTL = Retention(l.TaskTTL) // a conversation outlives its tasks
 	}
 	if l.MaxPageSize == 0 {
 		l.MaxPageSize = 100

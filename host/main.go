@@ -278,6 +278,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	// lease are one write where it can.
 	stores.TaskLeases, _ = st.(loop.LeasedTaskSaver)
 	stores.Space, _ = st.(StoreSpace)
+	stores.Conversations, _ = st.(taskrt.ConversationExpirer)
 	if shared {
 		// Cancels and usage counters reach every host (the Redis backend
 		// has both).

@@ -50,6 +50,9 @@ func (s *Server) registerMetrics(m metric.Meter) error {
 	storeSize, err := m.Int64ObservableGauge("looopy.store.size", metric.WithUnit("By"),
 		metric.WithDescription("Bytes of the Badger store on disk, by part (lsm, vlog)."))
 	add(err)
+	convExpired, err := m.Int64ObservableCounter("looopy.conversations.expired", metric.WithUnit("{conversation}"),
+		metric.WithDescription("Conversations deleted after limits.conversationTTL idle, since the host started."))
+	add(err)
 	s.metrics.requests, err = m.Int64Counter("looopy.rpc.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("JSON-RPC requests, by method and outcome."))
 	add(err)
@@ -65,6 +68,7 @@ func (s *Server) registerMetrics(m metric.Meter) error {
 		nRunning, nAgents := s.tasks.Stats()
 		o.ObserveInt64(running, int64(nRunning))
 		o.ObserveInt64(agents, int64(nAgents))
+		o.ObserveInt64(convExpired, s.tasks.ExpiredConversations())
 		if s.plugins != nil {
 			ps, err := s.plugins.Plugins(ctx)
 			if err == nil {
@@ -86,7 +90,7 @@ func (s *Server) registerMetrics(m metric.Meter) error {
 			o.ObserveInt64(storeSize, vlog, metric.WithAttributes(attribute.String("part", "vlog")))
 		}
 		return nil
-	}, streams, running, agents, pCalls, pFailures, pHealthy, storeSize)
+	}, streams, running, agents, convExpired, pCalls, pFailures, pHealthy, storeSize)
 	if err != nil {
 		return fmt.Errorf("host metrics: %w", err)
 	}

@@ -44,6 +44,9 @@ type Stores struct {
 	// Shared says that other hosts use the same stores: the event Hub
 	// then follows appends made by them.
 	Shared bool
+	// Conversations, when set (Badger), deletes idle conversations
+	// (limits.conversationTTL).
+	Conversations taskrt.ConversationExpirer
 	// Space, when set (Badger), refuses new tasks while its disk is
 	// nearly full and says when refused writes are taken again.
 	Space StoreSpace
@@ -59,7 +62,7 @@ type StoreSpace interface {
 func (st Stores) runtime() taskrt.Stores {
 	return taskrt.Stores{Messages: st.Messages, Agents: st.Agents, Tasks: st.Tasks, Commit: st.Commit,
 		Checkpoints: st.Checkpoints, Journal: st.Journal, Durable: st.Durable, Leases: st.Leases,
-		TaskLeases: st.TaskLeases, Cancels: st.Cancels}
+		TaskLeases: st.TaskLeases, Cancels: st.Cancels, Conversations: st.Conversations}
 }
 
 // hubEvents is the event log of the task runtime: the server's Hub, with

@@ -3,6 +3,7 @@ package taskrt
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/looopy-go/looopy/loop"
 )
@@ -72,3 +73,52 @@ func (rt *Runtime) Sweep(ctx context.Context) (int, error) {
 	}
 	return n, errors.Join(errs...)
 }
+
+// ExpireConversations deletes the conversations idle for longer than
+// Config.ConversationTTL at now that have no unfinished task: first the
+// agents of those kept in memory without a running turn (so that none is
+// written back from memory), then, in the store, their agent records and
+// histories. It returns how many the store deleted.
+func (rt *Runtime) ExpireConversations(ctx context.Context, now time.Time) (int, error) {
+	ttl := rt.cfg.ConversationTTL
+	if ttl <= 0 || rt.st.Conversations == nil {
+		return 0, nil
+	}
+	cutoff := now.Add(-ttl)
+	idle := func(a *loop.Agent) bool {
+		m := a.Metadata()
+		last := m.LastActivity
+		if m.CreatedAt.After(last) {
+			last = m.CreatedAt
+		}
+		return last.Before(cutoff)
+	}
+	rt.mu.Lock()
+	for id, a := range rt.agents {
+		if _, busy := rt.busy[id]; !busy && idle(a) {
+			rt.dropAgentLocked(id)
+			delete(rt.expiry, id)
+			rt.starting.Delete(id)
+		}
+	}
+	rt.mu.Unlock()
+	gone, err := rt.st.Conversations.ExpireConversations(ctx, cutoff)
+	rt.convExpired.Add(int64(len(gone)))
+	if len(gone) > 0 {
+		// One loaded from the store while it was deleted goes too.
+		rt.mu.Lock()
+		for _, id := range gone {
+			if _, busy := rt.busy[id]; !busy {
+				rt.dropAgentLocked(id)
+				delete(rt.expiry, id)
+				rt.starting.Delete(id)
+			}
+		}
+		rt.mu.Unlock()
+	}
+	return len(gone), err
+}
+
+// ExpiredConversations returns how many conversations ExpireConversations
+// deleted since the runtime began.
+func (rt *Runtime) ExpiredConversations() int64 { return rt.convExpired.Load() }

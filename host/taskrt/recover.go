@@ -354,6 +354,11 @@ func (rt *Runtime) StartBackground() {
 				} else if n > 0 {
 					rt.log.LogAttrs(ctx, slog.LevelDebug, "cleanup of finished tasks", slog.Int("tasks", n))
 				}
+				if n, err := rt.ExpireConversations(ctx, time.Now()); err != nil && ctx.Err() == nil {
+					rt.log.LogAttrs(ctx, slog.LevelWarn, "expiry of idle conversations", slog.String("error", err.Error()))
+				} else if n > 0 {
+					rt.log.LogAttrs(ctx, slog.LevelInfo, "idle conversations expired", slog.Int("conversations", n))
+				}
 			case <-expire:
 				if n, err := rt.ExpireRequests(ctx, time.Now().UTC()); err != nil && ctx.Err() == nil {
 					rt.log.LogAttrs(ctx, slog.LevelWarn, "expiry of unanswered requests", slog.String("error", err.Error()))

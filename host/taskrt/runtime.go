@@ -91,6 +91,16 @@ type Stores struct {
 	// the turn (with Config.Shared). Nil: a task running elsewhere is
 	// canceled only once its owner's lease has lapsed.
 	Cancels loop.CancelSignals
+	// Conversations deletes idle conversations (Config.ConversationTTL).
+	// Nil: conversations are kept for ever.
+	Conversations ConversationExpirer
+}
+
+// ConversationExpirer deletes the conversations (agent record, history)
+// idle since before a time that have no unfinished task, and returns their
+// ids (store.Badger).
+type ConversationExpirer interface {
+	ExpireConversations(ctx context.Context, idleBefore time.Time) ([]string, error)
 }
 
 // Events is where the runtime publishes the events of tasks: the host's
@@ -210,6 +220,10 @@ type Config struct {
 	// refused its writes (a full disk): their end was not written, and
 	// once the store takes writes again Recover resumes or fails them.
 	RecoverWhen func() bool
+	// ConversationTTL: a conversation idle (no new turn) for longer, with
+	// no unfinished task, is deleted by the cleanup (with
+	// Stores.Conversations). Zero or negative: kept for ever.
+	ConversationTTL time.Duration
 	// SweepEvery is how often the cleanup runs. Default: TaskTTL/10
 	// within [1s, 10m].
 	SweepEvery time.Duration
@@ -254,7 +268,9 @@ type Runtime struct {
 	cfg Config
 	st  Stores
 	ev  Events
-	log *slog.Logger
+	// convExpired counts the conversations ExpireConversations deleted.
+	convExpired atomic.Int64
+	log         *slog.Logger
 
 	base      context.Context // parent of every turn; cancelled at the end of a shutdown
 	cancelAll context.CancelCauseFunc
