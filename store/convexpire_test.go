@@ -223,3 +223,46 @@ func expireConversationsAndDie(dir string) {
 	_, _ = b.ExpireConversations(ctx, time.Now().Add(-time.Hour))
 	panic("the sweep finished without being killed")
 }
+
+// The in-memory store expires idle conversations as Badger does.
+func TestMemoryExpireConversations(t *testing.T) {
+	m := NewMemory(MemoryOptions{SweepInterval: -1})
+	t.Cleanup(func() { _ = m.Close() })
+	ctx := context.Background()
+	now := time.Now()
+	old := now.Add(-2 * time.Hour)
+	save := func(id string, last time.Time, state loop.TaskStatus) {
+		if err := m.SaveAgent(ctx, loop.AgentMetadata{ContextID: id, CreatedAt: last, LastActivity: last}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Append(ctx, id, loop.Message{Role: loop.RoleUser, Content: id}); err != nil {
+			t.Fatal(err)
+		}
+		if state != "" {
+			if err := m.SaveTask(ctx, loop.TaskRecord{ID: "task-" + id, ContextID: id, Status: state, CreatedAt: last, UpdatedAt: last}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	save("idle", old, loop.TaskCompleted)
+	save("paused", old, loop.TaskWaitingInput)
+	save("recent", now, "")
+	gone, err := m.ExpireConversations(ctx, now.Add(-time.Hour))
+	if err != nil || !slices.Equal(gone, []string{"idle"}) {
+		t.Fatalf("deleted %v (%v), want [idle]", gone, err)
+	}
+	if _, err := m.LoadAgent(ctx, "idle"); !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("agent of the deleted conversation: %v", err)
+	}
+	if n, _ := m.Count(ctx, "idle"); n != 0 {
+		t.Fatalf("deleted conversation holds %d messages", n)
+	}
+	for _, id := range []string{"paused", "recent"} {
+		if _, err := m.LoadAgent(ctx, id); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if n, _ := m.Count(ctx, id); n != 1 {
+			t.Fatalf("%s holds %d messages, want 1", id, n)
+		}
+	}
+}

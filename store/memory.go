@@ -485,3 +485,39 @@ func (m *Memory) KVDelete(ctx context.Context, namespace, key string) error {
 	m.kvMu.Unlock()
 	return nil
 }
+
+// ExpireConversations deletes the conversations (agent record, history)
+// whose last activity is before idleBefore and that have no unfinished
+// task, and returns their ids. A task saved meanwhile waits for it (the
+// task lock is held throughout), so a conversation whose turn began first
+// is kept.
+func (m *Memory) ExpireConversations(ctx context.Context, idleBefore time.Time) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("expire conversations: %w", err)
+	}
+	m.commitMu.Lock()
+	defer m.commitMu.Unlock()
+	m.agentMu.Lock()
+	defer m.agentMu.Unlock()
+	m.taskMu.RLock()
+	defer m.taskMu.RUnlock()
+	busy := map[string]bool{}
+	for _, t := range m.tasks {
+		if !t.Status.Terminal() {
+			busy[t.ContextID] = true
+		}
+	}
+	var gone []string
+	for id, a := range m.agents {
+		if !busy[id] && lastActive(a.CreatedAt, a.LastActivity).Before(idleBefore) {
+			gone = append(gone, id)
+		}
+	}
+	m.histMu.Lock()
+	for _, id := range gone {
+		delete(m.agents, id)
+		delete(m.hist, id)
+	}
+	m.histMu.Unlock()
+	return gone, nil
+}
