@@ -44,7 +44,7 @@ type Stores struct {
 	// Shared says that other hosts use the same stores: the event Hub
 	// then follows appends made by them.
 	Shared bool
-	// Conversations, when set (Badger), deletes idle conversations
+	// Conversations, when set (Badger, Redis, Memory), deletes idle conversations
 	// (limits.conversationTTL).
 	Conversations taskrt.ConversationExpirer
 	// Space, when set (Badger), refuses new tasks while its disk is

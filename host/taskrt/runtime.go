@@ -98,7 +98,7 @@ type Stores struct {
 
 // ConversationExpirer deletes the conversations (agent record, history)
 // idle since before a time that have no unfinished task, and returns their
-// ids (store.Badger).
+// ids (store.Badger, store.Memory, redisstore.Store).
 type ConversationExpirer interface {
 	ExpireConversations(ctx context.Context, idleBefore time.Time) ([]string, error)
 }
