@@ -35,10 +35,6 @@ const pfxConvSweep = "convx/"
 // convPerWrite bounds the conversations the first step takes in one write.
 const convPerWrite = 64
 
-// convPerSweep bounds the conversations one ExpireConversations deletes;
-// the next call goes on.
-const convPerSweep = 4096
-
 func convSweepKey(ctxID string) []byte { return []byte(pfxConvSweep + escape(ctxID)) }
 
 // ExpireConversations deletes the conversations (agent record, history)
@@ -85,14 +81,16 @@ func (b *Badger) ExpireConversations(ctx context.Context, idleBefore time.Time) 
 // convWrote, when set (tests), is called after each write of the first step.
 var convWrote func()
 
-// idleConversations lists the agent records last active before cutoff (at
-// most convPerSweep): the candidates, checked again in the write.
+// idleConversations lists the agent records last active before cutoff:
+// the candidates, checked again in the write. It lists them all (not the
+// first n), so that idle conversations kept for an unfinished task never
+// hide the others from every sweep.
 func (b *Badger) idleConversations(ctx context.Context, cutoff time.Time) ([]string, error) {
 	var out []string
 	err := b.view(ctx, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(pfxAgent), PrefetchValues: false})
 		defer it.Close()
-		for it.Rewind(); it.Valid() && len(out) < convPerSweep; it.Next() {
+		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
 			var idle bool
 			var id string

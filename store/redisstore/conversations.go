@@ -13,12 +13,9 @@ import (
 	"github.com/looopy-go/looopy/loop"
 )
 
-// convPerSweep bounds the conversations one ExpireConversations deletes;
-// the next call goes on.
-const convPerSweep = 4096
-
-// ExpireConversations deletes the conversations (agent record a:<ctx> and
-// history m:<ctx>) whose last activity is before idleBefore and that have
+// ExpireConversations looks at every conversation (one SCAN over the agent
+// records, so none is left out for others that are kept) and deletes
+// those (agent record a:<ctx> and history m:<ctx>) whose last activity is before idleBefore and that have
 // no unfinished task, and returns their ids. Each is deleted in one
 // MULTI/EXEC under WATCH of its agent record, its history and its task
 // index (ti:c:<ctx>): a turn or a task that touched any of them between
@@ -31,17 +28,12 @@ func (s *Store) ExpireConversations(ctx context.Context, idleBefore time.Time) (
 	var gone []string
 	prefix := s.p + "a:"
 	var cursor uint64
-	seen := 0
 	for {
 		keys, next, err := s.rdb.Scan(ctx, cursor, escapeGlob(prefix)+"*", 500).Result()
 		if err != nil {
 			return gone, wrap("expire conversations", err)
 		}
 		for _, k := range keys {
-			if seen >= convPerSweep {
-				return gone, nil
-			}
-			seen++
 			id := strings.TrimPrefix(k, prefix)
 			ok, err := s.expireConversation(ctx, id, idleBefore)
 			if err != nil {
