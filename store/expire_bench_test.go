@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/store"
 )
 
@@ -76,4 +77,29 @@ func BenchmarkSweepTaskStreams(b *testing.B) {
 	}
 	cpu.report(b)
 	b.ReportMetric(float64(st.Commits()-commits)/float64(b.N), "commits/op")
+}
+
+// BenchmarkExpireConversationsScan: one sweep of the conversation expiry
+// over 10,000 conversations none of which is idle yet, what every cleanup
+// pays (the scan of the agent records) before anything expires.
+func BenchmarkExpireConversationsScan(b *testing.B) {
+	st, err := store.Open(store.Options{Dir: b.TempDir(), SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 10000 {
+		if err := st.SaveAgent(ctx, loop.AgentMetadata{ContextID: "conv-" + strconv.Itoa(i), CreatedAt: now, LastActivity: now}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		gone, err := st.ExpireConversations(ctx, now.Add(-time.Hour))
+		if err != nil || len(gone) != 0 {
+			b.Fatalf("%v, %v", gone, err)
+		}
+	}
 }
