@@ -26,7 +26,8 @@ const LastEventIDHeader = "Looopy-Last-Event-ID"
 // normal|detailed|none bounds its thought-stream events (default: the
 // operator's thoughts.verbosity); Last-Event-ID (header, or ?lastEventId=)
 // resumes it. The answer's Looopy-Last-Event-ID header says where the log
-// ended when the stream was opened.
+// ended when the stream was opened; HEAD answers the same head without a
+// stream.
 func (s *Server) handleEvents(c *fiber.Ctx) error {
 	auth, err := s.principal(c)
 	if err != nil {
@@ -82,6 +83,13 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 	// only what comes next (looopy chat resuming a paused task) resumes
 	// from it, without reading the conversation's past.
 	c.Set(LastEventIDHeader, strconv.FormatUint(last, 10))
+	if c.Method() == fiber.MethodHead {
+		// The head of the stream's answer, Looopy-Last-Event-ID with it,
+		// and no stream: a HEAD takes no place under the bounds on live
+		// streams.
+		s.sendSSE(c, nil)
+		return nil
+	}
 	release, err := s.streamSlots.take(auth.Principal, sse.ContextStream(contextID))
 	if err != nil {
 		return err

@@ -567,7 +567,13 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 		s.taskStreams.Add(1)
 		defer s.taskStreams.Add(-1)
 	}
-	sub, err := s.hub.Subscribe(ctx, stream, after, f)
+	// The stream ends as soon as its client's connection closes (a FIN or
+	// a reset), not at the next failed write: its place under the bounds
+	// on live streams comes back at once, for the client reconnecting.
+	streamCtx, gone := context.WithCancelCause(ctx)
+	defer gone(nil)
+	watchClient(conn, func() { gone(errClientGone) })
+	sub, err := s.hub.Subscribe(streamCtx, stream, after, f)
 	if err != nil {
 		return err
 	}
@@ -575,7 +581,7 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 	if endAt > 0 {
 		sub.StopAt(endAt)
 	}
-	err = sse.Serve(ctx, w, w.Flush, sub, enc, sse.ServeOptions{
+	err = sse.Serve(streamCtx, w, w.Flush, sub, enc, sse.ServeOptions{
 		Heartbeat: time.Duration(s.cfg.Limits.Heartbeat),
 		Abort: func() {
 			if conn != nil {
@@ -585,6 +591,8 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 		Alive: s.taskAlive(stream),
 	})
 	switch {
+	case errors.Is(err, context.Canceled) && ctx.Err() == nil && errors.Is(context.Cause(streamCtx), errClientGone):
+		return errClientGone
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		// The host shuts down before the stream's end: the client is told
 		// to subscribe again (a turn cut by the shutdown resumes on the
@@ -783,14 +791,25 @@ func checkContentEncoding(enc string) error {
 	return fmt.Errorf("%w: Content-Encoding %q: send the request body uncompressed", a2a.ErrInvalidRequest, enc)
 }
 
-// errClientGone: a write to the client failed; it has left.
+// errClientGone: the client closed its connection, or a write to it
+// failed; it has left.
 var errClientGone = errors.New("client gone")
 
 // sendSSE answers with an event stream written by fn after the handler
-// returns.
+// returns; a HEAD request gets the head only and fn is never run (a
+// caller that took a place for fn takes none for HEAD).
 func (s *Server) sendSSE(c *fiber.Ctx, fn func(w *bufio.Writer)) {
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	c.Set("X-Accel-Buffering", "no")
+	// The connection ends with the stream: while it streams, watchClient
+	// reads from it to see the client leave, so it cannot carry another
+	// request after it.
+	c.Context().Response.SetConnectionClose()
+	if c.Method() == fiber.MethodHead {
+		// A HEAD answer has no body: no stream is started (fn would hold
+		// what it took until its first write failed).
+		return
+	}
 	c.Context().SetBodyStreamWriter(fn)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -141,7 +142,7 @@ func TestBlackBoxLiveStreamsBoundedHostWide(t *testing.T) {
 	}
 
 	// reopen waits until a new stream is taken (the host sees a closed or
-	// reset connection at its next write, a heartbeat at most); the
+	// reset connection a moment after it, or at its next write); the
 	// deadline only ends a hung wait, a leaked place never comes back.
 	reopen := func(what string) *liveStream {
 		t.Helper()
@@ -198,4 +199,207 @@ func TestBlackBoxLiveStreamsBoundedHostWide(t *testing.T) {
 			t.Fatalf("round %d: a stream past the bound: status %d", round+1, s.status)
 		}
 	}
+}
+
+// TestBlackBoxGoneStreamsGiveTheirPlaceAtOnce: the real binary at
+// limits.maxStreams 2 with a heartbeat of an hour (no write would ever
+// reveal a departed client within the test) takes a new stream as soon as
+// the clients holding both places have left: reset (SO_LINGER 0) or
+// closed (FIN), the host sees the closed connection while it streams,
+// without waiting for a heartbeat. Two live streams still hold their
+// places: the next one is refused 429 and neither live stream is cut. A
+// HEAD on /events answers the stream's head (Looopy-Last-Event-ID) and
+// takes no place. Two A2A SendStreamingMessage streams whose clients reset
+// give their places back alike.
+func TestBlackBoxGoneStreamsGiveTheirPlaceAtOnce(t *testing.T) {
+	const limit = 2
+	top := t.TempDir()
+	installHangingModel(t, top+"/plugins")
+	h := startSandboxHostWith(t, top, top+"/plugins", nil, map[string]any{
+		"limits": map[string]any{"shutdownGrace": "2s", "maxStreams": limit, "maxStreamsPerStream": limit, "heartbeat": "1h"},
+	})
+	ctxA, ctxB := newConversation(t, h), newConversation(t, h)
+	var live []*liveStream
+	t.Cleanup(func() {
+		for _, s := range live {
+			_ = s.conn.Close()
+		}
+	})
+	// next waits for a new stream to be taken. The host frees a place once
+	// it has read the departed client's FIN or reset, a moment after the
+	// client sent it; the heartbeat (1h) never comes, so only that frees
+	// it. The deadline ends a hung wait only.
+	next := func(what, contextID string) *liveStream {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			s := openEvents(t, h, contextID)
+			if s.status == http.StatusOK {
+				return s
+			}
+			if s.status != http.StatusTooManyRequests {
+				t.Fatalf("%s: status %d %s", what, s.status, s.body)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the places of the departed clients never came back (%s)", what, s.body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	fill := func(what, contextID string) {
+		t.Helper()
+		for i := 0; i < limit; i++ {
+			live = append(live, next(fmt.Sprintf("%s: stream %d of %d", what, i+1, limit), contextID))
+		}
+	}
+	refused := func(what, contextID, bound string) {
+		t.Helper()
+		if s := openEvents(t, h, contextID); s.status != http.StatusTooManyRequests || !strings.Contains(s.body, bound) {
+			t.Fatalf("%s: status %d %s; want 429 naming %s", what, s.status, s.body, bound)
+		}
+	}
+	// stillLive checks that the host has not closed a live stream: a read
+	// finds nothing to read yet (a deadline), not the end of the stream.
+	stillLive := func(what string, s *liveStream) {
+		t.Helper()
+		_ = s.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		var b [512]byte
+		for {
+			_, err := s.conn.Read(b[:])
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: a live client's stream was cut: %v", what, err)
+			}
+		}
+		_ = s.conn.SetReadDeadline(time.Time{})
+	}
+
+	for round, leave := range []struct {
+		how string
+		do  func(*liveStream)
+	}{
+		{"reset", (*liveStream).vanish},
+		{"closed", func(s *liveStream) { _ = s.conn.Close() }},
+		{"reset", (*liveStream).vanish},
+	} {
+		what := fmt.Sprintf("round %d (%s)", round+1, leave.how)
+		fill(what, ctxA)
+		refused(what+": host-wide", ctxB, "limits.maxStreams")
+		for _, s := range live {
+			stillLive(what, s)
+		}
+		for _, s := range live {
+			leave.do(s)
+		}
+		live = live[:0]
+		live = append(live, next(what+": a stream after both clients left", ctxB))
+		live = append(live, next(what+": the second place", ctxB))
+		refused(what+": two live streams hold both places", ctxA, "limits.maxStreams")
+		for _, s := range live {
+			stillLive(what, s)
+			_ = s.conn.Close()
+		}
+		live = live[:0]
+		// Both closed: both places come back without a heartbeat.
+		fill(what+": after the live streams closed", ctxA)
+		for _, s := range live {
+			leave.do(s)
+		}
+		live = live[:0]
+	}
+
+	// A HEAD takes no place: with both places taken it still answers the
+	// head, and when none is taken, as many as the bound leave it free.
+	fill("before HEAD", ctxA)
+	for i := 0; i < 2*limit; i++ {
+		req, _ := http.NewRequest(http.MethodHead, h.base+"/events/"+ctxA, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Looopy-Last-Event-ID") == "" {
+			t.Fatalf("HEAD /events: status %d, Looopy-Last-Event-ID %q", resp.StatusCode, resp.Header.Get("Looopy-Last-Event-ID"))
+		}
+	}
+	for _, s := range live {
+		_ = s.conn.Close()
+	}
+	live = live[:0]
+	live = append(live, next("after HEADs", ctxA), next("after HEADs, second place", ctxA))
+	for _, s := range live {
+		_ = s.conn.Close()
+	}
+	live = live[:0]
+
+	// A2A streams: two SendStreamingMessage turns the model does not
+	// answer within the test hold both places; their clients reset, a new
+	// stream is taken.
+	for i := 0; i < limit; i++ {
+		var s *liveStream
+		deadline := time.Now().Add(time.Minute)
+		for {
+			s = openA2AStream(t, h, "", "hang") // a new conversation each
+			if s.status == http.StatusOK && s.body == "" {
+				break
+			}
+			if !strings.Contains(s.body, "TOO_MANY_STREAMS") || time.Now().After(deadline) {
+				t.Fatalf("A2A stream %d: status %d %s", i+1, s.status, s.body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		live = append(live, s)
+	}
+	refused("two A2A streams hold both places", ctxA, "limits.maxStreams")
+	for _, s := range live {
+		s.vanish()
+	}
+	live = live[:0]
+	live = append(live, next("after the A2A clients left", ctxA))
+}
+
+// openA2AStream sends SendStreamingMessage on its own connection and reads
+// the answer's head; a refusal's one error frame is read as its body.
+func openA2AStream(t *testing.T, h *sandboxHost, contextID, text string) *liveStream {
+	t.Helper()
+	msg := map[string]any{"messageId": fmt.Sprintf("m-%d", time.Now().UnixNano()),
+		"role": "ROLE_USER", "parts": []any{map[string]any{"text": text}}}
+	if contextID != "" {
+		msg["contextId"] = contextID
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+		"params": map[string]any{"message": msg}})
+	addr := strings.TrimPrefix(h.base, "http://")
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := c.(*net.TCPConn)
+	_ = conn.SetDeadline(time.Now().Add(time.Minute)) // a hang guard only
+	fmt.Fprintf(conn, "POST /a2a/v1 HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: %d\r\n\r\n%s",
+		addr, len(body), body)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("SendStreamingMessage: %v", err)
+	}
+	s := &liveStream{conn: conn, status: resp.StatusCode}
+	// The first frame: a refusal's error, or the turn's first event.
+	line, err := br.ReadString('\n')
+	for err == nil && !strings.HasPrefix(line, "data:") {
+		line, err = br.ReadString('\n')
+	}
+	if err != nil {
+		t.Fatalf("SendStreamingMessage: the first frame: %v", err)
+	}
+	if strings.Contains(line, `"error"`) || resp.StatusCode != http.StatusOK {
+		s.body = line
+		_ = conn.Close()
+		return s
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return s
 }

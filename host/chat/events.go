@@ -189,11 +189,13 @@ const lastEventIDHeader = "Looopy-Last-Event-ID"
 // skipPast moves the session's place in the conversation's event stream
 // to its current end (a resumed conversation: what is there was shown by
 // the chat that ran it). A host that does not say where its stream ends
-// leaves the place at the start.
+// leaves the place at the start. It asks with HEAD: the answer's head
+// without a stream, so no place under the host's bounds on live streams
+// is taken for it.
 func (s *session) skipPast(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(sctx, http.MethodGet,
+	req, err := http.NewRequestWithContext(sctx, http.MethodHead,
 		s.opts.URL+"/events/"+url.PathEscape(s.contextID)+"?kinds=task-complete", nil)
 	if err != nil {
 		return
@@ -203,7 +205,7 @@ func (s *session) skipPast(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	_ = resp.Body.Close() // only the header is read
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return
 	}
