@@ -1149,13 +1149,22 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		}
 		rt.mu.Lock()
 		r.outcome, r.err = out, err
-		if a := rt.agents[contextID]; a != nil && a.Status() == loop.AgentFailed {
-			// Its state could not be saved (or its lease was lost): the
-			// next turn starts it again from the stores.
-			rt.dropAgentLocked(contextID)
-			rt.starting.Delete(contextID)
-		}
+		a := rt.agents[contextID]
 		rt.mu.Unlock()
+		// The agent's status is read without rt.mu: the context is free
+		// since this turn's end was written, so the next turn may already
+		// hold the agent's lock while its own end waits for rt.mu
+		// (releaseContext from the event Hub's writer).
+		if a != nil && a.Status() == loop.AgentFailed {
+			rt.mu.Lock()
+			if rt.agents[contextID] == a {
+				// Its state could not be saved (or its lease was lost):
+				// the next turn starts it again from the stores.
+				rt.dropAgentLocked(contextID)
+				rt.starting.Delete(contextID)
+			}
+			rt.mu.Unlock()
+		}
 		rt.unregister(r)
 		close(r.done)
 		if err == nil {
