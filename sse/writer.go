@@ -337,21 +337,9 @@ func (st *stream) takeN(n int) []pending {
 // publishes each to its tail and wakes the subscribers, then answers the
 // publishers. A finished stream is appended alone (its batch refused).
 func (h *Hub) appendPair(ml loop.MultiStreamAppender, a *stream, ba []pending, b *stream, bb []pending) {
-	first, second := a, b
-	if b.name < a.name {
-		first, second = b, a
-	}
-	first.pub.Lock()
-	second.pub.Lock()
-	a.mu.RLock()
-	finA := a.finished
-	a.mu.RUnlock()
-	b.mu.RLock()
-	finB := b.finished
-	b.mu.RUnlock()
-	if finA || finB {
-		second.pub.Unlock()
-		first.pub.Unlock()
+	locked, fin := lockPair(a, b)
+	if fin {
+		locked.unlock()
 		h.appendBatch(a, ba)
 		h.appendBatch(b, bb)
 		return
@@ -362,18 +350,45 @@ func (h *Hub) appendPair(ml loop.MultiStreamAppender, a *stream, ba []pending, b
 		err = fmt.Errorf("the log answered %d first ids for 2 streams", len(ids))
 	}
 	if err != nil {
-		second.pub.Unlock()
-		first.pub.Unlock()
+		locked.unlock()
 		answer(ba, 0, fmt.Errorf("publish to %q: append: %w", a.name, err))
 		answer(bb, 0, fmt.Errorf("publish to %q: append: %w", b.name, err))
 		return
 	}
 	h.published(a, ba, ids[0])
 	h.published(b, bb, ids[1])
-	second.pub.Unlock()
-	first.pub.Unlock()
+	locked.unlock()
 	answer(ba, ids[0], nil)
 	answer(bb, ids[1], nil)
+}
+
+// lockedPair holds the publish locks of two streams (see lockPair).
+type lockedPair struct{ first, second *stream }
+
+// lockPair takes the publish locks of a and b in name order (so two
+// writers pairing the same streams never wait on each other) and tells
+// whether either stream is finished. A value, not a closure: the pair
+// path runs for every event of a sub-task and must not allocate for it.
+func lockPair(a, b *stream) (lp lockedPair, finished bool) {
+	lp = lockedPair{a, b}
+	if b.name < a.name {
+		lp = lockedPair{b, a}
+	}
+	lp.first.pub.Lock()
+	lp.second.pub.Lock()
+	a.mu.RLock()
+	finished = a.finished
+	a.mu.RUnlock()
+	b.mu.RLock()
+	finished = finished || b.finished
+	b.mu.RUnlock()
+	return lp, finished
+}
+
+// unlock gives back both publish locks.
+func (lp lockedPair) unlock() {
+	lp.second.pub.Unlock()
+	lp.first.pub.Unlock()
 }
 
 // appendEnd writes a turn's commit (ec) in one write to the log with ba
@@ -384,18 +399,7 @@ func (h *Hub) appendPair(ml loop.MultiStreamAppender, a *stream, ba []pending, b
 func (h *Hub) appendEnd(ml loop.MultiStreamAppender, a *stream, ba []pending, b *stream, bb []pending, ec *endCommit) {
 	ba, bb = ba[:len(ba)-1], bb[:len(bb)-1]
 	el := h.log.(loop.EventCommitter) // CommitEnd queues a commit only then
-	first, second := a, b
-	if b.name < a.name {
-		first, second = b, a
-	}
-	first.pub.Lock()
-	second.pub.Lock()
-	a.mu.RLock()
-	fin := a.finished
-	a.mu.RUnlock()
-	b.mu.RLock()
-	fin = fin || b.finished
-	b.mu.RUnlock()
+	locked, fin := lockPair(a, b)
 	var ids []uint64
 	var commitErr, err error
 	if !fin {
@@ -413,8 +417,7 @@ func (h *Hub) appendEnd(ml loop.MultiStreamAppender, a *stream, ba []pending, b 
 		// Nothing was written: the events before the commit go as any
 		// others. A finished stream takes no end: the caller commits
 		// and publishes it the usual way (and hears it refused).
-		second.pub.Unlock()
-		first.pub.Unlock()
+		locked.unlock()
 		switch {
 		case len(ba) > 0 && len(bb) > 0:
 			h.appendPair(ml, a, ba, b, bb)
@@ -450,8 +453,7 @@ func (h *Hub) appendEnd(ml loop.MultiStreamAppender, a *stream, ba []pending, b 
 	if len(fb) > 0 {
 		h.published(b, fb, ids[1])
 	}
-	second.pub.Unlock()
-	first.pub.Unlock()
+	locked.unlock()
 	answer(ba, ids[0], nil)
 	answer(bb, ids[1], nil)
 	ec.res <- endResult{handled: true, err: commitErr}

@@ -19,6 +19,12 @@ func (s *Store) cntKey(ns, key string) string {
 // AddCounters adds deltas to the counters of (namespace, key) in one
 // transaction and returns every counter of it after the addition.
 func (s *Store) AddCounters(ctx context.Context, namespace, key string, deltas map[string]int64) (map[string]int64, error) {
+	return s.addCounters(ctx, namespace, key, "", false, deltas)
+}
+
+// addCounters is AddCounters and, when settle, AddCountersSettling: the
+// hold of id goes in the same transaction as the addition.
+func (s *Store) addCounters(ctx context.Context, namespace, key, id string, settle bool, deltas map[string]int64) (map[string]int64, error) {
 	if err := s.checkKV(namespace, key, nil, false); err != nil {
 		return nil, fmt.Errorf("add counters: %w", err)
 	}
@@ -31,6 +37,9 @@ func (s *Store) AddCounters(ctx context.Context, namespace, key string, deltas m
 		if d != 0 {
 			pipe.HIncrBy(ctx, k, name, d)
 		}
+	}
+	if settle {
+		pipe.HDel(ctx, s.heldKey(namespace, key), id)
 	}
 	all := pipe.HGetAll(ctx, k)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -179,23 +188,5 @@ return {ok, cur, held}
 // AddCountersSettling is AddCounters that drops the hold of id
 // (ReserveHeld) in the same transaction.
 func (s *Store) AddCountersSettling(ctx context.Context, namespace, key, id string, deltas map[string]int64) (map[string]int64, error) {
-	if err := s.checkKV(namespace, key, nil, false); err != nil {
-		return nil, fmt.Errorf("add counters: %w", err)
-	}
-	if err := ctxErr(ctx, "add counters"); err != nil {
-		return nil, err
-	}
-	k := s.cntKey(namespace, key)
-	pipe := s.rdb.TxPipeline()
-	for name, d := range deltas {
-		if d != 0 {
-			pipe.HIncrBy(ctx, k, name, d)
-		}
-	}
-	pipe.HDel(ctx, s.heldKey(namespace, key), id)
-	all := pipe.HGetAll(ctx, k)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, wrap("add counters", err)
-	}
-	return parseCounters(k, all.Val())
+	return s.addCounters(ctx, namespace, key, id, true, deltas)
 }
