@@ -96,6 +96,7 @@ type Badger struct {
 	mutations      atomic.Int64                    // keys set or deleted by those transactions
 	written        atomic.Int64                    // their estimated size (estimate)
 	reads          atomic.Int64                    // read snapshots taken by view
+	convIdxBuilt   atomic.Bool                     // the conversation index holds every agent record
 
 	mu     sync.RWMutex // held for reading while submitting, for writing by Close
 	closed bool

@@ -34,8 +34,9 @@ func (b *Badger) saveAgentApply(m *loop.AgentMetadata) (func(*badger.Txn) ([]mut
 		return nil, fmt.Errorf("save agent %q: encode: %w", m.ContextID, err)
 	}
 	k := agentKey(m.ContextID)
-	return func(*badger.Txn) ([]mutation, error) {
-		return []mutation{set(k, v)}, nil
+	idx := convIdxKey(timeKey(lastActive(m.CreatedAt, m.LastActivity)), m.ContextID)
+	return func(txn *badger.Txn) ([]mutation, error) {
+		return append([]mutation{set(k, v)}, agentIdxMutations(txn, k, idx)...), nil
 	}, nil
 }
 
@@ -71,8 +72,8 @@ func (b *Badger) DeleteAgent(ctx context.Context, contextID string) error {
 		return fmt.Errorf("delete agent: %w", err)
 	}
 	k := agentKey(contextID)
-	err := b.write(ctx, &writeOp{apply: func(*badger.Txn) ([]mutation, error) {
-		return []mutation{del(k)}, nil
+	err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		return append([]mutation{del(k)}, agentIdxMutations(txn, k, nil)...), nil
 	}})
 	if err != nil {
 		return fmt.Errorf("delete agent %q: %w", contextID, err)

@@ -3,9 +3,13 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/looopy-go/looopy/loop"
 )
 
 // The expiry of idle conversations. A conversation is its agent record
@@ -14,7 +18,8 @@ import (
 // cutoff in two steps, so that a crash at any point leaves a conversation
 // either whole or gone:
 //
-//  1. One write, per conversation, deletes its agent record, empties its
+//  1. One write, per conversation, deletes its agent record and its entry
+//     in the index by last activity (badger_convindex.go), empties its
 //     history head (first = last+1, so readers find no message and a new
 //     message goes on after the old seqs instead of over them) and writes
 //     convx/<ctx> = the old last seq, the entry of a durable index of
@@ -32,8 +37,9 @@ import (
 // that began meanwhile keeps it.
 const pfxConvSweep = "convx/"
 
-// convPerWrite bounds the conversations the first step takes in one write.
-const convPerWrite = 64
+// convPerWrite bounds the conversations the first step takes in one write
+// (tests lower it).
+var convPerWrite = 64
 
 func convSweepKey(ctxID string) []byte { return []byte(pfxConvSweep + escape(ctxID)) }
 
@@ -41,75 +47,67 @@ func convSweepKey(ctxID string) []byte { return []byte(pfxConvSweep + escape(ctx
 // whose last activity is before idleBefore and that have no unfinished
 // task, and the messages of those it deleted before (a crash, or a history
 // larger than one write). It returns the ids of the conversations it
-// deleted. It is safe to call at any time and from several goroutines.
+// deleted. It reads the entries of the index by last activity older than
+// idleBefore, not every conversation (see badger_convindex.go). It is safe
+// to call at any time and from several goroutines.
 func (b *Badger) ExpireConversations(ctx context.Context, idleBefore time.Time) ([]string, error) {
 	if err := b.sweepConversationMessages(ctx); err != nil {
 		return nil, err
 	}
-	cands, err := b.idleConversations(ctx, idleBefore)
-	if err != nil || len(cands) == 0 {
+	if err := b.backfillConvIndex(ctx); err != nil {
 		return nil, err
 	}
 	var gone []string
-	for len(cands) > 0 {
-		batch := cands[:min(len(cands), convPerWrite)]
-		cands = cands[len(batch):]
-		var took []string
-		err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
-			took = took[:0]
-			var ms []mutation
-			for _, id := range batch {
-				m, ok := expireConvApply(txn, id, idleBefore)
-				if ok {
-					ms = append(ms, m...)
-					took = append(took, id)
-				}
-			}
-			return ms, nil
-		}})
+	var after []byte
+	for {
+		// Pages by key: the entries kept (a conversation with an
+		// unfinished task) never hide those after them.
+		cands, err := b.idleConversations(ctx, idleBefore, after)
 		if err != nil {
 			return gone, err
 		}
-		gone = append(gone, took...)
-		if convWrote != nil {
-			convWrote()
+		if len(cands) == 0 {
+			break
 		}
+		after = cands[len(cands)-1]
+		for len(cands) > 0 {
+			batch := cands[:min(len(cands), convPerWrite)]
+			cands = cands[len(batch):]
+			var took []string
+			err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+				took = took[:0]
+				var ms []mutation
+				for _, ek := range batch {
+					m, id := expireConvApply(txn, ek, idleBefore)
+					ms = append(ms, m...)
+					if id != "" {
+						took = append(took, id)
+					}
+				}
+				return ms, nil
+			}})
+			if err != nil {
+				return gone, err
+			}
+			gone = append(gone, took...)
+			if convWrote != nil {
+				convWrote()
+			}
+		}
+		select {
+		case <-b.quit:
+			return gone, nil
+		default:
+		}
+	}
+	if len(gone) == 0 {
+		return nil, nil
 	}
 	return gone, b.sweepConversationMessages(ctx)
 }
 
 // convWrote, when set (tests), is called after each write of the first step.
 var convWrote func()
-
-// idleConversations lists the agent records last active before cutoff:
-// the candidates, checked again in the write. It lists them all (not the
-// first n), so that idle conversations kept for an unfinished task never
-// hide the others from every sweep.
-func (b *Badger) idleConversations(ctx context.Context, cutoff time.Time) ([]string, error) {
-	var out []string
-	err := b.view(ctx, func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(pfxAgent), PrefetchValues: false})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			var idle bool
-			var id string
-			_ = item.Value(func(v []byte) error {
-				m, err := decodeAgent(item.Key(), v)
-				if err != nil {
-					return err // a damaged record stays for a reader to report
-				}
-				id, idle = m.ContextID, lastActive(m.CreatedAt, m.LastActivity).Before(cutoff)
-				return nil
-			})
-			if idle && id != "" {
-				out = append(out, id)
-			}
-		}
-		return nil
-	})
-	return out, err
-}
 
 func lastActive(created, last time.Time) time.Time {
 	if last.After(created) {
@@ -118,31 +116,56 @@ func lastActive(created, last time.Time) time.Time {
 	return created
 }
 
-// expireConvApply returns the mutations of the first step for contextID,
-// or false when it is to be kept: gone already, active since cutoff, or
-// with an unfinished task.
-func expireConvApply(txn *badger.Txn, contextID string, cutoff time.Time) ([]mutation, bool) {
+// expireConvApply returns the mutations of the first step for the index
+// entry ek and the id of the conversation it deletes ("" when it is kept:
+// active since cutoff, with an unfinished task, or with a damaged record).
+// An entry that names no record, or not its record's time, is deleted
+// (with the record's entry written again, should it be missing).
+func expireConvApply(txn *badger.Txn, ek []byte, cutoff time.Time) ([]mutation, string) {
+	at, contextID, err := parseConvIdxKey(ek)
+	if err != nil {
+		return []mutation{del(ek)}, ""
+	}
 	ak := agentKey(contextID)
 	item, err := txn.Get(ak)
 	if err != nil {
-		return nil, false
+		return []mutation{del(ek)}, "" // no record: a stale entry
 	}
-	idle := false
-	_ = item.Value(func(v []byte) error {
-		m, err := decodeAgent(ak, v)
-		if err == nil {
-			idle = lastActive(m.CreatedAt, m.LastActivity).Before(cutoff)
-		}
+	var m loop.AgentMetadata
+	if err := item.Value(func(v []byte) error {
+		m, err = decodeAgent(ak, v)
 		return err
-	})
-	if !idle || hasUnfinishedTask(txn, contextID) {
-		return nil, false
+	}); err != nil {
+		return nil, "" // a damaged record stays for a reader to report
 	}
+	last := lastActive(m.CreatedAt, m.LastActivity)
+	if timeKey(last) != at {
+		return []mutation{del(ek), set(convIdxKey(timeKey(last), contextID), []byte{})}, ""
+	}
+	if !last.Before(cutoff) || hasUnfinishedTask(txn, contextID) {
+		return nil, ""
+	}
+	ms, err := convDeleteMutations(txn, contextID)
+	if err != nil {
+		return nil, "" // a damaged head: kept for a reader to report
+	}
+	return ms, contextID // ms deletes ek: the entry the record names
+}
+
+// convDeleteMutations returns the mutations of the first step that
+// delete the conversation contextID: its agent record, its index entry
+// (the one its record names), its history head emptied and its entry in
+// convx/.
+func convDeleteMutations(txn *badger.Txn, contextID string) ([]mutation, error) {
+	ak := agentKey(contextID)
 	ms := []mutation{del(ak)}
+	if ek, ok := storedConvIdx(txn, ak); ok {
+		ms = append(ms, del(ek))
+	}
 	hk := msgHeadKey(contextID)
 	h, ok, err := readHead(txn, hk)
 	if err != nil {
-		return nil, false // a damaged head: kept for a reader to report
+		return nil, err
 	}
 	if ok {
 		ms = append(ms, set(hk, head{h.b + 1, h.b}.encode()))
@@ -150,7 +173,46 @@ func expireConvApply(txn *badger.Txn, contextID string, cutoff time.Time) ([]mut
 		binary.BigEndian.PutUint64(bound[:], h.b)
 		ms = append(ms, set(convSweepKey(contextID), bound[:]))
 	}
-	return ms, true
+	return ms, nil
+}
+
+// DeleteConversation deletes the conversation contextID (agent record,
+// history) now, whatever its last activity, unless it has an unfinished
+// task: then it returns false and deletes nothing. The decision is taken
+// inside the write, as the expiry's, and the deletion is the expiry's
+// (whole or gone after a crash). A conversation without an agent record
+// is not found (a *loop.NotFoundError); its messages, if any, are deleted
+// all the same.
+func (b *Badger) DeleteConversation(ctx context.Context, contextID string) (bool, error) {
+	if err := b.limits.checkID("context id", contextID); err != nil {
+		return false, fmt.Errorf("delete conversation: %w", err)
+	}
+	ak := agentKey(contextID)
+	var found, kept bool
+	err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		_, err := txn.Get(ak)
+		found = err == nil
+		if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, err
+		}
+		if kept = hasUnfinishedTask(txn, contextID); kept {
+			return nil, nil
+		}
+		return convDeleteMutations(txn, contextID)
+	}})
+	if err != nil {
+		return false, fmt.Errorf("delete conversation %q: %w", contextID, err)
+	}
+	if kept {
+		return false, nil
+	}
+	if err := b.sweepConversationMessages(ctx); err != nil {
+		return true, fmt.Errorf("delete conversation %q: %w", contextID, err)
+	}
+	if !found {
+		return false, &loop.NotFoundError{What: "conversation", ID: contextID}
+	}
+	return true, nil
 }
 
 // hasUnfinishedTask reports whether a task of contextID is not finished

@@ -26,6 +26,8 @@ import (
 //	evt/<stream>/<seq:20>               one event log record (raw bytes)
 //	evth/<stream>                       event log head: last seq, expiry (16 bytes); Badger TTL = the expiry
 //	evtx/<deadline:20>/<stream>         a stream to sweep once its deadline (Unix seconds) passed (empty value)
+//	conva/<lastActive:19>/<contextId>   a conversation by last activity (empty value), written with its agent record
+//	meta/convindex                      present once conva/ holds an entry for every agent record
 //	convx/<contextId>                   an expired conversation whose messages up to this seq are to delete (8 bytes)
 //	kv/<namespace>/<key>                a plugin's key-value space (raw bytes)
 //	lease/<key>                         a lease (JSON loop.Lease), no TTL: a lapsed one stays until taken or released

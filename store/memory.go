@@ -32,6 +32,7 @@ type Memory struct {
 
 	agentMu sync.RWMutex
 	agents  map[string]loop.AgentMetadata
+	convIdx *memConvIndex // the agents by last activity, under agentMu
 
 	taskMu sync.RWMutex
 	tasks  map[string]loop.TaskRecord
@@ -68,6 +69,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 		limits:  opts.Limits.withDefaults(),
 		hist:    map[string][]loop.Message{},
 		agents:  map[string]loop.AgentMetadata{},
+		convIdx: newMemConvIndex(),
 		tasks:   map[string]loop.TaskRecord{},
 		kv:      map[string]map[string][]byte{},
 		ckpts:   map[string]loop.Checkpoint{},
@@ -229,6 +231,7 @@ func (m *Memory) SaveAgent(ctx context.Context, a loop.AgentMetadata) error {
 	a = cloneAgent(a)
 	m.agentMu.Lock()
 	m.agents[a.ContextID] = a
+	m.convIdx.put(a.ContextID, lastActive(a.CreatedAt, a.LastActivity))
 	m.agentMu.Unlock()
 	return nil
 }
@@ -260,6 +263,7 @@ func (m *Memory) DeleteAgent(ctx context.Context, contextID string) error {
 	}
 	m.agentMu.Lock()
 	delete(m.agents, contextID)
+	m.convIdx.remove(contextID)
 	m.agentMu.Unlock()
 	return nil
 }
@@ -488,7 +492,9 @@ func (m *Memory) KVDelete(ctx context.Context, namespace, key string) error {
 
 // ExpireConversations deletes the conversations (agent record, history)
 // whose last activity is before idleBefore and that have no unfinished
-// task, and returns their ids. A task saved meanwhile waits for it (the
+// task, and returns their ids. It looks at the conversations of the
+// index by last activity older than idleBefore (memConvIndex), and at the
+// tasks only when one of those is idle. A task saved meanwhile waits for it (the
 // task lock is held throughout), so a conversation whose turn began first
 // is kept.
 func (m *Memory) ExpireConversations(ctx context.Context, idleBefore time.Time) ([]string, error) {
@@ -501,6 +507,15 @@ func (m *Memory) ExpireConversations(ctx context.Context, idleBefore time.Time) 
 	defer m.agentMu.Unlock()
 	m.taskMu.RLock()
 	defer m.taskMu.RUnlock()
+	var idle []string
+	for _, id := range m.convIdx.before(idleBefore) {
+		if a := m.agents[id]; lastActive(a.CreatedAt, a.LastActivity).Before(idleBefore) {
+			idle = append(idle, id)
+		}
+	}
+	if len(idle) == 0 {
+		return nil, nil
+	}
 	busy := map[string]bool{}
 	for _, t := range m.tasks {
 		if !t.Status.Terminal() {
@@ -508,16 +523,52 @@ func (m *Memory) ExpireConversations(ctx context.Context, idleBefore time.Time) 
 		}
 	}
 	var gone []string
-	for id, a := range m.agents {
-		if !busy[id] && lastActive(a.CreatedAt, a.LastActivity).Before(idleBefore) {
+	for _, id := range idle {
+		if !busy[id] {
 			gone = append(gone, id)
 		}
 	}
 	m.histMu.Lock()
 	for _, id := range gone {
 		delete(m.agents, id)
+		m.convIdx.remove(id)
 		delete(m.hist, id)
 	}
 	m.histMu.Unlock()
 	return gone, nil
+}
+
+// DeleteConversation deletes the conversation contextID (agent record,
+// history) now unless it has an unfinished task (then false, nothing
+// deleted), under the same locks as ExpireConversations. Without an agent
+// record it returns a *loop.NotFoundError (its history is deleted all the
+// same).
+func (m *Memory) DeleteConversation(ctx context.Context, contextID string) (bool, error) {
+	if err := m.limits.checkID("context id", contextID); err != nil {
+		return false, fmt.Errorf("delete conversation: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("delete conversation: %w", err)
+	}
+	m.commitMu.Lock()
+	defer m.commitMu.Unlock()
+	m.agentMu.Lock()
+	defer m.agentMu.Unlock()
+	m.taskMu.RLock()
+	defer m.taskMu.RUnlock()
+	for _, t := range m.tasks {
+		if t.ContextID == contextID && !t.Status.Terminal() {
+			return false, nil
+		}
+	}
+	_, found := m.agents[contextID]
+	delete(m.agents, contextID)
+	m.convIdx.remove(contextID)
+	m.histMu.Lock()
+	delete(m.hist, contextID)
+	m.histMu.Unlock()
+	if !found {
+		return false, &loop.NotFoundError{What: "conversation", ID: contextID}
+	}
+	return true, nil
 }

@@ -10,6 +10,7 @@
 //
 //	P m:<contextId>      list    the history, one JSON message per element
 //	P a:<contextId>      string  agent metadata (JSON)
+//	P ca                 zset    conversations by last activity: member <contextId>, score its Unix ms, set with a:
 //	P t:<taskId>         hash    v: version, d: the record (JSON); PEXPIREAT = ExpiresAt
 //	P tx:<taskId>        hash    the task's index entry (m), keys (c, o, g), status (s) and update time (u, Unix ns), no TTL
 //	P ti:all, P ti:c:<contextId>, P ti:o:<owner>, P ti:g:<agentId>

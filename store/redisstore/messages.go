@@ -132,7 +132,22 @@ func (s *Store) SaveAgent(ctx context.Context, m loop.AgentMetadata) error {
 	if err := ctxErr(ctx, "save agent"); err != nil {
 		return err
 	}
-	return wrap("save agent", s.rdb.Set(ctx, s.agentKey(m.ContextID), v, 0).Err())
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.agentKey(m.ContextID), v, 0)
+		p.ZAdd(ctx, s.convIdxKey(), redis.Z{Score: convScore(&m), Member: m.ContextID})
+		return nil
+	})
+	return wrap("save agent", err)
+}
+
+// convScore is the score of m's entry in the index by last activity: the
+// later of its creation and last activity, in Unix milliseconds.
+func convScore(m *loop.AgentMetadata) float64 {
+	last := m.LastActivity
+	if m.CreatedAt.After(last) {
+		last = m.CreatedAt
+	}
+	return float64(last.UnixMilli())
 }
 
 func (s *Store) encodeAgent(m *loop.AgentMetadata) ([]byte, error) {
@@ -177,7 +192,12 @@ func (s *Store) DeleteAgent(ctx context.Context, contextID string) error {
 	if err := ctxErr(ctx, "delete agent"); err != nil {
 		return err
 	}
-	return wrap("delete agent", s.rdb.Del(ctx, s.agentKey(contextID)).Err())
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.agentKey(contextID))
+		p.ZRem(ctx, s.convIdxKey(), contextID)
+		return nil
+	})
+	return wrap("delete agent", err)
 }
 
 // --- the key-value space (plugins' KV, usage counters) ---

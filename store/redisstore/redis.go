@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,6 +69,10 @@ type Store struct {
 	limits Options
 	log    *slog.Logger
 	events *Events
+
+	// convIdxBuilt: this Store has indexed every agent record it found
+	// (conversations.go).
+	convIdxBuilt atomic.Bool
 
 	stopSweep context.CancelFunc
 	swept     chan struct{}
@@ -211,6 +216,7 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 func (s *Store) msgKey(ctxID string) string   { return s.p + "m:" + ctxID }
 func (s *Store) agentKey(ctxID string) string { return s.p + "a:" + ctxID }
+func (s *Store) convIdxKey() string           { return s.p + "ca" }
 func (s *Store) taskKey(id string) string     { return s.p + "t:" + id }
 func (s *Store) identKey(id string) string    { return s.p + "tx:" + id }
 func (s *Store) evtKey(stream string) string  { return s.p + "e:" + stream }

@@ -102,7 +102,8 @@ return 1
 //	1 p, 2 context id of the messages, 3 context id of the agent, 4 agent JSON,
 //	5 lease key ('' none), 6 lease owner, 7 lease token,
 //	8 task id ('' none), 9 version, 10 data, 11 member, 12 context, 13 owner, 14 agent, 15 expiry,
-//	16 status, 17 updated, 18 checkpoint to delete ('' none), 19.. messages.
+//	16 status, 17 updated, 18 checkpoint to delete ('' none),
+//	19 the agent's score in the index by last activity, 20.. messages.
 //
 // Returns {'OK', version} or {'LOST'} or {'CONFLICT', stored version}.
 var commitTurnScript = redis.NewScript(luaLib + `
@@ -117,13 +118,14 @@ if ARGV[8] ~= '' then
   if cur ~= tonumber(ARGV[9]) then return {'CONFLICT', cur} end
 end
 local mk = p .. 'm:' .. ARGV[2]
-local i = 19
+local i = 20
 while i <= #ARGV do
   local j = math.min(i + 999, #ARGV)
   redis.call('RPUSH', mk, unpack(ARGV, i, j))
   i = j + 1
 end
 redis.call('SET', p .. 'a:' .. ARGV[3], ARGV[4])
+redis.call('ZADD', p .. 'ca', ARGV[19], ARGV[3])
 local v = 0
 if ARGV[8] ~= '' then
   v = save_task(p, ARGV[8], cur, ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17])

@@ -428,7 +428,7 @@ func (s *Store) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, 16+len(msgs))
+	args := make([]any, 0, 19+len(msgs))
 	args = append(args, s.p, c.ContextID, c.Agent.ContextID, agent)
 	if c.Lease != nil {
 		args = append(args, c.Lease.Key, c.Lease.Owner, strconv.FormatUint(c.Lease.Token, 10))
@@ -445,7 +445,7 @@ func (s *Store) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 	} else {
 		args = append(args, "", "", "", "", "", "", "", "", "", "")
 	}
-	args = append(args, c.DeleteCheckpoint)
+	args = append(args, c.DeleteCheckpoint, strconv.FormatFloat(convScore(&c.Agent), 'f', -1, 64))
 	args = append(args, msgs...)
 	if err := ctxErr(ctx, op); err != nil {
 		return err
