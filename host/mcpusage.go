@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"crypto/rand"
 	"time"
 
 	"github.com/looopy-go/looopy/loop"
@@ -57,8 +58,11 @@ func envPrincipal(env *loop.ToolEnv) string {
 }
 
 // mcpModel is the host's model as a call made over MCP uses it (an agent
-// plugin's sub-agent): refused once the principal reached its limit, its
-// tokens counted into the principal's usage.
+// plugin's sub-agent): each call reserves what it may use under the
+// principal's token limit before it runs (refused once the principal's
+// tokens with what its calls running now hold reached the limit), and
+// its tokens replace the reservation when it ends, as a turn's model
+// calls do (loop.TurnUsage.PendingTokens).
 type mcpModel struct {
 	s         *Server
 	principal string
@@ -66,16 +70,19 @@ type mcpModel struct {
 }
 
 func (m mcpModel) Generate(ctx context.Context, req *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
-	if err := m.s.usage.Allow(ctx, m.principal); err != nil {
+	id := "mcp " + rand.Text()
+	if err := m.s.usage.Hold(ctx, m.principal, id, int64(loop.EstimateTokens(req, loop.DefaultReserveTokens))); err != nil {
 		return nil, &loop.ModelError{Code: "budget", Message: err.Error(), Err: err}
 	}
+	var u loop.Usage
+	// Settled however the call ends (a panic too): a hold is never left.
+	defer func() { m.s.usage.Settle(context.WithoutCancel(ctx), m.principal, id, u) }()
 	resp, err := m.inner.Generate(ctx, req, onDelta)
 	if resp != nil {
-		u := resp.Usage
+		u = resp.Usage
 		if u.TotalTokens == 0 {
 			u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		}
-		m.s.usage.Charge(ctx, m.principal, u, 0)
 	}
 	return resp, err
 }

@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -33,7 +34,14 @@ type TurnUsage struct {
 	// turns calling at once cannot pass a token limit together by more
 	// than one call.
 	PendingTokens int
-	Iterations    int
+	// Call names the model call whose reservation this report takes
+	// (PendingTokens) or settles: "" is the turn's own model call; a
+	// sub-agent's call made through the turn's model has its own name (the
+	// sub-task's id and the call's number), so that sub-agents calling at
+	// once each hold their own reservation and settle it alone. The
+	// turn's final report settles every reservation it still holds.
+	Call       string
+	Iterations int
 	// Final is set on the last report of a turn, after it ended; an error
 	// returned then is ignored.
 	Final bool
@@ -154,23 +162,39 @@ func (tr *turn) hostCalls(calls []ToolCall) int {
 }
 
 // tokenEstimate is the most a model call of req is reckoned to use, for
-// the budget's reservation (TurnUsage.PendingTokens): the answer's max
-// tokens (the loop's default when the request sets none) and the prompt
-// at 4 bytes a token.
+// the budget's reservation (TurnUsage.PendingTokens); see EstimateTokens.
 func (tr *turn) tokenEstimate(req *ModelRequest) int {
+	return EstimateTokens(req, tr.l.reserveTokens)
+}
+
+// MaxEstimateTokens bounds EstimateTokens: a request asking for more
+// (a plugin's maxTokens of 2^63-1) is reckoned at this, never at a sum
+// that wraps around to a negative reservation that holds nothing.
+const MaxEstimateTokens = math.MaxInt32
+
+// EstimateTokens is the most a model call of req is reckoned to use, for a
+// budget's reservation: the answer's max tokens (answer when the request
+// sets none, or sets a negative number) and the prompt at 4 bytes a token,
+// at least 1 and at most MaxEstimateTokens.
+func EstimateTokens(req *ModelRequest, answer int) int {
 	n := req.MaxTokens
 	if n <= 0 {
-		n = tr.l.reserveTokens
+		n = answer
 	}
+	n = min(max(n, 0), MaxEstimateTokens)
 	size := 0
+	add := func(k int) {
+		// Saturating: a prompt past 8 GiB is not counted further.
+		size = min(size+k, 4*MaxEstimateTokens)
+	}
 	for _, m := range req.Messages {
-		size += len(m.Content) + len(m.Name)
+		add(len(m.Content) + len(m.Name))
 		for _, c := range m.ToolCalls {
-			size += len(c.Name) + len(c.Arguments)
+			add(len(c.Name) + len(c.Arguments))
 		}
 	}
 	for _, d := range req.Tools {
-		size += len(d.Name) + len(d.Description) + len(d.Parameters)
+		add(len(d.Name) + len(d.Description) + len(d.Parameters))
 	}
-	return n + size/4 + 1
+	return min(n+size/4+1, MaxEstimateTokens)
 }

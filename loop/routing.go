@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -200,16 +201,37 @@ func (s *Subtask) AnswerByModel(ctx context.Context, req InputRequest) (InputAns
 	if req.Call != nil {
 		fmt.Fprintf(&sb, "\nThe call: %s %s", req.Call.Name, compactJSON(req.Call.Arguments))
 	}
-	resp, err := safeGenerate(ctx, m, &ModelRequest{Messages: []Message{
-		{Role: RoleSystem, Content: CoordinatorPrompt}, {Role: RoleUser, Content: sb.String()}}}, nil)
+	mreq := &ModelRequest{Messages: []Message{
+		{Role: RoleSystem, Content: CoordinatorPrompt}, {Role: RoleUser, Content: sb.String()}}}
+	tr := s.tr
+	if in, ok := m.(*subtaskModel); ok && in.s.tr == tr {
+		tr = nil // a sub-agent's model: the call is held and counted there
+	}
+	call := ""
+	if tr != nil {
+		mreq.MaxTokens = tr.l.params.MaxTokens
+		if tr.l.budget != nil {
+			// Reserved with the check like every model call of the turn,
+			// settled when it ends.
+			call = s.ID + "#answer-" + req.InputID
+			if err := tr.chargeSubtask(ctx, Usage{}, call, tr.tokenEstimate(mreq)); err != nil {
+				return InputAnswer{}, fmt.Errorf("the coordinating model could not answer: %w: %w", ErrBudget, err)
+			}
+		}
+	}
+	resp, err := safeGenerate(ctx, m, mreq, nil)
+	if err == nil && resp == nil {
+		err = errors.New("it returned no response")
+	}
+	if tr != nil {
+		var used Usage
+		if err == nil {
+			used = resp.Usage
+		}
+		_ = tr.chargeSubtask(context.WithoutCancel(ctx), used, call, 0)
+	}
 	if err != nil {
 		return InputAnswer{}, fmt.Errorf("the coordinating model could not answer: %w", err)
-	}
-	if resp == nil {
-		return InputAnswer{}, fmt.Errorf("the coordinating model returned no response")
-	}
-	if s.tr != nil {
-		_ = s.tr.chargeSubtask(ctx, resp.Usage)
 	}
 	reply := strings.TrimSpace(resp.Message.Content)
 	a := InputAnswer{InputID: req.InputID, ProvidedBy: "agent", AgentID: s.coordinator, At: time.Now().UTC()}

@@ -50,6 +50,7 @@ type Subtask struct {
 	mu       sync.Mutex
 	usage    Usage
 	calls    int
+	held     int // model calls reserved (the name of each call's reservation)
 	thoughts int
 	rec      TaskRecord
 	done     bool
@@ -214,7 +215,7 @@ func (s *Subtask) AddUsage(ctx context.Context, u Usage) error {
 	if s.tr == nil {
 		return nil
 	}
-	return s.tr.chargeSubtask(ctx, u)
+	return s.tr.chargeSubtask(ctx, u, "", 0)
 }
 
 // Finish ends the sub-task: its final status and task-complete (with its
@@ -290,8 +291,22 @@ type subtaskModel struct {
 
 func (m *subtaskModel) Generate(ctx context.Context, req *ModelRequest, onDelta func(Delta)) (*ModelResponse, error) {
 	s := m.s
-	if s.tr != nil {
-		if err := s.tr.chargeSubtask(ctx, Usage{}); err != nil {
+	// A sub-agent run by a sub-agent of the same turn calls through its
+	// parent's model: the call is held and counted there, once.
+	tr := s.tr
+	if in, ok := m.inner.(*subtaskModel); ok && in.s.tr == tr {
+		tr = nil
+	}
+	call := ""
+	if tr != nil && tr.l.budget != nil {
+		// The call's tokens are reserved with the check, under its own
+		// name (sub-agents call at once), and settled when it ends: what
+		// it used, or nothing when it failed.
+		s.mu.Lock()
+		s.held++
+		call = s.ID + "#" + strconv.Itoa(s.held)
+		s.mu.Unlock()
+		if err := tr.chargeSubtask(ctx, Usage{}, call, tr.tokenEstimate(req)); err != nil {
 			return nil, &ModelError{Code: "budget", Message: err.Error(), Err: fmt.Errorf("%w: %w", ErrBudget, err)}
 		}
 	}
@@ -321,14 +336,22 @@ func (m *subtaskModel) Generate(ctx context.Context, req *ModelRequest, onDelta 
 		}
 	}
 	resp, err := safeGenerate(ctx, m.inner, req, wrapped)
+	if err == nil && resp == nil {
+		err = &ModelError{Code: "empty_response", Message: "the model returned no response"}
+	}
 	if err != nil {
+		if call != "" {
+			_ = tr.chargeSubtask(context.WithoutCancel(ctx), Usage{}, call, 0)
+		}
 		return nil, err
 	}
-	if resp == nil {
-		return nil, &ModelError{Code: "empty_response", Message: "the model returned no response"}
-	}
 	// The answer is the sub-agent's: the budget refuses its next call.
-	_ = s.AddUsage(ctx, resp.Usage)
+	s.mu.Lock()
+	s.usage = s.usage.Add(resp.Usage)
+	s.mu.Unlock()
+	if tr != nil {
+		_ = tr.chargeSubtask(context.WithoutCancel(ctx), resp.Usage, call, 0)
+	}
 	if resp.Message.Content != "" {
 		s.Emit(&ContentComplete{Header: Header{Kind: KindContentComplete}, Content: resp.Message.Content, Iteration: iter,
 			Response: response, Deltas: deltas})
@@ -339,7 +362,10 @@ func (m *subtaskModel) Generate(ctx context.Context, req *ModelRequest, onDelta 
 // chargeSubtask counts a sub-agent's usage into the turn and asks the
 // budget, with everything the turn used so far, whether it may go on.
 // Sub-agents' reports are serialized, so the budget sees usage grow.
-func (tr *turn) chargeSubtask(ctx context.Context, u Usage) error {
+// A report naming call settles that model call's reservation (u is what
+// it used); with pendingTokens it reserves them for the call about to be
+// made (TurnUsage.Call, PendingTokens).
+func (tr *turn) chargeSubtask(ctx context.Context, u Usage, call string, pendingTokens int) error {
 	tr.subMu.Lock()
 	defer tr.subMu.Unlock()
 	tr.subUsage = tr.subUsage.Add(u)
@@ -347,7 +373,7 @@ func (tr *turn) chargeSubtask(ctx context.Context, u Usage) error {
 	if b == nil {
 		return nil
 	}
-	used := TurnUsage{Usage: tr.subUsage, ToolCalls: tr.reservedCallsLocked()}
+	used := TurnUsage{Usage: tr.subUsage, ToolCalls: tr.reservedCallsLocked(), Call: call, PendingTokens: pendingTokens}
 	if tr.out != nil {
 		used.Usage = tr.out.Usage.Add(tr.subUsage)
 		used.Iterations = tr.out.Iterations

@@ -30,11 +30,12 @@ type PrincipalUsage struct {
 	TotalTokens      int64 `json:"totalTokens"`
 	ToolCalls        int64 `json:"toolCalls"`
 	Turns            int64 `json:"turns"`
-	// ReservedTokens are held by the model calls of the principal's turns
-	// running now (loop.TurnUsage.PendingTokens): counted against its
-	// token limit, never saved; each call's real usage replaces its
-	// reservation when the turn reports next. On shared counters they are
-	// not reported here.
+	// ReservedTokens are held by the principal's model calls running now
+	// (its turns' and their sub-agents', loop.TurnUsage.PendingTokens, and
+	// those of agent plugins called over MCP, Usage.Hold): counted against
+	// its token limit, never saved; each call's real usage replaces its
+	// reservation when it ends. On shared counters they are the holds of
+	// every host that have not lapsed.
 	ReservedTokens int64 `json:"reservedTokens,omitempty"`
 }
 
@@ -59,10 +60,13 @@ type UsageCounters interface {
 	// returns the counter and the total held by others, and whether n is
 	// held.
 	ReserveHeld(ctx context.Context, namespace, key, id, name string, n, limit int64, ttl time.Duration) (cur, held int64, ok bool, err error)
-	// AddCountersSettling is AddCounters that also drops the hold of id,
-	// in the same step.
-	AddCountersSettling(ctx context.Context, namespace, key, id string, deltas map[string]int64) (map[string]int64, error)
+	// AddCountersSettling is AddCounters that also drops the holds of
+	// ids, in the same step.
+	AddCountersSettling(ctx context.Context, namespace, key string, ids []string, deltas map[string]int64) (map[string]int64, error)
 	Counters(ctx context.Context, namespace, key string) (map[string]int64, error)
+	// CountersHeld is Counters with the total of the holds on them that
+	// have not lapsed, read in one step.
+	CountersHeld(ctx context.Context, namespace, key string) (map[string]int64, int64, error)
 }
 
 // The counter names of a principal's usage in UsageCounters.
@@ -99,7 +103,9 @@ type Usage struct {
 	mu   sync.Mutex
 	by   map[string]*PrincipalUsage
 	last map[string]loop.TurnUsage // by task id: what the turn reported last
-	held map[string]int64          // by task id: tokens reserved for its model call running now
+	// held: by task id, by call (loop.TurnUsage.Call), the tokens
+	// reserved for each model call running now.
+	held map[string]map[string]int64
 	// ReserveTTL is how long a token reservation on shared counters
 	// lasts unsettled (a host that died holding it); default 10 minutes.
 	ReserveTTL time.Duration
@@ -128,7 +134,7 @@ func NewUsage(kv UsageKV, limits map[string]UsageLimit, meter metric.Meter, log 
 		log = slog.New(slog.DiscardHandler)
 	}
 	u := &Usage{kv: kv, limits: limits, log: log, by: map[string]*PrincipalUsage{}, last: map[string]loop.TurnUsage{},
-		held: map[string]int64{}, savers: map[string]*usageSaver{}}
+		held: map[string]map[string]int64{}, savers: map[string]*usageSaver{}}
 	var err1, err2 error
 	u.tokens, err1 = meter.Int64Counter("looopy.principal.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens used by each principal's turns."))
@@ -195,12 +201,14 @@ func (u *Usage) get(ctx context.Context, p string) *PrincipalUsage {
 // Usage returns what principal p has used.
 func (u *Usage) Usage(ctx context.Context, p string) PrincipalUsage {
 	if u.shared != nil {
-		m, err := u.shared.Counters(ctx, usageNamespace, p)
+		m, held, err := u.shared.CountersHeld(ctx, usageNamespace, p)
 		if err != nil {
 			u.log.LogAttrs(ctx, slog.LevelWarn, "usage not loaded", slog.String("principal", p),
 				slog.String("error", err.Error()))
 		}
-		return usageOf(m)
+		pu := usageOf(m)
+		pu.ReservedTokens = held
+		return pu
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -223,19 +231,17 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 	pu.CompletionTokens += int64(used.CompletionTokens - prev.CompletionTokens)
 	pu.TotalTokens += dTok
 	pu.ToolCalls += dTools
-	if h, ok := u.held[t.TaskID]; ok {
-		// The call it was reserved for has ended: what it used is in
-		// this report (nothing, when it failed or was canceled).
-		pu.ReservedTokens -= h
-		delete(u.held, t.TaskID)
-	}
+	// The call it was reserved for has ended: what it used is in this
+	// report (nothing, when it failed or was canceled); a final report
+	// ends every call of the turn.
+	pu.ReservedTokens -= u.settleLocked(t.TaskID, used.Call, used.Final)
 	lim, limited := u.limitOf(p)
 	var refused error
 	if limited && !used.Final && used.PendingTokens > 0 {
 		// The check and the reservation are one step (under u.mu).
 		if refused = overLimit(p, lim, *pu); refused == nil && lim.Tokens > 0 {
 			pu.ReservedTokens += int64(used.PendingTokens)
-			u.held[t.TaskID] = int64(used.PendingTokens)
+			u.holdLocked(t.TaskID, used.Call, int64(used.PendingTokens))
 		}
 	}
 	if limited && !used.Final && used.PendingToolCalls > 0 {
@@ -273,6 +279,62 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 		return refused
 	}
 	return overLimit(p, lim, cur)
+}
+
+// holdLocked records n tokens reserved for model call call of task.
+// u.mu is held.
+func (u *Usage) holdLocked(task, call string, n int64) {
+	calls := u.held[task]
+	if calls == nil {
+		calls = map[string]int64{}
+		u.held[task] = calls
+	}
+	calls[call] = n
+}
+
+// settleLocked drops the reservation of model call call of task (every
+// call's when all) and returns the tokens it held. u.mu is held.
+func (u *Usage) settleLocked(task, call string, all bool) int64 {
+	calls := u.held[task]
+	if calls == nil {
+		return 0
+	}
+	var n int64
+	if all {
+		for _, h := range calls {
+			n += h
+		}
+		delete(u.held, task)
+		return n
+	}
+	n = calls[call]
+	delete(calls, call)
+	if len(calls) == 0 {
+		delete(u.held, task)
+	}
+	return n
+}
+
+// heldIDs names the reservations on shared counters that settle with a
+// report of call of task (every call's when all): the hold's id on the
+// store is the task's id, then the call's name. u.mu is held.
+func (u *Usage) heldIDsLocked(task, call string, all bool) []string {
+	calls := u.held[task]
+	var ids []string
+	for c := range calls {
+		if all || c == call {
+			ids = append(ids, holdID(task, c))
+		}
+	}
+	u.settleLocked(task, call, all)
+	return ids
+}
+
+func holdID(task, call string) string {
+	if call == "" {
+		return task
+	}
+	return task + " " + call
 }
 
 // saveLocked has the totals snapshot of p written to kv in the background
@@ -366,8 +428,7 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 	}
 	u.mu.Lock()
 	prev := u.last[t.TaskID]
-	_, settling := u.held[t.TaskID]
-	delete(u.held, t.TaskID)
+	settling := u.heldIDsLocked(t.TaskID, used.Call, used.Final)
 	if used.Final {
 		delete(u.last, t.TaskID)
 	} else {
@@ -389,10 +450,10 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 	var totals map[string]int64
 	var err error
 	switch {
-	case settling:
+	case len(settling) > 0:
 		// The call a reservation was held for has ended: its hold goes
 		// in the step that counts what it used.
-		totals, err = u.shared.AddCountersSettling(context.WithoutCancel(ctx), usageNamespace, p, t.TaskID, d)
+		totals, err = u.shared.AddCountersSettling(context.WithoutCancel(ctx), usageNamespace, p, settling, d)
 	case used.Final || d[cntPrompt] != 0 || d[cntCompletion] != 0 || d[cntTotal] != 0 || d[cntToolCalls] != 0:
 		totals, err = u.shared.AddCounters(context.WithoutCancel(ctx), usageNamespace, p, d)
 	case limited && reserve == 0:
@@ -413,8 +474,8 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 				return err
 			}
 		}
-		cur, held, ok, err := u.shared.ReserveHeld(context.WithoutCancel(ctx), usageNamespace, p, t.TaskID, cntTotal,
-			int64(used.PendingTokens), lim.Tokens, u.reserveTTL())
+		cur, held, ok, err := u.shared.ReserveHeld(context.WithoutCancel(ctx), usageNamespace, p, holdID(t.TaskID, used.Call),
+			cntTotal, int64(used.PendingTokens), lim.Tokens, u.reserveTTL())
 		if err != nil {
 			u.log.LogAttrs(ctx, slog.LevelWarn, "usage not counted", slog.String("principal", p),
 				slog.String("error", err.Error()))
@@ -424,7 +485,7 @@ func (u *Usage) sharedBudget(ctx context.Context, t *loop.Turn, p string, used l
 			return overLimit(p, UsageLimit{Tokens: lim.Tokens}, PrincipalUsage{TotalTokens: cur, ReservedTokens: held})
 		}
 		u.mu.Lock()
-		u.held[t.TaskID] = int64(used.PendingTokens)
+		u.holdLocked(t.TaskID, used.Call, int64(used.PendingTokens))
 		u.mu.Unlock()
 		return nil
 	}
@@ -511,6 +572,105 @@ func overLimit(p string, lim UsageLimit, cur PrincipalUsage) error {
 		return fmt.Errorf("principal %q has made %d tool calls, its limit is %d", p, cur.ToolCalls, lim.ToolCalls)
 	}
 	return nil
+}
+
+// Hold reserves n tokens for a model call made for principal p outside a
+// turn (an agent plugin called over MCP), under id, unique to the call:
+// refused when p's tokens with what its calls running now hold reached
+// its token limit (or its tool calls theirs); the check and the hold are
+// one step (in memory under the lock, on shared counters by a script on
+// the server), so calls made at once pass the limit together by at most
+// one call's reservation. Settle ends the hold; on shared counters a hold
+// its host never settled lapses after ReserveTTL.
+func (u *Usage) Hold(ctx context.Context, p, id string, n int64) error {
+	if u == nil {
+		return nil
+	}
+	if p == "" {
+		p = defaultPrincipal
+	}
+	lim, limited := u.limitOf(p)
+	if !limited {
+		return nil
+	}
+	if u.shared == nil {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		pu := u.get(ctx, p)
+		if err := overLimit(p, lim, *pu); err != nil {
+			return err
+		}
+		if lim.Tokens > 0 && n > 0 {
+			pu.ReservedTokens += n
+			u.holdLocked(id, "", n)
+		}
+		return nil
+	}
+	if lim.ToolCalls > 0 {
+		m, err := u.shared.Counters(ctx, usageNamespace, p)
+		if err == nil {
+			err = overLimit(p, UsageLimit{ToolCalls: lim.ToolCalls}, usageOf(m))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if lim.Tokens <= 0 || n <= 0 {
+		return nil
+	}
+	cur, held, ok, err := u.shared.ReserveHeld(context.WithoutCancel(ctx), usageNamespace, p, id, cntTotal, n, lim.Tokens, u.reserveTTL())
+	if err != nil {
+		u.log.LogAttrs(ctx, slog.LevelWarn, "usage not counted", slog.String("principal", p),
+			slog.String("error", err.Error()))
+		return nil
+	}
+	if !ok {
+		return overLimit(p, UsageLimit{Tokens: lim.Tokens}, PrincipalUsage{TotalTokens: cur, ReservedTokens: held})
+	}
+	u.mu.Lock()
+	u.holdLocked(id, "", n)
+	u.mu.Unlock()
+	return nil
+}
+
+// Settle ends the hold id of principal p (Hold) and counts what its call
+// used, in one step: nothing when the call failed.
+func (u *Usage) Settle(ctx context.Context, p, id string, used loop.Usage) {
+	if u == nil {
+		return
+	}
+	if p == "" {
+		p = defaultPrincipal
+	}
+	if u.shared == nil {
+		// The hold goes and the usage comes in one step (under u.mu).
+		u.mu.Lock()
+		pu := u.get(ctx, p)
+		pu.ReservedTokens -= u.settleLocked(id, "", true)
+		pu.PromptTokens += int64(used.PromptTokens)
+		pu.CompletionTokens += int64(used.CompletionTokens)
+		pu.TotalTokens += int64(used.TotalTokens)
+		if u.kv != nil && used != (loop.Usage{}) {
+			u.saveLocked(p, *pu)
+		}
+		u.mu.Unlock()
+		u.count(ctx, p, int64(used.TotalTokens), 0)
+		return
+	}
+	u.mu.Lock()
+	ids := u.heldIDsLocked(id, "", true)
+	u.mu.Unlock()
+	if len(ids) == 0 {
+		u.Charge(ctx, p, used, 0)
+		return
+	}
+	d := map[string]int64{cntPrompt: int64(used.PromptTokens), cntCompletion: int64(used.CompletionTokens),
+		cntTotal: int64(used.TotalTokens)}
+	if _, err := u.shared.AddCountersSettling(context.WithoutCancel(ctx), usageNamespace, p, ids, d); err != nil {
+		u.log.LogAttrs(ctx, slog.LevelWarn, "usage not counted", slog.String("principal", p),
+			slog.String("error", err.Error()))
+	}
+	u.count(ctx, p, d[cntTotal], 0)
 }
 
 // Allow returns the error of principal p when it reached its limit (nil:

@@ -19,12 +19,12 @@ func (s *Store) cntKey(ns, key string) string {
 // AddCounters adds deltas to the counters of (namespace, key) in one
 // transaction and returns every counter of it after the addition.
 func (s *Store) AddCounters(ctx context.Context, namespace, key string, deltas map[string]int64) (map[string]int64, error) {
-	return s.addCounters(ctx, namespace, key, "", false, deltas)
+	return s.addCounters(ctx, namespace, key, nil, deltas)
 }
 
-// addCounters is AddCounters and, when settle, AddCountersSettling: the
-// hold of id goes in the same transaction as the addition.
-func (s *Store) addCounters(ctx context.Context, namespace, key, id string, settle bool, deltas map[string]int64) (map[string]int64, error) {
+// addCounters is AddCounters and, with ids, AddCountersSettling: the
+// holds of ids go in the same transaction as the addition.
+func (s *Store) addCounters(ctx context.Context, namespace, key string, ids []string, deltas map[string]int64) (map[string]int64, error) {
 	if err := s.checkKV(namespace, key, nil, false); err != nil {
 		return nil, fmt.Errorf("add counters: %w", err)
 	}
@@ -38,8 +38,8 @@ func (s *Store) addCounters(ctx context.Context, namespace, key, id string, sett
 			pipe.HIncrBy(ctx, k, name, d)
 		}
 	}
-	if settle {
-		pipe.HDel(ctx, s.heldKey(namespace, key), id)
+	if len(ids) > 0 {
+		pipe.HDel(ctx, s.heldKey(namespace, key), ids...)
 	}
 	all := pipe.HGetAll(ctx, k)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -185,8 +185,54 @@ end
 return {ok, cur, held}
 `)
 
-// AddCountersSettling is AddCounters that drops the hold of id
+// AddCountersSettling is AddCounters that drops the holds of ids
 // (ReserveHeld) in the same transaction.
-func (s *Store) AddCountersSettling(ctx context.Context, namespace, key, id string, deltas map[string]int64) (map[string]int64, error) {
-	return s.addCounters(ctx, namespace, key, id, true, deltas)
+func (s *Store) AddCountersSettling(ctx context.Context, namespace, key string, ids []string, deltas map[string]int64) (map[string]int64, error) {
+	return s.addCounters(ctx, namespace, key, ids, deltas)
 }
+
+// CountersHeld returns the counters of (namespace, key) and the total of
+// the holds on them (ReserveHeld) that have not lapsed, read in one step
+// on the server (a script, which drops no hold: lapsed ones are skipped).
+func (s *Store) CountersHeld(ctx context.Context, namespace, key string) (map[string]int64, int64, error) {
+	if err := s.checkKV(namespace, key, nil, false); err != nil {
+		return nil, 0, fmt.Errorf("counters: %w", err)
+	}
+	if err := ctxErr(ctx, "counters"); err != nil {
+		return nil, 0, err
+	}
+	k := s.cntKey(namespace, key)
+	res, err := countersHeldScript.Run(ctx, s.rdb, []string{k, s.heldKey(namespace, key)}).Slice()
+	if err != nil {
+		return nil, 0, wrap("counters", err)
+	}
+	if len(res) != 2 {
+		return nil, 0, corrupt(k, fmt.Errorf("counters: %d results", len(res)))
+	}
+	held, _ := res[0].(int64)
+	flat, _ := res[1].([]any)
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		f, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		m[f] = v
+	}
+	totals, err := parseCounters(k, m)
+	return totals, held, err
+}
+
+// countersHeldScript: KEYS[1] the counters, KEYS[2] the holds. It returns
+// the total held by holds not lapsed, then the counters.
+var countersHeldScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = 0
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  local amount, expiry = string.match(all[i+1], '^(%d+):(%d+)$')
+  if amount ~= nil and tonumber(expiry) > now then
+    held = held + tonumber(amount)
+  end
+end
+return {held, redis.call('HGETALL', KEYS[1])}
+`)
