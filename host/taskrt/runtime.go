@@ -45,6 +45,10 @@ const (
 	// announce it are about to be written together (Events offers
 	// EndEvents): nothing of either is stored yet.
 	PointTurnEnding = "turn-ending"
+	// PointTurnWaiting: a turn of a task waits for the task's previous
+	// turn, whose end is out, to let go of it (its events settled, its
+	// lease released): nothing of the new turn is stored yet.
+	PointTurnWaiting = "turn-waiting"
 	// PointTurnCommitted: the turn is saved; its final events are not
 	// in the log yet. Only where the two are separate writes (the log
 	// cannot save the turn's commit).
@@ -282,7 +286,8 @@ type Runtime struct {
 	agentBytes  atomic.Int64    // CachedBytes over agents (loop.AgentConfig.CacheTally)
 	running     map[string]*Run // by task id
 	busy        map[string]*Run // by context id
-	perOwner    map[string]int  // running turns by principal
+	perOwner    map[string]int  // running turns by principal, not ended
+	ended       int             // runs in running whose end is out (Run.ended)
 	expiry      map[string]time.Time
 	closing     bool
 	wg          sync.WaitGroup
@@ -308,8 +313,13 @@ type Run struct {
 	// released once, when the turn's end goes out or the run is dropped.
 	ctxLease *loop.Lease
 	ctxOnce  sync.Once
-	outcome  loop.Outcome
-	err      error
+	// ended (under Runtime.mu): the turn's end is out (or being
+	// written): its client may read it and go on, though the run still
+	// lets go of the task. It no longer counts against MaxRunning and
+	// MaxRunningPerPrincipal, and the task's next turn waits for it.
+	ended   bool
+	outcome loop.Outcome
+	err     error
 	// saved is the task as the turn's end saved it; set before done
 	// closes, nil when the turn saved no end of its own.
 	saved *loop.TaskRecord
@@ -846,8 +856,8 @@ func (rt *Runtime) disown(r *Run) {
 // admitsLocked says whether a new turn of owner fits within MaxRunning and
 // MaxRunningPerPrincipal.
 func (rt *Runtime) admitsLocked(owner string) error {
-	if q := rt.cfg.MaxRunning; q > 0 && len(rt.running) >= q {
-		return fmt.Errorf("%w: %d turns running, the limit is %d; retry shortly", ErrHostBusy, len(rt.running), q)
+	if q := rt.cfg.MaxRunning; q > 0 && len(rt.running)-rt.ended >= q {
+		return fmt.Errorf("%w: %d turns running, the limit is %d; retry shortly", ErrHostBusy, len(rt.running)-rt.ended, q)
 	}
 	if q := rt.cfg.MaxRunningPerPrincipal; q > 0 && rt.perOwner[owner] >= q {
 		return fmt.Errorf("%w: %d running, the limit is %d; retry when one ends", ErrQuota, rt.perOwner[owner], q)
@@ -866,6 +876,9 @@ func (rt *Runtime) register(ctx context.Context, taskID, contextID, owner string
 func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner string, fresh, admit bool) (*Run, error) {
 	var after uint64
 	if !fresh {
+		if err := rt.awaitEnded(ctx, taskID); err != nil {
+			return nil, err
+		}
 		var err error
 		if after, err = rt.ev.Last(ctx, taskID); err != nil {
 			return nil, err
@@ -908,14 +921,50 @@ func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner str
 	return r, nil
 }
 
+// awaitEnded waits while the task's previous turn, whose end is out, lets
+// go of the task (its events settled, its lease released): a client that
+// read the task paused and answers at once was told the turn ended, and
+// is not refused busy for the moment the runtime takes to finish it.
+func (rt *Runtime) awaitEnded(ctx context.Context, taskID string) error {
+	for {
+		rt.mu.Lock()
+		prev := rt.running[taskID]
+		ended := prev != nil && prev.ended
+		rt.mu.Unlock()
+		if !ended {
+			return nil
+		}
+		rt.crashpoint(PointTurnWaiting)
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // releaseContext frees r's context for the next turn, here and (with a
-// context lease) on every process.
+// context lease) on every process: r's end is out. Its turn no longer
+// counts as running (MaxRunning, MaxRunningPerPrincipal), and the next
+// turn of its task waits for it to let go (awaitEnded).
 func (rt *Runtime) releaseContext(r *Run) {
 	rt.releaseContextLease(r)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.busy[r.ContextID] == r {
 		delete(rt.busy, r.ContextID)
+	}
+	if rt.running[r.TaskID] == r && !r.ended {
+		r.ended = true
+		rt.ended++
+		rt.uncountLocked(r.Owner)
+	}
+}
+
+// uncountLocked takes a turn of owner off perOwner.
+func (rt *Runtime) uncountLocked(owner string) {
+	if rt.perOwner[owner]--; rt.perOwner[owner] <= 0 {
+		delete(rt.perOwner, owner)
 	}
 }
 
@@ -928,8 +977,10 @@ func (rt *Runtime) unregister(r *Run) {
 	}
 	if rt.running[r.TaskID] == r {
 		delete(rt.running, r.TaskID)
-		if rt.perOwner[r.Owner]--; rt.perOwner[r.Owner] <= 0 {
-			delete(rt.perOwner, r.Owner)
+		if r.ended {
+			rt.ended--
+		} else {
+			rt.uncountLocked(r.Owner)
 		}
 	}
 	r.cancel(nil)
