@@ -247,21 +247,24 @@ func (s *Server) mcpHandler() fiber.Handler {
 	if s.cfg.Auth.Enabled {
 		opts.Authenticate = s.auth.principal
 	}
-	return adaptor.HTTPHandler(detachContext(s.mcp.Handler(opts)))
+	return adaptor.HTTPHandler(detachContext(s.requestsCtx, s.mcp.Handler(opts)))
 }
 
-// detachContext gives the handler a request context of its own. The
-// adaptor's is the fasthttp request itself, which is reused once the
-// handler returns; the SDK keeps the context of a session's first request
-// (for its values) for the session's whole life. The new context carries no
-// value of the fasthttp request and ends when the handler returns or the
-// server shuts down.
-func detachContext(h http.Handler) http.Handler {
+// detachContext gives the handler a request context of its own, derived
+// from base (the server's, ended when it shuts down), never from the
+// request's. The adaptor's request context is the fasthttp RequestCtx
+// itself: fasthttp reuses it once the handler returns, and its Done reads
+// the server's state that the server's shutdown rewrites. The SDK keeps the
+// context of a session's first request (for its values) for the session's
+// whole life, and a context derived from the RequestCtx (context.AfterFunc,
+// WithCancel) watches it from a goroutine of its own, which may run after
+// the handler returned: both touched the RequestCtx after its request (a
+// data race with the next request on it, or with the shutdown). The new
+// context ends when the handler returns or base ends.
+func detachContext(base context.Context, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(base)
 		defer cancel()
-		stop := context.AfterFunc(r.Context(), cancel)
-		defer stop()
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

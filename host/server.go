@@ -95,7 +95,12 @@ type Server struct {
 	// (so that a stream still delivers its task's final status).
 	streamsCtx    context.Context
 	cancelStreams context.CancelFunc
-	taskStreams   atomic.Int64 // A2A task streams open now
+	// Requests served by a net/http handler (/mcp, through Fiber's
+	// adaptor) run on a context derived from requestsCtx, never from the
+	// fasthttp request: it ends when Shutdown begins.
+	requestsCtx context.Context
+	endRequests context.CancelFunc
+	taskStreams atomic.Int64 // A2A task streams open now
 
 	// creds are the credentials clients supplied for their tasks, in
 	// memory only (docs/A2A_EXTENSION.md section 6).
@@ -182,6 +187,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		s.metricsToken = sum[:]
 	}
 	s.streamsCtx, s.cancelStreams = context.WithCancel(context.Background())
+	s.requestsCtx, s.endRequests = context.WithCancel(context.Background())
 	rtc := taskrt.Config{Loop: lp, Stores: st.runtime(), Events: hubEvents{hub: hub, log: st.Events},
 		Owner: cfg.Limits.HostID, LeaseTTL: time.Duration(cfg.Limits.LeaseTTL),
 		TurnTimeout: time.Duration(cfg.Limits.TurnTimeout), TaskTTL: time.Duration(cfg.Limits.TaskTTL),
@@ -374,6 +380,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopping = true
 	ln := s.ln
 	s.lnMu.Unlock()
+	// The requests of net/http handlers (an MCP client's stream, a call)
+	// end now, so that their connections close.
+	s.endRequests()
 	httpDone := make(chan error, 1)
 	go func() {
 		err := s.app.ShutdownWithContext(context.WithoutCancel(ctx))
