@@ -260,7 +260,18 @@ func (p *Plugin) generate(ctx context.Context, req *loop.ModelRequest, onDelta f
 // carries them only when the instance does not hold that set yet. To a
 // guest that keeps conversations (pdk.FeatureHistoryRef) the request
 // carries only the messages that follow what the instance holds.
+//
+// The names of what an instance keeps (ToolsRef, HistoryRef, HistoryFrom,
+// HistorySkip, HistoryKeep) are the host's alone: a request that carries
+// its own (an agent plugin's model call is outside input) has them
+// dropped, or it could name a conversation the instance keeps from
+// another principal's call and have the guest put it before its messages.
 func (p *Plugin) modelInput(req *loop.ModelRequest) func(*callState) ([]byte, error) {
+	if req.ToolsRef != "" || req.HistoryRef != "" || req.HistoryFrom != "" || req.HistorySkip != 0 || req.HistoryKeep != 0 {
+		r := *req
+		r.ToolsRef, r.HistoryRef, r.HistoryFrom, r.HistorySkip, r.HistoryKeep = "", "", "", 0, 0
+		req = &r
+	}
 	keepsTools := len(req.Tools) > 0 && slices.Contains(p.desc.Features, pdk.FeatureToolsRef)
 	keepsHistory := slices.Contains(p.desc.Features, pdk.FeatureHistoryRef)
 	if !keepsTools && !keepsHistory {
