@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/looopy-go/looopy/host"
 	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/store/redisstore/redistest"
 )
 
 // heldModel is the host's model for the token-reservation tests. A
@@ -94,10 +96,11 @@ func (m *heldModel) Generate(ctx context.Context, req *loop.ModelRequest, _ func
 		ToolCalls: []loop.ToolCall{{ID: "c1", Name: agent, Arguments: args}}}}, nil
 }
 
-// tokenHoldHost serves copies of the researcher agent plugin (real Wasm;
-// each plugin runs at most 4 calls at once) with m as the model and a
-// token limit on the principal "local".
-func tokenHoldHost(t *testing.T, m loop.Model, copies int, limit int64) (*testHost, []string) {
+// tokenHoldHosts serves copies of the researcher agent plugin (real
+// Wasm; each plugin runs at most 4 calls at once) with m as the model and
+// a token limit on the principal "local": for "badger", one host; for
+// "redis", two hosts sharing a real redis-server, its counters and holds.
+func tokenHoldHosts(t *testing.T, backend string, m loop.Model, copies int, limit int64) ([]*testHost, []string) {
 	t.Helper()
 	plugins := t.TempDir()
 	var names []string
@@ -109,69 +112,93 @@ func tokenHoldHost(t *testing.T, m loop.Model, copies int, limit int64) (*testHo
 		}
 		names = append(names, name)
 	}
-	cfg := baseConfig(t.TempDir())
-	cfg.PluginDir = plugins
-	cfg.Plugins.Only = nil
-	// The parents' own calls reserve little: only the researchers' can
-	// reach the limit.
-	cfg.Model.MaxTokens = 50
-	cfg.Observability.UsageLimits = map[string]taskrt.UsageLimit{"local": {Tokens: limit}}
-	hm := host.NewMain()
-	hm.Config, hm.Model = cfg, m
-	hm.Stdout = io.Discard
-	if os.Getenv("LOOOPY_TEST_LOG") != "" {
-		hm.Stdout = os.Stderr
+	ids := []string{"host-a"}
+	var srv *redistest.Server
+	if backend == "redis" {
+		srv = redistest.Start(t, redistest.Options{})
+		ids = append(ids, "host-b")
 	}
-	if err := hm.Run(context.Background()); err != nil {
-		t.Fatalf("run host: %v", err)
+	var hosts []*testHost
+	for _, id := range ids {
+		cfg := baseConfig(t.TempDir())
+		cfg.PluginDir = plugins
+		cfg.Plugins.Only = nil
+		cfg.Limits.HostID = id
+		if srv != nil {
+			cfg.Store.Backend = "redis"
+			cfg.Store.Redis = host.RedisConfig{Addr: srv.Addr, Password: srv.Password, Prefix: "svc:"}
+		}
+		// The parents' own calls reserve little: only the researchers'
+		// can reach the limit.
+		cfg.Model.MaxTokens = 50
+		cfg.Observability.UsageLimits = map[string]taskrt.UsageLimit{"local": {Tokens: limit}}
+		hm := host.NewMain()
+		hm.Config, hm.Model = cfg, m
+		hm.Stdout = io.Discard
+		if os.Getenv("LOOOPY_TEST_LOG") != "" {
+			hm.Stdout = os.Stderr
+		}
+		if err := hm.Run(context.Background()); err != nil {
+			t.Fatalf("run host: %v", err)
+		}
+		t.Cleanup(func() { _ = hm.Close() })
+		hosts = append(hosts, &testHost{Main: hm, dir: cfg.DataDir})
 	}
-	t.Cleanup(func() { _ = hm.Close() })
-	return &testHost{Main: hm, dir: cfg.DataDir}, names
+	return hosts, names
 }
 
 // A token limit holds for the model calls of sub-agents run in-process by
 // the loop (the researcher plugin, real Wasm, as the tool of 12 turns at
-// once): each call reserves what it may use before it runs, charged to
-// the turn's principal, so the calls that pass the check together use
-// less than the limit plus one call's reservation. Before, a sub-agent's
+// once, on one host and on two sharing Redis): each call reserves what it
+// may use before it runs, charged to the turn's principal, so the calls
+// that pass the check together use less than the limit plus one call's
+// reservation. Before, a sub-agent's
 // call was checked and counted after it ended: all 12 ran, 12 calls'
 // tokens against a limit of less than one.
 func TestTokenLimitHoldsForSubAgentModelCalls(t *testing.T) {
 	t.Parallel()
-	const copies, callers, limit = 3, 12, 3000
-	m := newHeldModel(callers)
-	h, agents := tokenHoldHost(t, m, copies, limit)
-	c := client10(t, h.URL(), "")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang guard
-	defer cancel()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var refusals []string
-	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := fmt.Sprintf("q-%d@%s", i, agents[i%copies])
-			defer m.arrive(id)
-			r, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: userMsg(id)})
-			if err != nil {
-				t.Errorf("send %s: %v", id, err)
-				return
+	for _, backend := range []string{"badger", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			const copies, callers, limit = 3, 12, 3000
+			m := newHeldModel(callers)
+			hosts, agents := tokenHoldHosts(t, backend, m, copies, limit)
+			var clients []*a2aclient.Client
+			for _, h := range hosts {
+				clients = append(clients, client10(t, h.URL(), ""))
 			}
-			task, _ := r.(*a2a.Task)
-			if task == nil {
-				t.Errorf("send %s returned %T", id, r)
-				return
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang guard
+			defer cancel()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var refusals []string
+			for i := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					id := fmt.Sprintf("q-%d@%s", i, agents[i%copies])
+					defer m.arrive(id)
+					r, err := clients[i%len(clients)].SendMessage(ctx, &a2a.SendMessageRequest{Message: userMsg(id)})
+					if err != nil {
+						t.Errorf("send %s: %v", id, err)
+						return
+					}
+					task, _ := r.(*a2a.Task)
+					if task == nil {
+						t.Errorf("send %s returned %T", id, r)
+						return
+					}
+					if task.Status.State != a2a.TaskStateCompleted && task.Status.Message != nil {
+						mu.Lock()
+						refusals = append(refusals, task.Status.Message.Parts[0].Text())
+						mu.Unlock()
+					}
+				}()
 			}
-			if task.Status.State != a2a.TaskStateCompleted && task.Status.Message != nil {
-				mu.Lock()
-				refusals = append(refusals, task.Status.Message.Parts[0].Text())
-				mu.Unlock()
-			}
-		}()
+			wg.Wait()
+			checkHeld(t, hosts[len(hosts)-1], m, limit, callers, refusals)
+		})
 	}
-	wg.Wait()
-	checkHeld(t, h, m, limit, callers, refusals)
 }
 
 // checkHeld: the researchers' calls that ran used less than the limit
@@ -202,45 +229,50 @@ func checkHeld(t *testing.T, h *testHost, m *heldModel, limit int64, callers int
 }
 
 // The same over MCP: 12 calls of the researcher at once from MCP clients
-// (no turn), each of its model calls reserved under the caller's
+// (no turn; one host, and two sharing Redis), each of its model calls reserved under the caller's
 // principal before it runs. Before, mcpModel checked the limit and
 // counted the tokens after the call: all 12 ran.
 func TestTokenLimitHoldsForMCPAgentModelCalls(t *testing.T) {
 	t.Parallel()
-	const copies, callers, limit = 3, 12, 3000
-	m := newHeldModel(callers)
-	h, agents := tokenHoldHost(t, m, copies, limit)
-	sessions := make([]*sdk.ClientSession, callers)
-	for i := range sessions {
-		cs, err := mcpConnect(t, h.URL()+"/mcp", "", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sessions[i] = cs
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang guard
-	defer cancel()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var refusals []string
-	for i, cs := range sessions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := fmt.Sprintf("q-%d@%s", i, agents[i%copies])
-			defer m.arrive(id)
-			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: agents[i%copies], Arguments: map[string]any{"prompt": id}})
-			if err != nil {
-				t.Errorf("%s over MCP: %v", agents[i%copies], err)
-				return
+	for _, backend := range []string{"badger", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			const copies, callers, limit = 3, 12, 3000
+			m := newHeldModel(callers)
+			hosts, agents := tokenHoldHosts(t, backend, m, copies, limit)
+			sessions := make([]*sdk.ClientSession, callers)
+			for i := range sessions {
+				cs, err := mcpConnect(t, hosts[i%len(hosts)].URL()+"/mcp", "", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sessions[i] = cs
 			}
-			if res.IsError {
-				mu.Lock()
-				refusals = append(refusals, mcpText(res))
-				mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang guard
+			defer cancel()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var refusals []string
+			for i, cs := range sessions {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					id := fmt.Sprintf("q-%d@%s", i, agents[i%copies])
+					defer m.arrive(id)
+					res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: agents[i%copies], Arguments: map[string]any{"prompt": id}})
+					if err != nil {
+						t.Errorf("%s over MCP: %v", agents[i%copies], err)
+						return
+					}
+					if res.IsError {
+						mu.Lock()
+						refusals = append(refusals, mcpText(res))
+						mu.Unlock()
+					}
+				}()
 			}
-		}()
+			wg.Wait()
+			checkHeld(t, hosts[len(hosts)-1], m, limit, callers, refusals)
+		})
 	}
-	wg.Wait()
-	checkHeld(t, h, m, limit, callers, refusals)
 }
