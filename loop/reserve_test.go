@@ -165,3 +165,62 @@ func TestNestedSubAgentCallCountedOnce(t *testing.T) {
 		}
 	}
 }
+
+// The parent's model answering a sub-agent's request in the user's place
+// (AnswerByModel: an approval a person need not give) is a model call of
+// the turn like any: reserved before it runs under a name of its own and
+// settled with what it used. Before, it was neither checked nor held, and
+// counted after.
+func TestCoordinatorAnswerIsReserved(t *testing.T) {
+	t.Parallel()
+	m := &fakeModel{fn: func(_ int, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+		last := req.Messages[len(req.Messages)-1]
+		switch {
+		case req.Messages[0].Content == loop.CoordinatorPrompt:
+			r := text("approve")
+			r.Usage = loop.Usage{TotalTokens: 7}
+			return r, nil
+		case strings.HasPrefix(last.Content, "sub round"):
+			return text("answer"), nil
+		case last.Role == loop.RoleTool:
+			return text("done"), nil
+		}
+		return calls(call("c1", "helper", `"x"`)), nil
+	}}
+	var mu sync.Mutex
+	var seen []loop.TurnUsage
+	l := newLoop(t, loop.Config{Model: m, Toolsets: []loop.Toolset{toolsMap{"helper": goAgent(1), "echo": echoTool}},
+		Approval: func(_ context.Context, _ *loop.Turn, c loop.ToolCall) *loop.InputRequest {
+			if c.Name == "echo" {
+				return &loop.InputRequest{}
+			}
+			return nil
+		},
+		Budget: func(_ context.Context, _ *loop.Turn, u loop.TurnUsage) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, u)
+			return nil
+		}})
+	out := l.Run(context.Background(), userTurn("go", &recorder{}))
+	if out.Status != loop.TaskCompleted {
+		t.Fatalf("outcome %s (%v)", out.Status, out.Err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var hold, settle *loop.TurnUsage
+	for i, u := range seen {
+		if !strings.Contains(u.Call, "#answer-") {
+			continue
+		}
+		if hold == nil {
+			hold = &seen[i]
+		} else if settle == nil {
+			settle = &seen[i]
+		}
+	}
+	if hold == nil || settle == nil || hold.Call != settle.Call || hold.PendingTokens <= 0 || settle.PendingTokens != 0 ||
+		settle.TotalTokens-hold.TotalTokens != 7 {
+		t.Fatalf("reports %+v: want the coordinating call reserved, then settled with its 7 tokens", seen)
+	}
+}
