@@ -351,6 +351,40 @@ func (r Retention) MarshalJSON() ([]byte, error) {
 // Never reports whether r keeps for ever.
 func (r Retention) Never() bool { return r < 0 }
 
+// Budget is a duration written as a string with a unit ("30s"), or "off"
+// (also "0" or any zero duration: none at all, stored as -1). Absent, it
+// is its setting's default.
+type Budget time.Duration
+
+// UnmarshalJSON reads "off", "0" or a duration like "30s".
+func (b *Budget) UnmarshalJSON(raw []byte) error {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil && s == "off" {
+		*b = -1
+		return nil
+	}
+	var d Duration
+	if err := d.UnmarshalJSON(raw); err != nil {
+		return fmt.Errorf("%w (or \"off\")", err)
+	}
+	*b = Budget(d)
+	if d == 0 {
+		*b = -1
+	}
+	return nil
+}
+
+// MarshalJSON writes "off" or the duration.
+func (b Budget) MarshalJSON() ([]byte, error) {
+	if b < 0 {
+		return json.Marshal("off")
+	}
+	return json.Marshal(time.Duration(b).String())
+}
+
+// Off reports whether b is turned off.
+func (b Budget) Off() bool { return b < 0 }
+
 // Default values.
 const (
 	DefaultAddr          = "127.0.0.1:8080"

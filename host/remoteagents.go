@@ -65,7 +65,9 @@ type RemoteAgentConfig struct {
 	// to 10s, and is never shorter than the host's Retry-After. A refusal
 	// asking to wait past what is left, or the last one, is an error
 	// result naming it; cancelling the caller's task stops the waiting.
-	BusyRetry Duration `json:"busyRetry,omitempty"`
+	// "off" (or "0"): never sent again, the first refusal is the error
+	// result.
+	BusyRetry Budget   `json:"busyRetry,omitempty"`
 	BusyPause Duration `json:"busyPause,omitempty"`
 	// WatchEvery is how often the task of this agent that a paused task
 	// of this host waits on (a request passed up to its client) is read,

@@ -163,7 +163,7 @@ func TestRemoteHostBusyIsRetried(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			p := newBusyPair(t, over03, func(ra *host.RemoteAgentConfig) {
-				ra.BusyRetry, ra.BusyPause = host.Duration(2*time.Minute), host.Duration(10*time.Millisecond)
+				ra.BusyRetry, ra.BusyPause = host.Budget(2*time.Minute), host.Duration(10*time.Millisecond)
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
@@ -201,7 +201,7 @@ func TestRemoteHostBusyBudget(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			p := newBusyPair(t, over03, func(ra *host.RemoteAgentConfig) {
-				ra.BusyRetry, ra.BusyPause = host.Duration(300*time.Millisecond), host.Duration(10*time.Millisecond)
+				ra.BusyRetry, ra.BusyPause = host.Budget(300*time.Millisecond), host.Duration(10*time.Millisecond)
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
@@ -229,7 +229,7 @@ func TestRemoteHostBusyBudget(t *testing.T) {
 func TestRemoteHostBusyCancelStopsTheWait(t *testing.T) {
 	t.Parallel()
 	p := newBusyPair(t, false, func(ra *host.RemoteAgentConfig) {
-		ra.BusyRetry, ra.BusyPause = host.Duration(time.Hour), host.Duration(10*time.Minute)
+		ra.BusyRetry, ra.BusyPause = host.Budget(time.Hour), host.Duration(10*time.Minute)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -244,5 +244,67 @@ func TestRemoteHostBusyCancelStopsTheWait(t *testing.T) {
 	}
 	if n := len(childTasks(t, p.asParent)); n != 0 {
 		t.Fatalf("the child ran %d tasks of the parent's", n)
+	}
+}
+
+// TestRemoteHostBusyRetryOff: remoteAgents[].busyRetry "off" (or "0")
+// turns the retries off: the call gives up at the busy host's first
+// refusal with an error result saying so, and never sends the message
+// again. Before, "off" was refused by the config and "0" meant the
+// default, 30 s of retries.
+func TestRemoteHostBusyRetryOff(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{`"off"`, `"0"`, `"0s"`} {
+		t.Run(v, func(t *testing.T) {
+			t.Parallel()
+			p := newBusyPair(t, false, func(ra *host.RemoteAgentConfig) {
+				if err := json.Unmarshal([]byte(`{"name":"researcher","busyRetry":`+v+`,"busyPause":"10ms"}`), ra); err != nil {
+					t.Fatalf("busyRetry %s: %v", v, err)
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			p.occupy(t, ctx)
+			task := p.endOf(t, ctx, p.ask(t, ctx, "research owls"))
+			text := artifactText(task)
+			for _, want := range []string{`agent "researcher" failed`, "the remote host stayed busy (HOST_BUSY)", "1 refusal(s), not sent again (busyRetry off)"} {
+				if !strings.Contains(text, want) {
+					t.Fatalf("the parent's task: %s %.600q; want it to say %q", task.Status.State, text, want)
+				}
+			}
+			if strings.Contains(p.logs.String(), "remote host busy: trying again") {
+				t.Fatalf("the call sent its message again with busyRetry %s", v)
+			}
+			if n := len(childTasks(t, p.asParent)); n != 0 {
+				t.Fatalf("the child ran %d tasks of the parent's", n)
+			}
+		})
+	}
+}
+
+// TestBusyRetryConfig: busyRetry reads "off", "0" and zero durations as
+// off, a duration as itself, and writes "off" back; absent is the default.
+func TestBusyRetryConfig(t *testing.T) {
+	for in, want := range map[string]time.Duration{`"off"`: -1, `"0"`: -1, `"0ms"`: -1, `"45s"`: 45 * time.Second} {
+		var b host.Budget
+		if err := json.Unmarshal([]byte(in), &b); err != nil || time.Duration(b) != want {
+			t.Errorf("%s: %v %v, want %v", in, time.Duration(b), err, want)
+		}
+	}
+	for _, in := range []string{`"never"`, `"-1s"`, `30`} {
+		var b host.Budget
+		if err := json.Unmarshal([]byte(in), &b); err == nil || !strings.Contains(err.Error(), `"off"`) {
+			t.Errorf("%s: error %v, want one naming \"off\"", in, err)
+		}
+	}
+	if out, _ := json.Marshal(host.Budget(-1)); string(out) != `"off"` {
+		t.Errorf("off written as %s", out)
+	}
+	c, err := host.ParseConfig([]byte(`{"remoteAgents":[{"name":"a","url":"http://127.0.0.1:1","busyRetry":"off"},{"name":"b","url":"http://127.0.0.1:1"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.RemoteAgents[0].BusyRetry.Off() || c.RemoteAgents[1].BusyRetry != 0 {
+		t.Errorf("busyRetry: %v and %v; want off and unset (the default)", c.RemoteAgents[0].BusyRetry, c.RemoteAgents[1].BusyRetry)
 	}
 }

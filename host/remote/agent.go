@@ -1313,7 +1313,9 @@ func (r *run) send(ctx context.Context, msg *a2a.Message) (loop.TaskStatus, stri
 		}
 		reason := reasonOf(err)
 		if cfg.BusyRetry < 0 {
-			return "", "", false, fmt.Errorf("%w (%s): %w", errRemoteBusy, reason, err)
+			r.a.log.LogAttrs(ctx, slog.LevelWarn, "remote host busy: the call gives up (busyRetry off)", slog.String("agent", cfg.Name),
+				slog.String("reason", reason))
+			return "", "", false, fmt.Errorf("%w (%s): 1 refusal(s), not sent again (busyRetry off): %w", errRemoteBusy, reason, err)
 		}
 		now := time.Now()
 		if start.IsZero() {
