@@ -247,25 +247,34 @@ func wireRequest(r loop.InputRequest) map[string]any {
 	if !r.ExpiresAt.IsZero() {
 		m["expiresAt"] = r.ExpiresAt.UTC().Format(time.RFC3339)
 	}
-	if rt := r.Route; rt != nil {
-		// A sub-agent's request, passed up: whose, and the call it is about.
-		route := map[string]any{"subtaskId": rt.SubtaskID, "agentId": rt.AgentID}
-		if rt.InputID != "" {
-			route["inputId"] = rt.InputID
-		}
-		if rt.RemoteTaskID != "" {
-			route["remoteTaskId"] = rt.RemoteTaskID
-		}
-		if rt.Call != nil {
-			var args any = map[string]any{}
-			if len(rt.Call.Arguments) > 0 {
-				_ = json.Unmarshal(rt.Call.Arguments, &args)
-			}
-			route["call"] = map[string]any{"id": rt.Call.ID, "name": rt.Call.Name, "arguments": args}
-		}
-		m["route"] = route
+	if r.Route != nil {
+		// A sub-agent's request, passed up: whose, and the call it is
+		// about (and, relayed from further down, the route below).
+		m["route"] = routeMap(r.Route)
 	}
 	return m
+}
+
+// routeMap is rt as a request's data shows it.
+func routeMap(rt *loop.InputRoute) map[string]any {
+	route := map[string]any{"subtaskId": rt.SubtaskID, "agentId": rt.AgentID}
+	if rt.InputID != "" {
+		route["inputId"] = rt.InputID
+	}
+	if rt.RemoteTaskID != "" {
+		route["remoteTaskId"] = rt.RemoteTaskID
+	}
+	if rt.Call != nil {
+		var args any = map[string]any{}
+		if len(rt.Call.Arguments) > 0 {
+			_ = json.Unmarshal(rt.Call.Arguments, &args)
+		}
+		route["call"] = map[string]any{"id": rt.Call.ID, "name": rt.Call.Name, "arguments": args}
+	}
+	if rt.Inner != nil {
+		route["inner"] = routeMap(rt.Inner)
+	}
+	return route
 }
 
 // requestsMessage is the status message of a paused task: the prompt, and

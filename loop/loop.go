@@ -1468,6 +1468,23 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 	}
 	env.CallID = call.ID
 	env.Resumed = tr.journaled[call.ID].State == CallStarted
+	if sub != nil {
+		// The answer the parent's client gave goes on down to the call
+		// of the sub-agent whose request the sub-agent relayed (the same
+		// tool, the same arguments), with its own request id; no other
+		// call of the sub-agent sees it.
+		env.Routed = nil
+		if rt := sub.env.Routed; rt != nil && rt.Request.Route != nil && rt.Request.Route.SubtaskID == sub.ID {
+			if _, ok := routedFor(&sub.env, call); ok {
+				if in := rt.inner(); in != nil {
+					env.Routed = in
+					if in.Request.InputType == InputAuth && in.Request.Auth != nil {
+						env.Credentials.Copy(sub.ID, in.Request.Route.SubtaskID, in.Request.Auth.Holder, in.Request.Auth.Provider)
+					}
+				}
+			}
+		}
+	}
 	if sub == nil {
 		if rq, ok := tr.t.Routes[call.ID]; ok {
 			if a, ok := tr.t.Answers[call.ID]; ok {
@@ -1548,7 +1565,8 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 	if env != nil && env.CallID != "" {
 		journalID = env.CallID + ">" + call.ID
 	}
-	if e, done := tr.journaled[journalID]; done && e.State == CallCompleted && e.Result != nil && !isAuthPause(e.Result) {
+	if e, done := tr.journaled[journalID]; done && e.State == CallCompleted && e.Result != nil && !isAuthPause(e.Result) &&
+		!isPauseOf(e.Result, routePauseKey) {
 		// A sub-agent run again (it had passed a request up): this call
 		// was settled in an earlier run, and is answered from the journal
 		// below, neither asked about nor run again.
@@ -1598,16 +1616,26 @@ func (t *turnTools) Call(ctx context.Context, call ToolCall, env *ToolEnv) (Tool
 	}
 	m, need := tr.runToolFor(ctx, call, sub)
 	if need != nil {
-		// A sub-agent's call that needs a credential (or input from
-		// further down): the sub-agent stops and the request goes up to
-		// the parent's client; the call runs again once it is answered.
-		if sub == nil || need.Route != nil {
+		// A sub-agent's call that needs a credential, or input asked
+		// further down (a remote agent's task, another sub-agent's call):
+		// the sub-agent stops and the request goes up to the parent's
+		// client, its route kept (Route.Inner) so that the answer comes
+		// back down to the task that asked; the call runs again once it
+		// is answered.
+		if sub == nil {
+			// No sub-task to pause: what waits below is ended, not left
+			// waiting for an answer that cannot come.
+			tr.endRelayed(ctx, *need, "the call that passed this request up cannot ask for input")
 			return ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf(
-				"tool %q needs input (%s), which this call cannot ask for", call.Name, need.Prompt)}, nil
+				"tool %q needs input (%s), which this call cannot ask for; what asked was canceled", call.Name, need.Prompt)}, nil
 		}
 		sub.pauseFor(*need)
+		what := "a credential"
+		if need.Route != nil {
+			what = "input from further down"
+		}
 		return ToolResult{ToolCallID: call.ID, IsError: true, Content: fmt.Sprintf(
-			"tool %q needs a credential: stop here, the task goes on once the client supplies it", call.Name)}, nil
+			"tool %q needs %s: stop here, the task goes on once the client supplies it", call.Name, what)}, nil
 	}
 	return ToolResult{ToolCallID: call.ID, Content: m.Content, IsError: m.Metadata["isError"] == true}, nil
 }

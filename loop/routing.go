@@ -15,13 +15,45 @@ import (
 // gave its request (InputID), the remote task when the sub-agent is a
 // remote A2A agent, and the sub-agent's call the request is about. It is
 // stored with the parent's request, so a parent restarted while it waits
-// still knows where the answer goes.
+// still knows where the answer goes. Inner is the route the sub-agent's
+// call received the request by, when the sub-agent only relays it: one of
+// its own sub-agents asked (a remote agent it called, an agent plugin), so
+// the answer goes on down, level by level, to the task that asked.
 type InputRoute struct {
-	SubtaskID    string    `json:"subtaskId"`
-	AgentID      string    `json:"agentId"`
-	InputID      string    `json:"inputId,omitempty"`
-	RemoteTaskID string    `json:"remoteTaskId,omitempty"`
-	Call         *ToolCall `json:"call,omitempty"`
+	SubtaskID    string      `json:"subtaskId"`
+	AgentID      string      `json:"agentId"`
+	InputID      string      `json:"inputId,omitempty"`
+	RemoteTaskID string      `json:"remoteTaskId,omitempty"`
+	Call         *ToolCall   `json:"call,omitempty"`
+	Inner        *InputRoute `json:"inner,omitempty"`
+}
+
+// Remote returns the level of the route that names a remote task (the
+// request was asked by a remote agent's task, possibly below local
+// sub-agents that relayed it), or nil.
+func (rt *InputRoute) Remote() *InputRoute {
+	for ; rt != nil; rt = rt.Inner {
+		if rt.RemoteTaskID != "" {
+			return rt
+		}
+	}
+	return nil
+}
+
+// inner is the request and answer routed to the sub-agent's call below
+// sub, when the routed request r was relayed by sub from one of its calls
+// (Route.Inner): the request as that call passed it up (its id
+// Route.InputID), and the answer under that id.
+func (r *RoutedInput) inner() *RoutedInput {
+	rt := r.Request.Route
+	if rt == nil || rt.Inner == nil {
+		return nil
+	}
+	req := r.Request
+	req.InputID, req.Call, req.Route = rt.InputID, rt.Call, rt.Inner
+	a := r.Answer
+	a.InputID = rt.InputID
+	return &RoutedInput{Request: req, Answer: a}
 }
 
 // InputRequiredError is what a tool returns (from Toolset.Call) when its
@@ -62,13 +94,20 @@ func routePauseResult(call ToolCall, req InputRequest) ToolResult {
 // request namespaced with the sub-task's id (InputID
 // "<subtaskId>:<child's inputId>"), its route, and, for a credential, the
 // holder the client's credential is kept for (holder; empty: the child's).
-// remoteTaskID names the remote task of a remote sub-agent.
+// remoteTaskID names the remote task of a remote sub-agent. A child with
+// a Route is a request one of the sub-agent's own calls passed up, which
+// the sub-agent relays: its route becomes the new route's Inner (it must
+// be this host's own, never one read off a remote agent's wire).
 func (s *Subtask) PassUp(ctx context.Context, child InputRequest, remoteTaskID, holder string) error {
 	s.suspend(ctx, child)
 	r := child
 	r.Answer = nil
 	r.InputID = s.ID + ":" + child.InputID
-	r.Route = &InputRoute{SubtaskID: s.ID, AgentID: s.AgentID, InputID: child.InputID, RemoteTaskID: remoteTaskID, Call: child.Call}
+	// child.Route: the route of a request one of the sub-agent's calls
+	// passed up (set by this host's own PassUp, never read off a wire),
+	// relayed further up.
+	r.Route = &InputRoute{SubtaskID: s.ID, AgentID: s.AgentID, InputID: child.InputID, RemoteTaskID: remoteTaskID, Call: child.Call,
+		Inner: child.Route}
 	r.Call = nil // the parent's call: the loop sets it
 	r.RequireUser = true
 	r.Prompt = fmt.Sprintf("The sub-agent %s (task %s) asks: %s", s.AgentID, s.ID, child.Prompt)

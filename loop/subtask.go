@@ -407,11 +407,25 @@ func (l *Loop) EndPassedUp(ctx context.Context, rec TaskRecord, status TaskStatu
 	var errs []error
 	seen := map[string]bool{}
 	for _, r := range rec.OpenRequests() {
-		rt := r.Route
-		if rt == nil || rt.SubtaskID == "" || seen[rt.SubtaskID] {
+		if r.Route == nil || r.Route.SubtaskID == "" || seen[r.Route.SubtaskID] {
 			continue
 		}
-		seen[rt.SubtaskID] = true
+		seen[r.Route.SubtaskID] = true
+		e, err := l.endRoute(ctx, rec.ID, r.Route, status, why)
+		evs = append(evs, e...)
+		errs = append(errs, err)
+	}
+	return evs, errors.Join(errs...)
+}
+
+// endRoute ends what waits behind the route rt of a request the task
+// parentID passed up, level by level (a sub-agent that relayed a request
+// of its own sub-agent: Route.Inner): each sub-task's record ends with
+// status, a remote sub-agent's task is canceled.
+func (l *Loop) endRoute(ctx context.Context, parentID string, rt *InputRoute, status TaskStatus, why string) ([]Event, error) {
+	var evs []Event
+	var errs []error
+	for ; rt != nil && rt.SubtaskID != ""; parentID, rt = rt.SubtaskID, rt.Inner {
 		if rt.RemoteTaskID != "" {
 			handled := false
 			for _, ts := range l.toolsets {
@@ -434,7 +448,7 @@ func (l *Loop) EndPassedUp(ctx context.Context, rec TaskRecord, status TaskStatu
 		if l.subtasks == nil {
 			continue
 		}
-		e, err := endSubtaskRecord(ctx, l, rt.SubtaskID, rec.ID, status, why)
+		e, err := endSubtaskRecord(ctx, l, rt.SubtaskID, parentID, status, why)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -443,13 +457,28 @@ func (l *Loop) EndPassedUp(ctx context.Context, rec TaskRecord, status TaskStatu
 	return evs, errors.Join(errs...)
 }
 
+// endRelayed ends what waits behind req, a request one of the turn's calls
+// passed up that goes no further (canceled, with why), and sends the
+// sub-tasks' final events.
+func (tr *turn) endRelayed(ctx context.Context, req InputRequest, why string) {
+	evs, err := tr.l.endRoute(context.WithoutCancel(ctx), tr.t.TaskID, req.Route, TaskCanceled, why)
+	for _, e := range evs {
+		tr.emit(e)
+	}
+	if err != nil {
+		tr.l.log.LogAttrs(ctx, slog.LevelWarn, "a passed-up request's sub-agents not all ended", slog.String("task_id", tr.t.TaskID),
+			slog.String("error", err.Error()))
+	}
+}
+
 // WatchPassedUp waits until the remote task behind r, a request a paused
-// task passed up from a remote sub-agent (Route.RemoteTaskID), no longer
+// task passed up from a remote sub-agent (Route.Remote: directly, or
+// relayed by local sub-agents), no longer
 // waits for it (RemoteTaskWatcher). handled is false when r names no remote
 // task or no toolset watches its agent.
 func (l *Loop) WatchPassedUp(ctx context.Context, r InputRequest) (handled bool, err error) {
-	rt := r.Route
-	if rt == nil || rt.RemoteTaskID == "" {
+	rt := r.Route.Remote()
+	if rt == nil {
 		return false, nil
 	}
 	for _, ts := range l.toolsets {

@@ -1546,6 +1546,9 @@ func (r *run) request(status loop.TaskStatus, text string) loop.InputRequest {
 			if jsonlimit.Check(b, jsonlimit.MaxDepth) == nil && json.Unmarshal(b, &body) == nil {
 				for _, q := range body.Requests {
 					if q.InputID != "" && q.Answer == nil {
+						// Its route, if any, is the remote host's own:
+						// nothing here follows it.
+						q.Route = nil
 						return q
 					}
 				}

@@ -12,7 +12,8 @@ import (
 )
 
 // A paused task waits on requests it passed up from remote sub-agents
-// (InputRequest.Route.RemoteTaskID). The remote task may move on without
+// (InputRequest.Route.Remote: directly, or relayed by local sub-agents).
+// The remote task may move on without
 // the answer: answered on its own host, canceled, failed or expired there.
 // Each such request is watched (loop.Loop.WatchPassedUp) while it is open:
 // when its remote task moved on, the request is withdrawn (answered with
@@ -55,7 +56,7 @@ func (rt *Runtime) watchPaused(rec loop.TaskRecord) {
 		return
 	}
 	for _, r := range rec.OpenRequests() {
-		if r.Route == nil || r.Route.RemoteTaskID == "" {
+		if r.Route.Remote() == nil {
 			continue
 		}
 		rt.startWatch(rec.ID, r)
@@ -130,7 +131,7 @@ func (rt *Runtime) runWatch(ctx context.Context, taskID string, req loop.InputRe
 		case res := <-moved:
 			if !res.handled {
 				rt.log.LogAttrs(ctx, slog.LevelWarn, "a passed-up request's remote task is not watched: no remote agent of that name",
-					slog.String("task_id", taskID), slog.String("agent", req.Route.AgentID))
+					slog.String("task_id", taskID), slog.String("agent", req.Route.Remote().AgentID))
 				return false
 			}
 			if res.err != nil {
