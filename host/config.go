@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/pdk"
 	"github.com/looopy-go/looopy/sse"
@@ -269,6 +270,13 @@ type LimitsConfig struct {
 	// ResumeConcurrency bounds how many tasks left working by a crash are
 	// resumed at once when the host starts (default 64).
 	ResumeConcurrency int `json:"resumeConcurrency,omitempty"`
+	// MaxRemoteWatches bounds how many remote tasks are read at once to
+	// see whether they moved on without the answer a paused task of this
+	// host waits for (remoteAgents[].watchEvery; default 16). More such
+	// tasks are read in turn, round robin: each is read again after its
+	// agent's watchEvery or after all the others waiting, whichever is
+	// later.
+	MaxRemoteWatches int `json:"maxRemoteWatches,omitempty"`
 	// MaxRunning bounds the turns the host runs at once, all principals
 	// together (default: derived from the memory the process may use,
 	// DefaultMaxRunning; -1: no bound). Past it a new turn is refused with
@@ -555,6 +563,9 @@ func (c Config) withDefaults() Config {
 	}
 	if l.ResumeConcurrency <= 0 {
 		l.ResumeConcurrency = 64
+	}
+	if l.MaxRemoteWatches <= 0 {
+		l.MaxRemoteWatches = taskrt.DefaultMaxRemoteWatches
 	}
 	if l.TaskTTL == 0 {
 		l.TaskTTL = Duration(7 * 24 * time.Hour)

@@ -194,7 +194,7 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		ConversationTTL: time.Duration(cfg.Limits.ConversationTTL),
 		HistoryLimit:    cfg.Agent.HistoryLimit, HistoryBytes: max(cfg.Agent.HistoryBytes, 0),
 		MaxAgents: cfg.Limits.MaxAgents, MaxAgentBytes: max(cfg.Limits.MaxAgentBytes, 0),
-		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRunningPerPrincipal: max(cfg.Limits.MaxRunningPerPrincipal, 0),
+		ResumeConcurrency: cfg.Limits.ResumeConcurrency, MaxRemoteWatches: cfg.Limits.MaxRemoteWatches, MaxRunningPerPrincipal: max(cfg.Limits.MaxRunningPerPrincipal, 0),
 		MaxRunning:  max(cfg.Limits.MaxRunning, 0),
 		TurnContext: turnContext, Crashpoint: opts.crashpoint, OnSuspend: opts.onSuspend, Logger: log,
 		OnTimeout: cfg.Interaction.onTimeout(), ExpireEvery: cfg.Interaction.expireEvery(),

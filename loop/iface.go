@@ -88,14 +88,18 @@ type RemoteTaskCanceler interface {
 }
 
 // RemoteTaskWatcher is implemented by toolsets whose sub-agents' tasks
-// live on another host. WatchRemoteTask returns once the remote task
-// remoteTaskID of the sub-agent agentID no longer waits for the request
-// inputID (its own id for the request a paused parent passed up): it
-// ended there, was answered there, asks for something else, or the agent
-// no longer knows it. It returns ctx's error when ctx ends first, and
-// handled false at once when agentID is not one of the toolset's.
+// live on another host. The host watches the remote task behind a request
+// a paused parent passed up by reading it now and then: RemoteWatchEvery
+// says how often for the sub-agent agentID (handled false when agentID is
+// not one of the toolset's), RemoteTaskMovedOn reads the task once and
+// says whether it no longer waits for the request inputID (its own id for
+// the request): it ended there, was answered there, asks for something
+// else, or the agent no longer knows it. An error is a read that did not
+// happen (the agent did not answer, ctx ended); the host reads again
+// later. Each call returns within ctx.
 type RemoteTaskWatcher interface {
-	WatchRemoteTask(ctx context.Context, agentID, remoteTaskID, inputID string) (handled bool, err error)
+	RemoteWatchEvery(agentID string) (every time.Duration, handled bool)
+	RemoteTaskMovedOn(ctx context.Context, agentID, remoteTaskID, inputID string) (movedOn bool, err error)
 }
 
 // AnswerWithdrawn is the AgentID of the answer a host records for a

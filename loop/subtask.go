@@ -471,26 +471,27 @@ func (tr *turn) endRelayed(ctx context.Context, req InputRequest, why string) {
 	}
 }
 
-// WatchPassedUp waits until the remote task behind r, a request a paused
+// PassedUpWatch returns how the remote task behind r, a request a paused
 // task passed up from a remote sub-agent (Route.Remote: directly, or
-// relayed by local sub-agents), no longer
-// waits for it (RemoteTaskWatcher). handled is false when r names no remote
-// task or no toolset watches its agent.
-func (l *Loop) WatchPassedUp(ctx context.Context, r InputRequest) (handled bool, err error) {
+// relayed by local sub-agents), is watched (RemoteTaskWatcher): how often
+// it is read, and one read, true once it no longer waits for r. ok is
+// false when r names no remote task or no toolset watches its agent.
+func (l *Loop) PassedUpWatch(r InputRequest) (every time.Duration, read func(ctx context.Context) (movedOn bool, err error), ok bool) {
 	rt := r.Route.Remote()
 	if rt == nil {
-		return false, nil
+		return 0, nil, false
 	}
 	for _, ts := range l.toolsets {
-		w, ok := ts.(RemoteTaskWatcher)
-		if !ok {
+		w, is := ts.(RemoteTaskWatcher)
+		if !is {
 			continue
 		}
-		if h, err := w.WatchRemoteTask(ctx, rt.AgentID, rt.RemoteTaskID, rt.InputID); h {
-			return true, err
+		if every, h := w.RemoteWatchEvery(rt.AgentID); h {
+			agent, task, input := rt.AgentID, rt.RemoteTaskID, rt.InputID
+			return every, func(ctx context.Context) (bool, error) { return w.RemoteTaskMovedOn(ctx, agent, task, input) }, true
 		}
 	}
-	return false, nil
+	return 0, nil, false
 }
 
 // endSubtaskRecord ends the stored sub-task id of parentID, unless it has

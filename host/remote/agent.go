@@ -101,8 +101,8 @@ type Config struct {
 	BusyPause time.Duration
 	// WatchEvery is how often a remote task whose request a paused parent
 	// passed up is read (GetTask) to see whether it moved on without the
-	// parent's answer (WatchRemoteTask; default 2s); while the agent does
-	// not answer the pause doubles, up to a minute.
+	// parent's answer (RemoteTaskMovedOn; default 2s); while the agent
+	// does not answer the pause doubles, up to a minute.
 	WatchEvery time.Duration
 }
 
@@ -116,9 +116,6 @@ const (
 	DefaultBusyRetry           = 30 * time.Second
 	DefaultBusyPause           = 500 * time.Millisecond
 	DefaultWatchEvery          = 2 * time.Second
-	// maxWatchPause bounds the pause between two reads of a watched
-	// remote task while its agent does not answer.
-	maxWatchPause = time.Minute
 	// maxBusyPause bounds the pause between two tries of a busy remote
 	// host, past a longer Retry-After.
 	maxBusyPause = 10 * time.Second
@@ -647,7 +644,7 @@ func (a *Agent) Call(ctx context.Context, call loop.ToolCall, env *loop.ToolEnv)
 		r.remoteID = a2a.TaskID(rt.Request.Route.RemoteTaskID)
 		if rt.Answer.AgentID == loop.AnswerWithdrawn && rt.Answer.ProvidedBy == "agent" {
 			// The host saw the remote task move on without an answer
-			// (WatchRemoteTask): nothing is sent, its outcome is taken.
+			// (RemoteTaskMovedOn): nothing is sent, its outcome is taken.
 			content, status, err = r.movedOn(ctx)
 			break
 		}
@@ -1434,52 +1431,42 @@ func (r *run) movedOn(ctx context.Context) (string, loop.TaskStatus, error) {
 	return content, status, nil
 }
 
-// WatchRemoteTask returns once the task remoteTaskID of this agent (agentID
-// its name; another name is not this agent's: handled false) no longer
-// waits for its request inputID (loop.RemoteTaskWatcher): it is not paused
-// any more (answered on its host directly, canceled, failed, completed),
-// it asks for another request, or the agent no longer knows it. The task
-// is read every Config.WatchEvery; while the agent does not answer (it
-// restarts) the pause doubles up to a minute, and it is read again once
-// it answers; the first read comes after WatchEvery. It returns ctx's
-// error when ctx ends first.
-func (a *Agent) WatchRemoteTask(ctx context.Context, agentID, remoteTaskID, inputID string) (bool, error) {
+// RemoteWatchEvery is how often a watched task of this agent (agentID its
+// name; another name is not this agent's: handled false) is read
+// (loop.RemoteTaskWatcher): Config.WatchEvery.
+func (a *Agent) RemoteWatchEvery(agentID string) (time.Duration, bool) {
 	if agentID != a.cfg.Name {
-		return false, nil
+		return 0, false
 	}
-	pause := a.cfg.WatchEvery
-	for {
-		// The first read waits too: the task has just paused (or the
-		// host just started).
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return true, ctx.Err()
-		case <-t.C:
-		}
-		client, _, err := a.ready(ctx)
-		if err == nil {
-			var task *a2a.Task
-			task, err = client.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(remoteTaskID), HistoryLength: &noHistory})
-			switch {
-			case ctx.Err() != nil:
-				return true, ctx.Err()
-			case errors.Is(err, a2a.ErrTaskNotFound):
-				return true, nil
-			case err == nil:
-				if a.movedOnFrom(task, inputID) {
-					return true, nil
-				}
-				pause = a.cfg.WatchEvery
-			}
-		}
-		if err != nil {
-			a.log.LogAttrs(ctx, slog.LevelDebug, "watched remote task not read", slog.String("agent", a.cfg.Name),
-				slog.String("task_id", remoteTaskID), slog.String("error", err.Error()))
-			pause = min(2*pause, max(maxWatchPause, a.cfg.WatchEvery))
-		}
+	return a.cfg.WatchEvery, true
+}
+
+// RemoteTaskMovedOn reads the task remoteTaskID of this agent once
+// (loop.RemoteTaskWatcher) and says whether it no longer waits for its
+// request inputID: it is not paused any more (answered on its host
+// directly, canceled, failed, completed), it asks for another request, or
+// the agent no longer knows it. An error: the task was not read (the
+// agent does not answer, its card is not fetched, ctx ended).
+func (a *Agent) RemoteTaskMovedOn(ctx context.Context, agentID, remoteTaskID, inputID string) (bool, error) {
+	if agentID != a.cfg.Name {
+		return false, fmt.Errorf("remote agent %q: the task of agent %q is not this agent's", a.cfg.Name, agentID)
 	}
+	client, _, err := a.ready(ctx)
+	if err != nil {
+		return false, err
+	}
+	task, err := client.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(remoteTaskID), HistoryLength: &noHistory})
+	switch {
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(err, a2a.ErrTaskNotFound):
+		return true, nil
+	case err != nil:
+		a.log.LogAttrs(ctx, slog.LevelDebug, "watched remote task not read", slog.String("agent", a.cfg.Name),
+			slog.String("task_id", remoteTaskID), slog.String("error", err.Error()))
+		return false, err
+	}
+	return a.movedOnFrom(task, inputID), nil
 }
 
 // movedOnFrom says the remote task no longer waits for its request

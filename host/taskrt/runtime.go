@@ -201,6 +201,11 @@ type Config struct {
 	// MaxAgentBytes bounds the history the conversations kept in memory
 	// hold together (loop.Agent.CachedBytes); 0: no bound.
 	MaxAgentBytes int64
+	// MaxRemoteWatches bounds the reads of watched remote tasks (the
+	// tasks behind requests paused tasks passed up from remote sub-agents)
+	// running at once; more watched tasks are read in turn. Default
+	// DefaultMaxRemoteWatches.
+	MaxRemoteWatches int
 	// ResumeConcurrency bounds the turns resumed at once after a restart.
 	// Default 8.
 	ResumeConcurrency int

@@ -1,6 +1,7 @@
 package taskrt
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -27,24 +28,64 @@ import (
 // shared stores, or a watch that ended on an error).
 var WatchRescanEvery = 30 * time.Second
 
-// watchCheckEvery is how often a watch checks that its request is still
-// open on the paused task (answered by its client, the task canceled:
-// the watch ends).
-var watchCheckEvery = 5 * time.Second
+// DefaultMaxRemoteWatches is Config.MaxRemoteWatches's default.
+const DefaultMaxRemoteWatches = 16
 
-// watches are the passed-up requests watched now.
+// maxWatchPause bounds the pause between two reads of a watched remote
+// task while its agent does not answer (the pause doubles from its
+// agent's watchEvery).
+const maxWatchPause = time.Minute
+
+// watchReadTimeout bounds one read of a watched remote task: a remote host
+// that does not answer frees its reader's place for the others.
+var watchReadTimeout = 30 * time.Second
+
+// watches are the passed-up requests watched now. At most limit readers
+// (Config.MaxRemoteWatches) read remote tasks at once, however many
+// requests are watched: each reader takes the watch whose read is due the
+// earliest, reads its remote task once and puts it back, due again after
+// its agent's watchEvery. A watch waiting for a reader is due earlier than
+// every watch read since, so all are read in turn (round robin) and none
+// starves, whatever the number of paused tasks.
 type watches struct {
-	mu     sync.Mutex
-	ctx    context.Context // ended by Shutdown
-	stop   context.CancelFunc
-	byKey  map[string]*watch // by task id + "\x00" + input id
-	wg     sync.WaitGroup
-	closed bool
+	mu      sync.Mutex
+	ctx     context.Context // ended by Shutdown
+	stop    context.CancelFunc
+	byKey   map[string]*watch // by task id + "\x00" + input id
+	queue   watchQueue        // the watches waiting for their next read
+	wake    chan struct{}     // a watch was queued
+	readers int
+	wg      sync.WaitGroup
+	closed  bool
 }
 
 // watch is one watched request; a request whose agent no toolset watches
 // keeps its (ended) watch, so that it is not tried again every rescan.
-type watch struct{ cancel context.CancelFunc }
+type watch struct {
+	key, taskID string
+	req         loop.InputRequest
+	every       time.Duration
+	read        func(ctx context.Context) (bool, error)
+	due         time.Time
+	pause       time.Duration
+	ended       bool
+}
+
+// watchQueue is a heap of watches, the one due the earliest first.
+type watchQueue []*watch
+
+func (q watchQueue) Len() int           { return len(q) }
+func (q watchQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q watchQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *watchQueue) Push(x any)        { *q = append(*q, x.(*watch)) }
+func (q *watchQueue) Pop() any {
+	old := *q
+	n := len(old)
+	x := old[n-1]
+	old[n-1] = nil
+	*q = old[:n-1]
+	return x
+}
 
 func watchKey(taskID, inputID string) string { return taskID + "\x00" + inputID }
 
@@ -73,27 +114,43 @@ func (rt *Runtime) startWatch(taskID string, req loop.InputRequest) {
 	if w.ctx == nil {
 		w.ctx, w.stop = context.WithCancel(context.Background())
 		w.byKey = map[string]*watch{}
+		w.wake = make(chan struct{}, 1)
 	}
 	key := watchKey(taskID, req.InputID)
 	if w.byKey[key] != nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(w.ctx)
-	me := &watch{cancel: cancel}
+	every, read, ok := rt.cfg.Loop.PassedUpWatch(req)
+	if !ok {
+		rt.log.LogAttrs(w.ctx, slog.LevelWarn, "a passed-up request's remote task is not watched: no remote agent of that name",
+			slog.String("task_id", taskID), slog.String("agent", req.Route.Remote().AgentID))
+		w.byKey[key] = &watch{key: key, ended: true}
+		return
+	}
+	if every <= 0 {
+		every = time.Second
+	}
+	// The first read waits too: the remote task has just paused (or this
+	// host just started).
+	me := &watch{key: key, taskID: taskID, req: req, every: every, read: read, due: time.Now().Add(every), pause: every}
 	w.byKey[key] = me
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		handled := rt.runWatch(ctx, taskID, req)
-		cancel()
-		if handled {
-			w.mu.Lock()
-			if w.byKey[key] == me {
-				delete(w.byKey, key)
-			}
-			w.mu.Unlock()
-		}
-	}()
+	heap.Push(&w.queue, me)
+	limit := rt.cfg.MaxRemoteWatches
+	if limit <= 0 {
+		limit = DefaultMaxRemoteWatches
+	}
+	if w.readers < limit && w.readers < len(w.byKey) {
+		w.readers++
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			rt.watchReader(w.ctx)
+		}()
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 // stopWatches ends every watch (the shutdown) and waits for them.
@@ -108,51 +165,96 @@ func (rt *Runtime) stopWatches() {
 	w.wg.Wait()
 }
 
-// runWatch watches req of the paused task taskID until its remote task
-// moved on (then it withdraws the request), the request is no longer open
-// here, or ctx ends.
-// It reports false when no toolset watches the request's agent.
-func (rt *Runtime) runWatch(ctx context.Context, taskID string, req loop.InputRequest) bool {
-	type result struct {
-		handled bool
-		err     error
-	}
-	moved := make(chan result, 1)
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		h, err := rt.cfg.Loop.WatchPassedUp(wctx, req)
-		moved <- result{h, err}
-	}()
-	tick := time.NewTicker(watchCheckEvery)
-	defer tick.Stop()
+// watchReader reads watched remote tasks, one at a time, until ctx ends.
+func (rt *Runtime) watchReader(ctx context.Context) {
 	for {
+		me := rt.watch.next(ctx)
+		if me == nil {
+			return
+		}
+		rt.watch.put(me, rt.readWatch(ctx, me))
+	}
+}
+
+// next takes the queued watch due the earliest, once it is due; nil when
+// ctx ends.
+func (w *watches) next(ctx context.Context) *watch {
+	for {
+		w.mu.Lock()
+		wait := time.Duration(-1)
+		if len(w.queue) > 0 {
+			if wait = time.Until(w.queue[0].due); wait <= 0 {
+				me := heap.Pop(&w.queue).(*watch)
+				w.mu.Unlock()
+				return me
+			}
+		}
+		w.mu.Unlock()
+		var t *time.Timer
+		var timer <-chan time.Time
+		if wait > 0 {
+			t = time.NewTimer(wait)
+			timer = t.C
+		}
 		select {
-		case res := <-moved:
-			if !res.handled {
-				rt.log.LogAttrs(ctx, slog.LevelWarn, "a passed-up request's remote task is not watched: no remote agent of that name",
-					slog.String("task_id", taskID), slog.String("agent", req.Route.Remote().AgentID))
-				return false
-			}
-			if res.err != nil {
-				return true
-			}
-			if err := rt.withdraw(ctx, taskID, req.InputID); err != nil && ctx.Err() == nil {
-				rt.log.LogAttrs(ctx, slog.LevelWarn, "a passed-up request whose remote task moved on is not withdrawn",
-					slog.String("task_id", taskID), slog.String("input_id", req.InputID), slog.String("error", err.Error()))
-			}
-			return true
-		case <-tick.C:
-			if !rt.stillOpen(ctx, taskID, req.InputID) {
-				cancel()
-				<-moved
-				return true
-			}
 		case <-ctx.Done():
-			<-moved
-			return true
+		case <-w.wake: // a watch was queued: its read may be due sooner
+		case <-timer:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
+}
+
+// put queues me again after its read, or forgets it (ended).
+func (w *watches) put(me *watch, ended bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ended {
+		if w.byKey[me.key] == me {
+			delete(w.byKey, me.key)
+		}
+		return
+	}
+	heap.Push(&w.queue, me)
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// readWatch reads the remote task of me once. When it moved on, the
+// request is withdrawn. It reports whether the watch ended: the request
+// is withdrawn, no longer open here, or the host shuts down. A read that
+// failed doubles the pause before the next (up to a minute).
+func (rt *Runtime) readWatch(ctx context.Context, me *watch) bool {
+	if ctx.Err() != nil || !rt.stillOpen(ctx, me.taskID, me.req.InputID) {
+		return true
+	}
+	rctx, cancel := context.WithTimeout(ctx, watchReadTimeout)
+	moved, err := me.read(rctx)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return true
+	case err != nil:
+		me.pause = min(2*me.pause, max(maxWatchPause, me.every))
+		me.due = time.Now().Add(me.pause)
+		return false
+	case !moved:
+		me.pause = me.every
+		me.due = time.Now().Add(me.every)
+		return false
+	}
+	if err := rt.withdraw(ctx, me.taskID, me.req.InputID); err != nil && ctx.Err() == nil {
+		rt.log.LogAttrs(ctx, slog.LevelWarn, "a passed-up request whose remote task moved on is not withdrawn",
+			slog.String("task_id", me.taskID), slog.String("input_id", me.req.InputID), slog.String("error", err.Error()))
+	}
+	return true
 }
 
 // stillOpen says the paused task taskID still waits for inputID (a store
