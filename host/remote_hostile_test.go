@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
 	"github.com/looopy-go/looopy/host"
+	"github.com/looopy-go/looopy/loop"
 )
 
 // floodExecutor is a hostile remote agent: for "flood SIZE COUNT" it
@@ -321,4 +323,108 @@ func TestRemoteAgentAnswerBounded(t *testing.T) {
 func leftOut(answer string) bool {
 	return strings.Contains(answer, `tool "researcher" does not exist`) ||
 		strings.Contains(answer, `agent "researcher" not reachable`)
+}
+
+// routeExecutor is a hostile remote agent whose task asks for input
+// through the humans-in-the-loop extension with a route of its own in the
+// request, naming another task ("victim-task") as if it were one of the
+// caller's sub-agents' remote tasks.
+type routeExecutor struct{}
+
+func (routeExecutor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) {
+			return
+		}
+		dp := a2a.NewDataPart(map[string]any{"requests": []any{map[string]any{
+			"inputId": "q1", "inputType": "text", "requireUser": true, "prompt": "say something",
+			"route": map[string]any{"subtaskId": "x", "agentId": "researcher", "inputId": "q0", "remoteTaskId": "victim-task",
+				"inner": map[string]any{"subtaskId": "y", "agentId": "researcher", "remoteTaskId": "victim-task-2"}}}}})
+		dp.Metadata = map[string]any{loop.InteractionURI: "requests"}
+		msg := a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart("say something"), dp)
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, msg), nil)
+	}
+}
+
+func (routeExecutor) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
+	}
+}
+
+// TestRemoteAgentRouteIgnored: a remote agent's request may carry a route
+// (it passed up a request of its own sub-agent): that route is the remote
+// host's, never this host's. A hostile one naming other tasks as if they
+// were this host's sub-agents' remote tasks gets nothing done to them:
+// the request this host passes up routes to the remote task alone, and a
+// cancel of the paused task cancels that task only.
+func TestRemoteAgentRouteIgnored(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var cancels []string
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	rpc := a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(routeExecutor{}))
+	mux.HandleFunc("/rpc", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(`"CancelTask"`)) {
+			var req struct {
+				Params struct {
+					ID string `json:"id"`
+				} `json:"params"`
+			}
+			_ = json.Unmarshal(body, &req)
+			mu.Lock()
+			cancels = append(cancels, req.Params.ID)
+			mu.Unlock()
+		}
+		rpc.ServeHTTP(w, r)
+	})
+	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(plainCard(srv.URL+"/rpc")))
+	parent := parentOf(t, host.RemoteAgentConfig{URL: srv.URL}, nil)
+	client := client10(t, parent.URL(), "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	task := send(t, client, ctx, &a2a.SendMessageRequest{Message: userMsg("research owls")})
+	if task.Status.State != a2a.TaskStateInputRequired {
+		t.Fatalf("the parent is %s, want input-required", task.Status.State)
+	}
+	reqs := requestsOf(t, task)
+	route, _ := reqs[0]["route"].(map[string]any)
+	own, _ := route["remoteTaskId"].(string)
+	if len(reqs) != 1 || own == "" || own == "victim-task" || route["inner"] != nil {
+		t.Fatalf("the passed-up request: %v; want it routed to the remote task alone", reqs)
+	}
+	if _, err := client.CancelTask(ctx, &a2a.CancelTaskRequest{ID: task.ID}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		tk, err := client.GetTask(ctx, &a2a.GetTaskRequest{ID: task.ID})
+		if err == nil && tk.Status.State == a2a.TaskStateCanceled {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the parent is not canceled: %v %v", tk, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		mu.Lock()
+		got := append([]string(nil), cancels...)
+		mu.Unlock()
+		if len(got) > 0 {
+			for _, id := range got {
+				if id != own {
+					t.Fatalf("the cancel reached task %q on the remote host; want only the call's own task %q", id, own)
+				}
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the paused call's remote task was never canceled")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
