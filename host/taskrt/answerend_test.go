@@ -138,34 +138,7 @@ func TestPausedTaskAnsweredAsSoonAsItsEndIsRead(t *testing.T) {
 					}
 				})
 			}
-			hub, err := sse.New(sse.Config{Log: db.Events()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = hub.Close() })
-			var ev Events = settleHook{hubEndEvents: hubEndEvents{hub: hub, log: db.Events()}, at: at}
-			if !oneWrite {
-				ev = settleHookLog{logEvents: &logEvents{log: db.Events()}, at: at}
-			}
-			rt, err = New(Config{Loop: l, Events: ev, Owner: "host-a", MaxRunningPerPrincipal: 1,
-				Crashpoint: func(p string) {
-					if p == PointTurnWaiting {
-						select {
-						case waiting <- struct{}{}:
-						default:
-						}
-					}
-				},
-				Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db,
-					Leases: db, TaskLeases: db}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), guard)
-				defer cancel()
-				rt.Shutdown(ctx)
-			})
+			rt = pauseRuntime(t, db, l, oneWrite, at, waiting)
 			st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-ask", Message: user("ask me"),
 				ClientTools: []loop.ClientTool{{ToolDefinition: loop.ToolDefinition{Name: "ask", Client: true}}},
 				NewID:       func() string { return taskID }})
@@ -199,6 +172,132 @@ func TestPausedTaskAnsweredAsSoonAsItsEndIsRead(t *testing.T) {
 			rec, err := db.LoadTask(ctx, taskID)
 			if err != nil || rec.Status != loop.TaskCompleted || rec.Content != "told: 42" {
 				t.Fatalf("after the answer: %s %q, %v; want completed with the answer", rec.Status, rec.Content, err)
+			}
+		})
+	}
+}
+
+// pauseRuntime is a runtime over db whose Events call at before each
+// Settle, with the turn's end in one write with its commit (the Hub) or
+// not (the log alone); waiting gets a value at PointTurnWaiting. Its
+// principals may run one turn each.
+func pauseRuntime(t *testing.T, db *store.Badger, l *loop.Loop, oneWrite bool, at func(string, bool), waiting chan struct{}) *Runtime {
+	t.Helper()
+	hub, err := sse.New(sse.Config{Log: db.Events()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hub.Close() })
+	var ev Events = settleHook{hubEndEvents: hubEndEvents{hub: hub, log: db.Events()}, at: at}
+	if !oneWrite {
+		ev = settleHookLog{logEvents: &logEvents{log: db.Events()}, at: at}
+	}
+	rt, err := New(Config{Loop: l, Events: ev, Owner: "host-a", MaxRunningPerPrincipal: 1,
+		Crashpoint: func(p string) {
+			if p == PointTurnWaiting {
+				select {
+				case waiting <- struct{}{}:
+				default:
+				}
+			}
+		},
+		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db,
+			Leases: db, TaskLeases: db}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		rt.Shutdown(ctx)
+	})
+	return rt
+}
+
+// A client that reads its task paused and cancels it at once gets it
+// canceled: the turn that paused (still letting go of the task) is not
+// what is cancelled, the paused task is, once that turn let go. Before,
+// the cancel went to the ended turn, waited for it and answered the task
+// still paused, which stayed so.
+func TestPausedTaskCanceledAsSoonAsItsEndIsRead(t *testing.T) {
+	t.Parallel()
+	for _, oneWrite := range []bool{true, false} {
+		name := "one write"
+		if !oneWrite {
+			name = "separate writes"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db, err := store.Open(store.Options{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			l, err := loop.New(loop.Config{Model: askModel{}, Checkpoints: db, Journal: db})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const taskID = "t-paused"
+			ctx, cancel := context.WithTimeout(context.Background(), guard)
+			defer cancel()
+			type result struct {
+				rec loop.TaskRecord
+				err error
+			}
+			canceled := make(chan result, 1)
+			waiting := make(chan struct{}, 1)
+			var once sync.Once
+			var paused loop.TaskStatus
+			var rt *Runtime
+			at := func(id string, terminal bool) {
+				if id != taskID || terminal {
+					return
+				}
+				once.Do(func() {
+					rec, err := db.LoadTask(ctx, taskID)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					paused = rec.Status
+					go func() {
+						rec, err := rt.Cancel(ctx, "alice", taskID)
+						canceled <- result{rec, err}
+					}()
+					select {
+					case r := <-canceled:
+						canceled <- r
+					case <-waiting:
+					case <-ctx.Done():
+						t.Error("the cancel neither answered nor waited for the paused turn to let go " +
+							"(it waits on that turn itself, as on a running one)")
+					}
+				})
+			}
+			rt = pauseRuntime(t, db, l, oneWrite, at, waiting)
+			st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-ask", Message: user("ask me"),
+				ClientTools: []loop.ClientTool{{ToolDefinition: loop.ToolDefinition{Name: "ask", Client: true}}},
+				NewID:       func() string { return taskID }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rt.Wait(ctx, st.Run); err != nil {
+				t.Fatal(err)
+			}
+			if paused != loop.TaskWaitingInput {
+				t.Fatalf("the task read at its end was %q, want %s", paused, loop.TaskWaitingInput)
+			}
+			var r result
+			select {
+			case r = <-canceled:
+			case <-ctx.Done():
+				t.Fatal("no outcome of the cancel")
+			}
+			if r.err != nil || r.rec.Status != loop.TaskCanceled {
+				t.Fatalf("cancel answered %s, %v; want canceled", r.rec.Status, r.err)
+			}
+			if rec, err := db.LoadTask(ctx, taskID); err != nil || rec.Status != loop.TaskCanceled {
+				t.Fatalf("the task is %s, %v; want canceled", rec.Status, err)
 			}
 		})
 	}

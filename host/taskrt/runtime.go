@@ -881,7 +881,7 @@ func (rt *Runtime) register(ctx context.Context, taskID, contextID, owner string
 func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner string, fresh, admit bool) (*Run, error) {
 	var after uint64
 	if !fresh {
-		if err := rt.awaitEnded(ctx, taskID); err != nil {
+		if _, err := rt.awaitEnded(ctx, taskID); err != nil {
 			return nil, err
 		}
 		var err error
@@ -930,22 +930,32 @@ func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner str
 // go of the task (its events settled, its lease released): a client that
 // read the task paused and answers at once was told the turn ended, and
 // is not refused busy for the moment the runtime takes to finish it.
-func (rt *Runtime) awaitEnded(ctx context.Context, taskID string) error {
+// It reports whether it waited.
+func (rt *Runtime) awaitEnded(ctx context.Context, taskID string) (bool, error) {
+	waited := false
 	for {
 		rt.mu.Lock()
 		prev := rt.running[taskID]
 		ended := prev != nil && prev.ended
 		rt.mu.Unlock()
 		if !ended {
-			return nil
+			return waited, nil
 		}
+		waited = true
 		rt.crashpoint(PointTurnWaiting)
 		select {
 		case <-prev.done:
 		case <-ctx.Done():
-			return ctx.Err()
+			return waited, ctx.Err()
 		}
 	}
+}
+
+// hasEnded reports whether r's end is out (releaseContext).
+func (rt *Runtime) hasEnded(r *Run) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return r.ended
 }
 
 // releaseContext frees r's context for the next turn, here and (with a
@@ -1482,12 +1492,21 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 	if err != nil {
 		return rec, err
 	}
-	if r := rt.Running(taskID); r != nil {
+	if r := rt.Running(taskID); r != nil && !rt.hasEnded(r) {
 		r.cancel(context.Canceled)
 		if err := rt.Wait(ctx, r); err != nil {
 			return rec, err
 		}
 		return rt.Load(ctx, principal, taskID)
+	}
+	// A turn whose end is out (its client may have read the task paused)
+	// is not cancelled: the task it left is, once the turn let go of it.
+	if waited, err := rt.awaitEnded(ctx, taskID); err != nil {
+		return rec, err
+	} else if waited {
+		if rec, err = rt.Load(ctx, principal, taskID); err != nil {
+			return rec, err
+		}
 	}
 	if rec.Status.Terminal() {
 		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable)
