@@ -59,6 +59,7 @@ func (s *Server) adminRoutes(r fiber.Router) {
 		return c.Next()
 	})
 	s.adminTaskRoutes(r)
+	s.adminConversationRoutes(r)
 	r.Get("/events/:contextId", s.adminEvents)
 	r.Get("/health", func(c *fiber.Ctx) error {
 		out := fiber.Map{"status": "ok", "ready": s.ready.Load()}

@@ -55,6 +55,7 @@ var errorTable = []errorCode{
 	{loop.ErrNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{a2a.ErrTaskNotCancelable, -32002, http.StatusConflict, "TASK_NOT_CANCELABLE"},
 	{taskrt.ErrNotCancelable, -32002, http.StatusConflict, "TASK_NOT_CANCELABLE"},
+	{taskrt.ErrConversationBusy, -32000, http.StatusConflict, "CONVERSATION_BUSY"},
 	{a2a.ErrPushNotificationNotSupported, -32003, http.StatusBadRequest, "PUSH_NOTIFICATION_NOT_SUPPORTED"},
 	{a2a.ErrUnsupportedOperation, -32004, http.StatusBadRequest, "UNSUPPORTED_OPERATION"},
 	{a2a.ErrUnsupportedContentType, -32005, http.StatusUnsupportedMediaType, "CONTENT_TYPE_NOT_SUPPORTED"},

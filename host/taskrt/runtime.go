@@ -23,6 +23,9 @@ var (
 	ErrShuttingDown = errors.New("host is shutting down")
 	// ErrNotCancelable: the task is finished.
 	ErrNotCancelable = errors.New("task is not cancelable")
+	// ErrConversationBusy: a conversation to delete has an unfinished
+	// task (or a turn running).
+	ErrConversationBusy = errors.New("the conversation has an unfinished task")
 	// ErrQuota: the principal runs as many turns as the operator allows.
 	ErrQuota = errors.New("too many running turns for this principal")
 	// ErrHostBusy: the host runs as many turns as the operator allows,
@@ -105,6 +108,14 @@ type Stores struct {
 // ids (store.Badger, store.Memory, redisstore.Store).
 type ConversationExpirer interface {
 	ExpireConversations(ctx context.Context, idleBefore time.Time) ([]string, error)
+}
+
+// ConversationDeleter deletes one conversation (agent record, history)
+// now unless it has an unfinished task (then false, nothing deleted);
+// without an agent record it returns a *loop.NotFoundError (store.Badger,
+// store.Memory, redisstore.Store).
+type ConversationDeleter interface {
+	DeleteConversation(ctx context.Context, contextID string) (bool, error)
 }
 
 // Events is where the runtime publishes the events of tasks: the host's

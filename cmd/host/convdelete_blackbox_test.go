@@ -1,0 +1,189 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const cdAliceKey, cdBobKey = "alice-key-CDCDCDCDCDCDCDCDCDCD", "bob-key-CDCDCDCDCDCDCDCDCDCDCD"
+
+// cdAdmin sends an admin request with token and returns the status and
+// the body.
+func cdAdmin(t *testing.T, h *sandboxHost, method, path, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, h.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// cdSend sends text in contextID ("" a new one) as key's principal and
+// waits for the task to finish or pause; it returns the task's id, its
+// context id as the client sees it, and its state.
+func cdSend(t *testing.T, h *sandboxHost, key, contextID, text string) (id, ctxID, state string) {
+	t.Helper()
+	msg := map[string]any{"messageId": fmt.Sprintf("m-%d", time.Now().UnixNano()), "role": "ROLE_USER",
+		"parts": []any{map[string]any{"text": text}}}
+	if contextID != "" {
+		msg["contextId"] = contextID
+	}
+	a := h.rpc(t, key, "SendMessage", map[string]any{"message": msg})
+	var r struct {
+		Task struct {
+			ID        string `json:"id"`
+			ContextID string `json:"contextId"`
+			Status    struct {
+				State string `json:"state"`
+			} `json:"status"`
+		} `json:"task"`
+	}
+	if a.Error != nil || json.Unmarshal(a.Result, &r) != nil || r.Task.ID == "" {
+		t.Fatalf("SendMessage %q: %+v %s", text, a.Error, a.Result)
+	}
+	return r.Task.ID, r.Task.ContextID, r.Task.Status.State
+}
+
+// TestBlackBoxAdminDeletesAConversation: DELETE /admin/conversations/{id}
+// on the real binary. A conversation with a paused task (an approval) is
+// refused with 409 CONVERSATION_BUSY and left whole; a principal's key
+// (not the admin's) is refused and deletes nothing; an unknown id is 404;
+// with cancel=true the paused task is canceled and the conversation is
+// deleted: its tasks are gone from GetTask, ListTasks and /admin/tasks,
+// its /events from its owner, and the tool waiting for approval never
+// ran. Another principal's conversation is untouched.
+func TestBlackBoxAdminDeletesAConversation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the host binary")
+	}
+	t.Parallel()
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	grant := filepath.Join(top, "grants", "ledger")
+	if err := os.MkdirAll(grant, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
+		map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}, map[string]any{"script": apScript})
+	installPlugin(t, pluginDir, "ledger", "tool", readExample(t, "ledger"),
+		map[string]any{"allowedPaths": []map[string]any{{"path": grant}}}, map[string]any{"dir": grant})
+	h := startSandboxHostWith(t, top, pluginDir, map[string]any{"pathRoots": []string{filepath.Join(top, "grants")}}, map[string]any{
+		"auth": map[string]any{"enabled": true, "keys": []map[string]any{
+			{"key": cdAliceKey, "principal": "alice"}, {"key": cdBobKey, "principal": "bob"}}},
+		"interaction": map[string]any{"approval": map[string]any{"tools": []string{"ledger_append"}}},
+	})
+
+	first, ctxID, st := cdSend(t, h, cdAliceKey, "", "hello")
+	if st != "TASK_STATE_COMPLETED" {
+		t.Fatalf("first task: %s", st)
+	}
+	paused, _, st := cdSend(t, h, cdAliceKey, ctxID, "ledger pay 5")
+	if st != "TASK_STATE_INPUT_REQUIRED" {
+		t.Fatalf("the ledger task: %s, want input-required", st)
+	}
+	bobTask, bobCtx, st := cdSend(t, h, cdBobKey, "", "hello from bob")
+	if st != "TASK_STATE_COMPLETED" {
+		t.Fatalf("bob's task: %s", st)
+	}
+	// The conversation's id as the admin API lists it.
+	code, body := cdAdmin(t, h, http.MethodGet, "/admin/tasks?owner=alice", "admin-token")
+	var listed struct {
+		Tasks []struct {
+			ID        string `json:"id"`
+			ContextID string `json:"contextId"`
+		} `json:"tasks"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &listed) != nil || len(listed.Tasks) != 2 {
+		t.Fatalf("/admin/tasks?owner=alice: %d %s", code, body)
+	}
+	conv := listed.Tasks[0].ContextID
+	path := "/admin/conversations/" + conv
+
+	whole := func(when string) {
+		t.Helper()
+		if s := h.taskState(t, cdAliceKey, first); s != "TASK_STATE_COMPLETED" {
+			t.Fatalf("%s: the first task is %s", when, s)
+		}
+		if s := h.taskState(t, cdAliceKey, paused); s != "TASK_STATE_INPUT_REQUIRED" {
+			t.Fatalf("%s: the paused task is %s", when, s)
+		}
+	}
+	// A principal's key is no admin credential.
+	for _, key := range []string{cdAliceKey, cdBobKey} {
+		if code, body := cdAdmin(t, h, http.MethodDelete, path+"?cancel=true", key); code != http.StatusUnauthorized {
+			t.Fatalf("DELETE with a principal's key: %d %s, want 401", code, body)
+		}
+	}
+	whole("after the principals' deletes")
+	// Busy: a paused task.
+	code, body = cdAdmin(t, h, http.MethodDelete, path, "admin-token")
+	if code != http.StatusConflict || !strings.Contains(body, "CONVERSATION_BUSY") || !strings.Contains(body, paused) {
+		t.Fatalf("DELETE of a conversation with a paused task: %d %s, want 409 CONVERSATION_BUSY naming it", code, body)
+	}
+	whole("after the refused delete")
+	if code, body := cdAdmin(t, h, http.MethodDelete, "/admin/conversations/no-such-conversation", "admin-token"); code != http.StatusNotFound {
+		t.Fatalf("DELETE of an unknown conversation: %d %s, want 404", code, body)
+	}
+	// With cancel=true.
+	code, body = cdAdmin(t, h, http.MethodDelete, path+"?cancel=true", "admin-token")
+	if code != http.StatusOK || !strings.Contains(body, first) || !strings.Contains(body, paused) {
+		t.Fatalf("DELETE ?cancel=true: %d %s, want 200 naming both tasks", code, body)
+	}
+	for _, id := range []string{first, paused} {
+		a := h.rpc(t, cdAliceKey, "GetTask", map[string]any{"id": id})
+		if a.Error == nil || a.Error.Code != -32001 {
+			t.Fatalf("GetTask %s after the delete: %+v %s, want task not found", id, a.Error, a.Result)
+		}
+	}
+	a := h.rpc(t, cdAliceKey, "ListTasks", map[string]any{})
+	if a.Error != nil || strings.Contains(string(a.Result), first) || strings.Contains(string(a.Result), paused) {
+		t.Fatalf("ListTasks after the delete: %+v %s", a.Error, a.Result)
+	}
+	if code, body := cdAdmin(t, h, http.MethodGet, "/admin/tasks?contextId="+conv, "admin-token"); code != http.StatusOK || strings.Contains(body, first) || strings.Contains(body, paused) {
+		t.Fatalf("/admin/tasks of the deleted conversation: %d %s", code, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, h.base+"/events/"+ctxID, nil)
+	req.Header.Set("Authorization", "Bearer "+cdAliceKey)
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/events of the deleted conversation: %d, want 404", resp.StatusCode)
+	}
+	if b, err := os.ReadFile(filepath.Join(grant, "ledger.log")); err == nil && len(b) > 0 {
+		t.Fatalf("the tool waiting for approval ran: %q", b)
+	}
+	// Deleted again: nothing left, 404.
+	if code, body := cdAdmin(t, h, http.MethodDelete, path, "admin-token"); code != http.StatusNotFound {
+		t.Fatalf("second DELETE: %d %s, want 404", code, body)
+	}
+	// Bob's conversation is untouched, and a new message in Alice's
+	// context starts it again without the old history.
+	if s := h.taskState(t, cdBobKey, bobTask); s != "TASK_STATE_COMPLETED" {
+		t.Fatalf("bob's task after the delete: %s", s)
+	}
+	if _, c, st := cdSend(t, h, cdBobKey, bobCtx, "again"); st != "TASK_STATE_COMPLETED" || c != bobCtx {
+		t.Fatalf("bob's next turn: %s in %s", st, c)
+	}
+	again, _, st := cdSend(t, h, cdAliceKey, ctxID, "hello again")
+	if st != "TASK_STATE_COMPLETED" {
+		t.Fatalf("a new turn in the deleted context: %s", st)
+	}
+	a = h.rpc(t, cdAliceKey, "GetTask", map[string]any{"id": again, "historyLength": 100})
+	if a.Error != nil || strings.Contains(string(a.Result), "ledger pay 5") {
+		t.Fatalf("the new turn's task carries the old history: %+v %s", a.Error, a.Result)
+	}
+}

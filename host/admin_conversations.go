@@ -1,0 +1,60 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/looopy-go/looopy/host/taskrt"
+	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/sse"
+)
+
+// adminConversationRoutes mounts the conversation routes of the admin API
+// on r (behind the admin credential):
+//
+//	DELETE /conversations/:contextId[?cancel=true]   delete a conversation now
+//
+// The context id is the one /admin/tasks lists. The conversation's agent
+// record, history, finished tasks (records, artifacts, event streams) and
+// its event stream are deleted. One with an unfinished task is refused
+// (409, {"error": ..., "reason": "CONVERSATION_BUSY"}) unless cancel=true: its tasks are canceled
+// first. An unknown conversation is 404.
+func (s *Server) adminConversationRoutes(r fiber.Router) {
+	r.Delete("/conversations/:contextId", func(c *fiber.Ctx) error {
+		ctx := c.UserContext()
+		id := c.Params("contextId")
+		cancel := false
+		if v := c.Query("cancel"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%w: cancel=%q: want true or false", loop.ErrInvalid, v)
+			}
+			cancel = b
+		}
+		tasks, err := s.tasks.DeleteConversation(ctx, id, cancel)
+		if errors.Is(err, taskrt.ErrConversationBusy) {
+			// The reason beside the message: an operator's script tells
+			// busy apart from other conflicts by it.
+			setSafeHeaders(c)
+			return c.Status(HTTPStatus(err)).JSON(fiber.Map{"error": err.Error(), "reason": lookupError(err).reason})
+		}
+		if err != nil {
+			return err
+		}
+		for _, t := range tasks {
+			if err := s.stores.Events.Expire(ctx, sse.TaskStream(t), 0); err != nil {
+				return fmt.Errorf("delete conversation %q: events of task %q: %w", id, t, err)
+			}
+		}
+		if err := s.stores.Events.Expire(ctx, sse.ContextStream(id), 0); err != nil {
+			return fmt.Errorf("delete conversation %q: its events: %w", id, err)
+		}
+		if tasks == nil {
+			tasks = []string{}
+		}
+		return c.JSON(fiber.Map{"deleted": id, "tasks": tasks})
+	})
+}
