@@ -38,6 +38,9 @@ var (
 	ErrOutputLimit = errors.New("plugin output over its limit")
 	// ErrUnloaded: the plugin was unloaded.
 	ErrUnloaded = errors.New("plugin unloaded")
+	// ErrNameTaken: a plugin was refused because the plugin of that name
+	// loaded from another folder serves.
+	ErrNameTaken = errors.New("plugin name taken by another folder")
 	// ReplacedGrace is how long the calls of a replaced version may still
 	// run; past it they stop with ErrUnloaded (see RATIONALE.md).
 	ReplacedGrace = 10 * time.Second

@@ -305,9 +305,9 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 	if err == nil {
 		p, err = loadPlugin(ctx, &r.env, m)
 	}
-	var old *Plugin
+	var old, renamed *Plugin
 	if err == nil {
-		old, err = r.swap(p, m, source)
+		old, renamed, err = r.swap(p, m, source)
 		if err != nil {
 			p.release()
 			err = fmt.Errorf("plugin %q (%s): %w", m.Name, source, err)
@@ -315,9 +315,11 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 	}
 	if err != nil {
 		name := ""
-		if m != nil {
+		if m != nil && !errors.Is(err, ErrNameTaken) {
 			name = m.Name
 		}
+		// A folder refused because another owns its name is listed by
+		// its path: the owner's entry stays the owner's.
 		r.recordFailure(name, source, err)
 		r.log.ErrorContext(ctx, "plugin failed to load", "source", source, "err", err)
 		ev := Event{Kind: EventFailed, Name: name, Source: source, Err: err, Duration: time.Since(start)}
@@ -333,7 +335,19 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 		cause := fmt.Errorf("replaced by version %s, and the %s its calls had to finish ran out: %w", m.Version, ReplacedGrace, ErrUnloaded)
 		time.AfterFunc(ReplacedGrace, func() { old.retire(cause) })
 		old.release()
-		// The new version may offer fewer tools, or others.
+	}
+	if renamed != nil {
+		// The folder's manifest now names another plugin: the name it
+		// named before is free, and its plugin goes as if removed.
+		renamed.retire(ErrUnloaded)
+		renamed.release()
+		r.log.Info("plugin unloaded: its folder now names another plugin", "plugin", renamed.Name(),
+			"version", renamed.Version(), "now", m.Name, "source", source)
+		r.emit(Event{Kind: EventUnloaded, Name: renamed.Name(), Version: renamed.Version(), Source: source})
+	}
+	if old != nil || renamed != nil {
+		// The new version may offer fewer tools, or others; a name freed
+		// may be claimed by a folder waiting for it.
 		r.retryCrowded(source)
 	}
 	r.log.InfoContext(ctx, "plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
@@ -346,19 +360,32 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 }
 
 // swap makes a loaded plugin the serving version of its name and returns
-// the version it replaced.
-func (r *Registry) swap(p *Plugin, m *Manifest, source string) (*Plugin, error) {
+// the version it replaced, and (renamed) the plugin its folder served
+// under another name before, now removed.
+//
+// A plugin name belongs to the folder it was first loaded from, as long as
+// that folder serves it: another folder naming it is refused
+// (ErrNameTaken), and loads by itself once the owner is removed or renamed.
+func (r *Registry) swap(p *Plugin, m *Manifest, source string) (old, renamed *Plugin, err error) {
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
 	if err := r.checkOpen(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := r.checkConflicts(p); err != nil {
-		return nil, err
+	if err := r.checkOwner(m.Name, source); err != nil {
+		return nil, nil, err
+	}
+	if err := r.checkConflicts(p, source); err != nil {
+		return nil, nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := r.plugins[m.Name]
+	if prev, ok := r.sources[source]; ok && prev != m.Name {
+		renamed = r.plugins[prev]
+		delete(r.plugins, prev)
+		delete(r.failures, prev)
+	}
+	old = r.plugins[m.Name]
 	r.plugins[m.Name] = p
 	for src, n := range r.sources {
 		if n == m.Name && src != source {
@@ -369,7 +396,24 @@ func (r *Registry) swap(p *Plugin, m *Manifest, source string) (*Plugin, error) 
 	delete(r.failures, m.Name)
 	delete(r.failures, source)
 	r.rebuildLocked()
-	return old, nil
+	return old, renamed, nil
+}
+
+// checkOwner refuses a plugin whose name another folder's plugin serves
+// under.
+func (r *Registry) checkOwner(name, source string) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.plugins[name] == nil {
+		return nil
+	}
+	for src, n := range r.sources {
+		if n == name && src != source {
+			return fmt.Errorf("the name %q belongs to the plugin loaded from %s (%w; this folder loads by itself once that "+
+				"one is removed or names another plugin; give this plugin its own name): %w", name, filepath.Dir(src), errCrowded, ErrNameTaken)
+		}
+	}
+	return nil
 }
 
 // lockSource serializes the loads of one manifest.
@@ -580,13 +624,13 @@ func (r *Registry) checkOpen() error {
 
 // checkConflicts refuses a plugin offering a tool another plugin offers,
 // or one whose tools would take the host over its total of tools.
-func (r *Registry) checkConflicts(p *Plugin) error {
+func (r *Registry) checkConflicts(p *Plugin, source string) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	total := len(p.tools)
 	for name, other := range r.plugins {
-		if name == p.Name() {
-			continue
+		if name == p.Name() || name == r.sources[source] {
+			continue // the versions this load replaces
 		}
 		total += len(other.tools)
 		if max := p.budgets.MaxToolsTotal; total > max {

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// claimPlugin writes a plugin folder whose manifest names the plugin name
+// (not the folder's), in a staging folder renamed in, so the watcher sees
+// it whole.
+func claimPlugin(t *testing.T, pluginDir, folder, name, version string, wasm []byte) {
+	t.Helper()
+	staging := filepath.Join(filepath.Dir(pluginDir), "staging", folder)
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(staging, "module.wasm"), wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(wasm)
+	m, _ := json.Marshal(map[string]any{"name": name, "version": version, "kind": "tool", "wasm": "module.wasm",
+		"sha256": hex.EncodeToString(sum[:])})
+	if err := os.WriteFile(filepath.Join(staging, "plugin.json"), m, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(staging, filepath.Join(pluginDir, folder)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A plugin folder whose manifest names a plugin another folder serves
+// (zz-hijack says it is wat-add) is refused, on hot load and at start
+// alike: the owner keeps serving its tool, the admin API lists the refused
+// folder and why, and removing the impostor leaves the owner serving.
+// Once the owner's folder is removed the name is free, and a folder
+// waiting for it loads.
+func TestBlackBoxPluginCannotTakeAnothersName(t *testing.T) {
+	t.Parallel()
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	installPlugin(t, pluginDir, "wat-add", "tool", readExample(t, "wat-add"), nil, nil)
+	spin, err := os.ReadFile(filepath.Join("..", "..", "plugins", "testdata", "wat", "spin.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startSandboxHost(t, top, pluginDir, nil)
+	hijack := filepath.Join(pluginDir, "zz-hijack", "plugin.json")
+	addServes := func(when string) {
+		t.Helper()
+		if text, err := h.mcpCall(t, "add", `{"a":40,"b":2}`); err != nil || !strings.Contains(text, "42") {
+			t.Fatalf("%s: add answered %q %v\n%+v", when, text, err, h.plugins(t))
+		}
+	}
+	addServes("before")
+
+	claimPlugin(t, pluginDir, "zz-hijack", "wat-add", "6.6.6", spin)
+	h.waitFor(t, "the impostor to be refused", 3*time.Minute, func() bool {
+		return h.plugins(t)[hijack].State == "failed" || h.plugins(t)["wat-add"].SHA256 != hashOf(readExample(t, "wat-add"))
+	})
+	got := h.plugins(t)
+	if p := got["wat-add"]; p.State != "serving" || p.SHA256 != hashOf(readExample(t, "wat-add")) {
+		t.Fatalf("wat-add was replaced by the folder naming it: %+v", got)
+	}
+	if p := got[hijack]; !strings.Contains(p.LastError, "belongs to the plugin loaded from "+filepath.Join(pluginDir, "wat-add")) {
+		t.Fatalf("the refused folder is not listed with why: %+v", got)
+	}
+	if !strings.Contains(h.out.String(), "plugin name taken by another folder") {
+		t.Fatalf("the refusal is not logged:\n%s", h.out.String())
+	}
+	addServes("with the impostor beside it")
+
+	// Removing the impostor leaves the owner alone.
+	if err := os.RemoveAll(filepath.Join(pluginDir, "zz-hijack")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "the impostor's entry to go", 3*time.Minute, func() bool {
+		_, listed := h.plugins(t)[hijack]
+		return !listed
+	})
+	addServes("after the impostor was removed")
+
+	// The owner removed, a folder waiting for the name loads.
+	claimPlugin(t, pluginDir, "zz-hijack", "wat-add", "6.6.6", spin)
+	h.waitFor(t, "the claimant to be refused again", 3*time.Minute, func() bool { return h.plugins(t)[hijack].State == "failed" })
+	if err := os.RemoveAll(filepath.Join(pluginDir, "wat-add")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "the claimant to load once the name is free", 3*time.Minute, func() bool {
+		return h.plugins(t)["wat-add"].SHA256 == hashOf(spin)
+	})
+	if _, listed := h.plugins(t)[hijack]; listed {
+		t.Fatalf("the claimant that loaded is still listed as refused: %+v", h.plugins(t))
+	}
+
+	// At start, with both folders there, one holds the name and the other
+	// is refused, whichever loaded first.
+	top2 := t.TempDir()
+	dir2 := filepath.Join(top2, "plugins")
+	installPlugin(t, dir2, "wat-add", "tool", readExample(t, "wat-add"), nil, nil)
+	claimPlugin(t, dir2, "aa-hijack", "wat-add", "6.6.6", spin)
+	h2 := startSandboxHost(t, top2, dir2, nil)
+	got = h2.plugins(t)
+	owner, other := filepath.Join(dir2, "wat-add", "plugin.json"), filepath.Join(dir2, "aa-hijack", "plugin.json")
+	if got["wat-add"].SHA256 == hashOf(spin) {
+		owner, other = other, owner
+	}
+	if p := got[other]; p.State != "failed" || !strings.Contains(p.LastError, "belongs to the plugin loaded from "+filepath.Dir(owner)) {
+		t.Fatalf("at start, the second folder naming wat-add is not refused: %+v", got)
+	}
+}
+
+func hashOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
