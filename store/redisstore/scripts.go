@@ -97,7 +97,8 @@ redis.call('DEL', xk)
 return 1
 `)
 
-// commitTurn: ARGV
+// commitTurnLua defines commit_turn(o, last), the commit of a turn with its
+// arguments at ARGV[o+1] .. ARGV[last]:
 //
 //	1 p, 2 context id of the messages, 3 context id of the agent, 4 agent JSON,
 //	5 lease key ('' none), 6 lease owner, 7 lease token,
@@ -105,36 +106,91 @@ return 1
 //	16 status, 17 updated, 18 checkpoint to delete ('' none),
 //	19 the agent's score in the index by last activity, 20.. messages.
 //
-// Returns {'OK', version} or {'LOST'} or {'CONFLICT', stored version}.
-var commitTurnScript = redis.NewScript(luaLib + `
-local p = ARGV[1]
-if ARGV[5] ~= '' then
-  local l = redis.call('HMGET', p .. 'l:' .. ARGV[5], 'o', 't')
-  if (not l[1]) or l[1] ~= ARGV[6] or l[2] ~= ARGV[7] then return {'LOST'} end
+// It returns {'OK', version} or {'LOST'} or {'CONFLICT', stored version},
+// and writes nothing unless OK.
+const commitTurnLua = `
+local function commit_turn(o, last)
+  local p = ARGV[o + 1]
+  if ARGV[o + 5] ~= '' then
+    local l = redis.call('HMGET', p .. 'l:' .. ARGV[o + 5], 'o', 't')
+    if (not l[1]) or l[1] ~= ARGV[o + 6] or l[2] ~= ARGV[o + 7] then return {'LOST'} end
+  end
+  local cur = 0
+  if ARGV[o + 8] ~= '' then
+    cur = task_version(p, ARGV[o + 8])
+    if cur ~= tonumber(ARGV[o + 9]) then return {'CONFLICT', cur} end
+  end
+  local mk = p .. 'm:' .. ARGV[o + 2]
+  local i = o + 20
+  while i <= last do
+    local j = math.min(i + 999, last)
+    redis.call('RPUSH', mk, unpack(ARGV, i, j))
+    i = j + 1
+  end
+  redis.call('SET', p .. 'a:' .. ARGV[o + 3], ARGV[o + 4])
+  redis.call('ZADD', p .. 'ca', ARGV[o + 19], ARGV[o + 3])
+  local v = 0
+  if ARGV[o + 8] ~= '' then
+    v = save_task(p, ARGV[o + 8], cur, ARGV[o + 10], ARGV[o + 11], ARGV[o + 12], ARGV[o + 13], ARGV[o + 14],
+      ARGV[o + 15], ARGV[o + 16], ARGV[o + 17])
+  end
+  if ARGV[o + 18] ~= '' then
+    redis.call('DEL', p .. 'cp:' .. ARGV[o + 18])
+    durable_drop(p, ARGV[o + 18])
+  end
+  return {'OK', v}
 end
-local cur = 0
-if ARGV[8] ~= '' then
-  cur = task_version(p, ARGV[8])
-  if cur ~= tonumber(ARGV[9]) then return {'CONFLICT', cur} end
+`
+
+// commitTurn: ARGV the arguments of commit_turn. Returns what it does.
+var commitTurnScript = redis.NewScript(luaLib + commitTurnLua + `
+return commit_turn(0, #ARGV)
+`)
+
+// appendStreamsLua defines append_streams(i, skip_after): for each stream
+// of KEYS, from ARGV[i] on, the number of records before and after (a
+// turn's end), then those records; it appends them all, or only those
+// before when skip_after, and returns the id of each stream's first record
+// (an empty string when none was appended).
+const appendStreamsLua = `
+local function append_streams(i, skip_after)
+  local firsts = {}
+  for k = 1, #KEYS do
+    local nb, na = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+    i = i + 2
+    local n = nb + na
+    if skip_after then n = nb end
+    local first = ''
+    for j = 0, n - 1 do
+      local id = redis.call('XADD', KEYS[k], '0-*', 'd', ARGV[i + j])
+      if j == 0 then first = id end
+    end
+    i = i + nb + na
+    firsts[k] = first
+  end
+  return firsts
 end
-local mk = p .. 'm:' .. ARGV[2]
-local i = 20
-while i <= #ARGV do
-  local j = math.min(i + 999, #ARGV)
-  redis.call('RPUSH', mk, unpack(ARGV, i, j))
-  i = j + 1
-end
-redis.call('SET', p .. 'a:' .. ARGV[3], ARGV[4])
-redis.call('ZADD', p .. 'ca', ARGV[19], ARGV[3])
-local v = 0
-if ARGV[8] ~= '' then
-  v = save_task(p, ARGV[8], cur, ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17])
-end
-if ARGV[18] ~= '' then
-  redis.call('DEL', p .. 'cp:' .. ARGV[18])
-  durable_drop(p, ARGV[18])
-end
-return {'OK', v}
+`
+
+// appendStreams: KEYS the streams; ARGV for each stream the number of its
+// records, 0, then its records. Returns each stream's first id.
+var appendStreamsScript = redis.NewScript(appendStreamsLua + `
+return append_streams(1, false)
+`)
+
+// appendCommit: KEYS the streams; ARGV[1] the number c of commit_turn's
+// arguments, ARGV[2 .. c+1] those arguments, then append_streams's from
+// c+2. One script, so one step on the server: the records before the end,
+// the commit and the end's records (only when the commit is OK). Returns
+// {status, version or stored version (0 when none), first id of each
+// stream ...}.
+var appendCommitScript = redis.NewScript(luaLib + commitTurnLua + appendStreamsLua + `
+local c = tonumber(ARGV[1])
+local res = commit_turn(1, c + 1)
+local firsts = append_streams(c + 2, res[1] ~= 'OK')
+local out = {res[1], res[2] or 0}
+for k = 1, #firsts do out[k + 2] = firsts[k] end
+return out
 `)
 
 // appendEvents: KEYS stream; ARGV records. Returns the id of the first.

@@ -415,20 +415,37 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // of Redis) leaves all of the turn or none of it.
 func (s *Store) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 	op := fmt.Sprintf("commit turn of %q", c.ContextID)
+	args, err := s.commitArgs(op, c, 0)
+	if err != nil {
+		return err
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	res, err := commitTurnScript.Run(ctx, s.rdb, nil, args...).Slice()
+	if err != nil {
+		return wrap(op, err)
+	}
+	return commitResult(op, c, res)
+}
+
+// commitArgs returns commit_turn's arguments for c (see commitTurnLua),
+// after room reserved ahead of them in the slice.
+func (s *Store) commitArgs(op string, c loop.TurnCommit, room int) ([]any, error) {
 	agent, err := s.encodeAgent(&c.Agent)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if len(c.Messages) > 0 {
 		if err := s.checkID("context id", c.ContextID); err != nil {
-			return fmt.Errorf("%s: %w", op, err)
+			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}
 	msgs, err := encodeMessages(op, c.Messages)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	args := make([]any, 0, 19+len(msgs))
+	args := make([]any, room, room+19+len(msgs))
 	args = append(args, s.p, c.ContextID, c.Agent.ContextID, agent)
 	if c.Lease != nil {
 		args = append(args, c.Lease.Key, c.Lease.Owner, strconv.FormatUint(c.Lease.Token, 10))
@@ -438,7 +455,7 @@ func (s *Store) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 	if c.Task != nil {
 		ta, err := s.taskArgs(c.Task)
 		if err != nil {
-			return fmt.Errorf("%s: %w", op, err)
+			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		args = append(args, c.Task.ID)
 		args = append(args, ta...)
@@ -446,14 +463,11 @@ func (s *Store) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 		args = append(args, "", "", "", "", "", "", "", "", "", "")
 	}
 	args = append(args, c.DeleteCheckpoint, strconv.FormatFloat(convScore(&c.Agent), 'f', -1, 64))
-	args = append(args, msgs...)
-	if err := ctxErr(ctx, op); err != nil {
-		return err
-	}
-	res, err := commitTurnScript.Run(ctx, s.rdb, nil, args...).Slice()
-	if err != nil {
-		return wrap(op, err)
-	}
+	return append(args, msgs...), nil
+}
+
+// commitResult reads commit_turn's answer: nil, or why c was refused.
+func commitResult(op string, c loop.TurnCommit, res []any) error {
 	status, _ := res[0].(string)
 	switch status {
 	case "OK":
