@@ -475,8 +475,11 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	}
 	tr.env = ToolEnv{
 		ContextID: t.ContextID, TaskID: t.TaskID, AgentID: t.AgentID,
-		Auth: t.Auth, Emit: tr.emit, Model: tr.model, Tools: (*turnTools)(tr), Depth: t.Depth, turn: tr,
+		Auth: t.Auth, Emit: tr.emit, Tools: (*turnTools)(tr), Depth: t.Depth, turn: tr,
 		Credentials: l.credentials,
+	}
+	if tr.model != nil {
+		tr.env.Model = &turnModel{tr: tr}
 	}
 
 	// The turn's own context: a write the store refuses for want of space

@@ -2,6 +2,7 @@ package loop_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -222,5 +223,64 @@ func TestCoordinatorAnswerIsReserved(t *testing.T) {
 	if hold == nil || settle == nil || hold.Call != settle.Call || hold.PendingTokens <= 0 || settle.PendingTokens != 0 ||
 		settle.TotalTokens-hold.TotalTokens != 7 {
 		t.Fatalf("reports %+v: want the coordinating call reserved, then settled with its 7 tokens", seen)
+	}
+}
+
+// A tool that calls the model lent to it (ToolEnv.Model: a tool plugin
+// granted model_call) makes a model call of the turn: reserved with the
+// budget's check before it runs, refused past the limit, settled with what
+// it used, and counted into the turn's usage. Before, the tool got the
+// turn's model itself: its calls were neither checked nor counted, and a
+// tool could call the model any number of times past every token limit.
+func TestToolsModelCallsAreTheTurns(t *testing.T) {
+	t.Parallel()
+	m := &fakeModel{fn: func(_ int, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+		last := req.Messages[len(req.Messages)-1]
+		switch {
+		case last.Content == "from the tool":
+			r := text("ok")
+			r.Usage = loop.Usage{TotalTokens: 100}
+			return r, nil
+		case last.Role == loop.RoleTool:
+			return text("done: " + last.Content), nil
+		}
+		return calls(call("c1", "asker", `{}`)), nil
+	}}
+	asker := func(ctx context.Context, c loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+		n := 0
+		for range 5 {
+			if _, err := env.Model.Generate(ctx, &loop.ModelRequest{MaxTokens: 50,
+				Messages: []loop.Message{{Role: loop.RoleUser, Content: "from the tool"}}}, nil); err != nil {
+				return loop.ToolResult{Content: fmt.Sprintf("%d calls, then: %v", n, err)}, nil
+			}
+			n++
+		}
+		return loop.ToolResult{Content: fmt.Sprintf("%d calls", n)}, nil
+	}
+	const limit = 250
+	var mu sync.Mutex
+	var used int
+	var holds int
+	l := newLoop(t, loop.Config{Model: m, Toolsets: []loop.Toolset{toolsMap{"asker": asker}},
+		Budget: func(_ context.Context, _ *loop.Turn, u loop.TurnUsage) error {
+			mu.Lock()
+			defer mu.Unlock()
+			used = u.TotalTokens
+			if !u.Final && u.TotalTokens >= limit {
+				return fmt.Errorf("token limit of %d reached", limit)
+			}
+			if u.Call != "" && u.PendingTokens > 0 {
+				holds++
+			}
+			return nil
+		}})
+	out := l.Run(context.Background(), userTurn("go", &recorder{}))
+	mu.Lock()
+	defer mu.Unlock()
+	// The parent's first call (15), then the tool's: checked at 15, 115
+	// and 215, each using 100; the fourth is refused at 315, before it
+	// runs, and so is the parent's next call.
+	if out.Usage.TotalTokens != 15+300 || used != 15+300 || holds != 3 {
+		t.Fatalf("turn usage %d (budget saw %d, %d holds), want the tool's three calls counted: %d", out.Usage.TotalTokens, used, holds, 15+300)
 	}
 }

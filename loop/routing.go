@@ -243,6 +243,9 @@ func (s *Subtask) AnswerByModel(ctx context.Context, req InputRequest) (InputAns
 	mreq := &ModelRequest{Messages: []Message{
 		{Role: RoleSystem, Content: CoordinatorPrompt}, {Role: RoleUser, Content: sb.String()}}}
 	tr := s.tr
+	if tm, ok := m.(*turnModel); ok && tm.tr == tr {
+		m = tm.tr.model // held and counted here
+	}
 	if in, ok := m.(*subtaskModel); ok && in.s.tr == tr {
 		tr = nil // a sub-agent's model: the call is held and counted there
 	}

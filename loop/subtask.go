@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -90,7 +91,12 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 	s.env.Emit = s.Emit
 	s.env.sub = s
 	if env.Model != nil {
-		s.env.Model = &subtaskModel{s: s, inner: env.Model}
+		inner := env.Model
+		if tm, ok := inner.(*turnModel); ok && tm.tr == s.tr {
+			// The sub-task holds and counts its calls itself.
+			inner = tm.tr.model
+		}
+		s.env.Model = &subtaskModel{s: s, inner: inner}
 	}
 	now := time.Now().UTC()
 	s.rec = TaskRecord{ID: s.ID, ContextID: env.ContextID, AgentID: spec.AgentID, ParentTaskID: env.TaskID,
@@ -276,6 +282,41 @@ func (s *Subtask) Finish(ctx context.Context, status TaskStatus, content string,
 	s.Emit(&TaskComplete{Header: Header{Kind: KindTaskComplete}, Status: status, Content: content, Reason: reason,
 		Usage: usage, Metadata: map[string]any{"reason": reason}})
 	s.leave(status)
+}
+
+// turnModel is the turn's model as its tools get it (ToolEnv.Model): a
+// call a tool makes (a tool plugin granted model_call) is a model call of
+// the turn, reserved with the budget's check before it runs under a name
+// of its own (TurnUsage.Call), refused past a limit, settled with what it
+// used and counted into the turn's usage. A sub-agent's sub-task does the
+// same with the turn's model itself (its calls stream its events).
+type turnModel struct {
+	tr    *turn
+	calls atomic.Int64
+}
+
+func (m *turnModel) Generate(ctx context.Context, req *ModelRequest, onDelta func(Delta)) (*ModelResponse, error) {
+	tr := m.tr
+	call := ""
+	if tr.l.budget != nil {
+		call = "tool#" + strconv.FormatInt(m.calls.Add(1), 10)
+		if err := tr.chargeSubtask(ctx, Usage{}, call, tr.tokenEstimate(req)); err != nil {
+			return nil, &ModelError{Code: "budget", Message: err.Error(), Err: fmt.Errorf("%w: %w", ErrBudget, err)}
+		}
+	}
+	resp, err := safeGenerate(ctx, tr.model, req, onDelta)
+	if err == nil && resp == nil {
+		err = &ModelError{Code: "empty_response", Message: "the model returned no response"}
+	}
+	var used Usage
+	if err == nil {
+		used = resp.Usage
+	}
+	_ = tr.chargeSubtask(context.WithoutCancel(ctx), used, call, 0)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // ErrBudget marks a sub-agent's model call refused by its parent's budget.
