@@ -271,6 +271,7 @@ func TestReturnImmediately(t *testing.T) {
 // official client reading events gets the error, not an empty stream that
 // looks like a turn without events. Other calls keep their JSON answer.
 func TestRefusedStreamingCallIsAnErrorEvent(t *testing.T) {
+	t.Parallel()
 	cfg := baseConfig(t.TempDir())
 	cfg.Auth.Enabled = true
 	cfg.Auth.Keys = []host.APIKey{{Key: "alice-key", Principal: "alice"}}

@@ -26,6 +26,11 @@ func TestMain(m *testing.M) {
 		serveChatProcess(spec)
 		return
 	}
+	if os.Getenv(convMemoryChildEnv) == "" {
+		// (A child measuring one conversation's heap uses the cache
+		// its parent warmed.)
+		warmCompileCache()
+	}
 	code := m.Run()
 	if looopyBin != "" {
 		// the binaries built once for this run (see binaries) are 70 MB

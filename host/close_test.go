@@ -11,6 +11,7 @@ import (
 // shuts down), Close still returns: it waited forever for a second result,
 // so a host whose listener died never exited for a supervisor to restart.
 func TestCloseAfterTheServerStopped(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, baseConfig(t.TempDir()))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

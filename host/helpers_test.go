@@ -46,6 +46,32 @@ func baseConfig(dir string) host.Config {
 	}
 }
 
+// warmCompileCache loads every example plugin once, before the tests start
+// their hosts side by side, so that the compiled code of each is in
+// wasmCache. On a clean machine the cache is empty: each test's host then
+// compiled the same modules at the same moment as the others (a Go guest
+// takes seconds; under the race detector on a loaded machine several
+// minutes, past plugins.DefaultCompileTimeout, and a plugin refused for
+// it was missing from the test's host). Its compile timeout is long: this
+// compile is the one that must finish. What fails to load here is loaded
+// (and reported) by the tests that use it.
+func warmCompileCache() {
+	dir, err := os.MkdirTemp("", "looopy-host-warm-")
+	if err != nil {
+		return
+	}
+	defer os.RemoveAll(dir)
+	cfg := baseConfig(dir)
+	cfg.Plugins.Only, cfg.Plugins.NoWatch = nil, true
+	cfg.Plugins.CompileTimeout = host.Duration(30 * time.Minute)
+	m := host.NewMain()
+	m.Config = cfg
+	m.Stdout = io.Discard
+	if err := m.Start(context.Background()); err == nil {
+		_ = m.Close()
+	}
+}
+
 func startHost(t testing.TB, cfg host.Config) *testHost {
 	t.Helper()
 	m := host.NewMain()

@@ -119,6 +119,7 @@ func mcpHostConfig(t *testing.T) host.Config {
 }
 
 func TestMCPEndpointServesSandboxedTools(t *testing.T) {
+	t.Parallel()
 	th := startHost(t, mcpHostConfig(t))
 	url := th.URL() + "/mcp"
 
@@ -199,6 +200,7 @@ func TestMCPEndpointServesSandboxedTools(t *testing.T) {
 }
 
 func TestMCPOutsideServerIsAToolsetAndSaysUnsandboxed(t *testing.T) {
+	t.Parallel()
 	th := startHost(t, mcpHostConfig(t))
 	// The agent card lists the outside tools, marked.
 	resp, err := http.Get(th.URL() + "/.well-known/agent-card.json")
@@ -259,6 +261,7 @@ func TestMCPOutsideServerIsAToolsetAndSaysUnsandboxed(t *testing.T) {
 }
 
 func TestMCPStdioCommand(t *testing.T) {
+	t.Parallel()
 	looopy, _ := binaries(t)
 	cfgFile := filepath.Join(t.TempDir(), "looopy.json")
 	cfg := fmt.Sprintf(`{"plugins":{"only":["scripted-model","calculator"],"cacheDir":%q}}`, wasmCache)
@@ -315,6 +318,7 @@ func (l *logTail) String() string {
 // read, and the model reads the tool error naming the bound (the default,
 // 8 MiB, would have taken it).
 func TestMCPServerMessageBoundIsASetting(t *testing.T) {
+	t.Parallel()
 	_, mcpServer := binaries(t)
 	root := t.TempDir()
 	plugins := filepath.Join(root, "plugins")

@@ -20,6 +20,7 @@ import (
 // one step on the server. Before, every call passed the check before any
 // was counted (and this path had no test on Redis).
 func TestMCPUsageLimitHoldsAcrossHostsOnRedis(t *testing.T) {
+	t.Parallel()
 	const limit, calls = 4, 16
 	srv := redistest.Start(t, redistest.Options{})
 	var urls []string

@@ -17,6 +17,7 @@ import (
 // The scripted model's user rules file adds rules on top of the demo,
 // survives the manifest the build writes, and is read again when edited.
 func TestScriptedModelUserRulesOnTopOfTheDemo(t *testing.T) {
+	t.Parallel()
 	pluginDir, userDir := t.TempDir(), t.TempDir()
 	for _, name := range []string{"scripted-model", "calculator"} {
 		if _, err := author.Install(filepath.Join("../examples/plugins", name), pluginDir); err != nil {
