@@ -303,7 +303,9 @@ type EventLog interface {
 	Read(ctx context.Context, stream string, after uint64, limit int) ([]LogRecord, error)
 	// Last returns the sequence number of the last record (0 when empty).
 	Last(ctx context.Context, stream string) (uint64, error)
-	// Expire makes the whole stream disappear after ttl (0: now).
+	// Expire makes the whole stream disappear after ttl (0: now). An
+	// Append before then cancels it (the stream's writer sets it again
+	// when done): a stream is never deleted under its writer.
 	Expire(ctx context.Context, stream string, ttl time.Duration) error
 	// Wait blocks until the stream's last sequence number is above after,
 	// and returns it; it returns at once when it already is. It returns

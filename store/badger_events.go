@@ -43,8 +43,8 @@ func (e *BadgerEvents) Append(ctx context.Context, stream string, data ...[]byte
 		for i, d := range data {
 			ms = append(ms, set(msgKey(prefix, first+uint64(i)), d))
 		}
-		h.a += uint64(len(data))
-		return append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b}), nil
+		hm, err := h.grow(txn, stream, uint64(len(data)))
+		return append(ms, hm...), err
 	}})
 	if err != nil {
 		return 0, fmt.Errorf("append events to %q: %w", stream, err)
@@ -87,8 +87,11 @@ func (e *BadgerEvents) AppendStreams(ctx context.Context, appends []loop.StreamA
 			for j, d := range a.Data {
 				ms = append(ms, set(msgKey(prefix, first[i]+uint64(j)), d))
 			}
-			h.a += uint64(len(a.Data))
-			ms = append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b})
+			hm, err := h.grow(txn, a.Stream, uint64(len(a.Data)))
+			if err != nil {
+				return nil, err
+			}
+			ms = append(ms, hm...)
 		}
 		return ms, nil
 	}})
@@ -179,8 +182,35 @@ func (e *BadgerEvents) Last(ctx context.Context, stream string) (uint64, error) 
 	return last, nil
 }
 
+// grow returns the writes of a stream's head after n records were appended:
+// the new last seq, and no deadline. An append cancels the stream's expiry
+// (see Expire): the deadline and its expiry index entry go in the append's
+// own write, so a stream written to after its deadline was set is never
+// deleted under its writer, whatever the sweeper does next. A stream whose
+// records carry Badger TTLs of their own (legacyExpiry) keeps its deadline:
+// its records would vanish under a head without one.
+func (h head) grow(txn *badger.Txn, stream string, n uint64) ([]mutation, error) {
+	var ms []mutation
+	hk := evtHeadKey(stream)
+	if h.b != 0 {
+		legacy, err := legacyExpiry(txn, evtPrefix(stream))
+		if err != nil {
+			return nil, err
+		}
+		if legacy != 0 {
+			h.a += n
+			return append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b}), nil
+		}
+		ms = append(ms, del(sweepKey(h.b, stream)))
+	}
+	h.a += n
+	h.b = 0
+	return append(ms, set(hk, h.encode())), nil
+}
+
 // Expire implements loop.EventLog: the stream is gone once ttl has passed
-// (ttl 0: now), with the records appended to it later.
+// (ttl 0: now), unless a record is appended to it before: an append cancels
+// the expiry (the stream's writer sets it again when it is done).
 //
 // Expire writes two small records whatever the stream's length: the
 // stream's head with its deadline (as the head's Badger TTL too, so that

@@ -156,8 +156,11 @@ func (e *BadgerEvents) AppendCommit(ctx context.Context, appends []loop.CommitAp
 					seq++
 				}
 			}
-			h.a += uint64(n)
-			ms = append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b})
+			hm, err := h.grow(txn, a.Stream, uint64(n))
+			if err != nil {
+				return nil, err
+			}
+			ms = append(ms, hm...)
 		}
 		return ms, nil
 	}})

@@ -57,6 +57,7 @@ func (e *MemoryEvents) Append(ctx context.Context, stream string, data ...[]byte
 	}
 	first := uint64(len(s.recs)) + 1
 	s.recs = append(s.recs, cp...)
+	s.expires = time.Time{} // an append cancels the expiry (see Expire)
 	e.mu.Unlock()
 	e.waiters.wake(stream)
 	return first, nil
@@ -112,8 +113,8 @@ func (e *MemoryEvents) Last(ctx context.Context, stream string) (uint64, error) 
 	return uint64(len(s.recs)), nil
 }
 
-// Expire implements loop.EventLog. Records appended later share the
-// stream's expiry.
+// Expire implements loop.EventLog. An append before the deadline cancels
+// the expiry: the stream's writer sets it again when it is done.
 func (e *MemoryEvents) Expire(ctx context.Context, stream string, ttl time.Duration) error {
 	if err := e.limits.checkID("stream", stream); err != nil {
 		return fmt.Errorf("expire events: %w", err)

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"testing"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -43,6 +44,12 @@ func openBadger(t *testing.T, opts store.Options) storetest.Stores {
 		}
 	})
 	s := badgerStores(b)
+	s.Sweep = func(t *testing.T) {
+		t.Helper()
+		if _, err := b.SweepStreams(context.Background()); err != nil {
+			t.Fatalf("SweepStreams: %v", err)
+		}
+	}
 	s.Damage = func(t *testing.T, id string) {
 		t.Helper()
 		if err := b.DB().Update(func(txn *badger.Txn) error {

@@ -97,7 +97,6 @@ func (rt *Runtime) ExpireConversations(ctx context.Context, now time.Time) (int,
 	for id, a := range rt.agents {
 		if _, busy := rt.busy[id]; !busy && idle(a) {
 			rt.dropAgentLocked(id)
-			delete(rt.expiry, id)
 			rt.starting.Delete(id)
 		}
 	}
@@ -110,7 +109,6 @@ func (rt *Runtime) ExpireConversations(ctx context.Context, now time.Time) (int,
 		for _, id := range gone {
 			if _, busy := rt.busy[id]; !busy {
 				rt.dropAgentLocked(id)
-				delete(rt.expiry, id)
 				rt.starting.Delete(id)
 			}
 		}

@@ -304,7 +304,6 @@ type Runtime struct {
 	busy        map[string]*Run // by context id
 	perOwner    map[string]int  // running turns by principal, not ended
 	ended       int             // runs in running whose end is out (Run.ended)
-	expiry      map[string]time.Time
 	closing     bool
 	wg          sync.WaitGroup
 	starting    sync.Map // contextId -> *sync.Mutex: one agent start per context at a time
@@ -413,7 +412,7 @@ func New(cfg Config) (*Runtime, error) {
 	base, cancel := context.WithCancelCause(context.Background())
 	return &Runtime{cfg: cfg, st: cfg.Stores, ev: cfg.Events, log: log, base: base, cancelAll: cancel,
 		agents: map[string]*loop.Agent{}, running: map[string]*Run{}, busy: map[string]*Run{},
-		perOwner: map[string]int{}, expiry: map[string]time.Time{}}, nil
+		perOwner: map[string]int{}}, nil
 }
 
 // Owner returns the name of this process in leases.
@@ -1445,7 +1444,6 @@ func (rt *Runtime) evictLocked() {
 			continue
 		}
 		rt.dropAgentLocked(id)
-		delete(rt.expiry, id)
 		rt.starting.Delete(id)
 		if under() {
 			return
@@ -1754,19 +1752,19 @@ func (rt *Runtime) retire(taskID, contextID string, st loop.TaskStatus, subTasks
 			})
 		}
 	}
-	// Setting an expiry touches the whole stream, so it is renewed at most
-	// once per half retention period (records appended later share it).
+	// The context's stream expires ttl after its last turn: every turn's
+	// end sets the deadline (two small records, whatever the stream's
+	// length), and the next turn's first append cancels it, so a stream is
+	// never deleted under a running turn. A turn of the context already
+	// running again (its end comes later) sets it itself.
 	ttl := rt.cfg.TaskTTL
 	rt.mu.Lock()
 	if rt.cfg.MaxAgentBytes > 0 {
 		rt.evictLocked() // the turn's messages grew the cache
 	}
-	due := time.Since(rt.expiry[contextID]) > ttl/2
-	if due {
-		rt.expiry[contextID] = time.Now()
-	}
+	_, busy := rt.busy[contextID]
 	rt.mu.Unlock()
-	if due {
+	if !busy {
 		if err := rt.ev.KeepContext(ctx, contextID, ttl); err != nil {
 			rt.log.LogAttrs(ctx, slog.LevelWarn, "context stream expiry not set",
 				slog.String("context_id", contextID), slog.String("error", err.Error()))

@@ -193,8 +193,11 @@ for k = 1, #firsts do out[k + 2] = firsts[k] end
 return out
 `)
 
-// appendEvents: KEYS stream; ARGV records. Returns the id of the first.
+// appendEvents: KEYS stream; ARGV records. Returns the id of the first. An
+// append cancels the stream's expiry (PERSIST, in the same script: a stream
+// written to after its deadline was set is never deleted under its writer).
 var appendEventsScript = redis.NewScript(`
+redis.call('PERSIST', KEYS[1])
 local first
 for i = 1, #ARGV do
   local id = redis.call('XADD', KEYS[1], '0-*', 'd', ARGV[i])

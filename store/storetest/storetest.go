@@ -43,6 +43,9 @@ type Stores struct {
 	// keep records as Go values (nothing is decoded, so nothing can be
 	// damaged): the broken-record test says so and is skipped for them.
 	Damage func(t *testing.T, id string)
+	// Sweep runs the store's deletion of expired event streams now, for
+	// stores that delete them in a sweep of their own (nil: none).
+	Sweep func(t *testing.T)
 }
 
 type namedTest struct {
@@ -910,11 +913,38 @@ func testEventExpire(t *testing.T, s Stores) {
 		t.Fatalf("Expire with a negative ttl: err = %v, want ErrInvalid", err)
 	}
 
+	// An append after Expire cancels the expiry: a stream written to
+	// after its deadline was set (a new turn of a conversation) is never
+	// deleted under its writer. "ctl" gets its deadline after "ttl" did, so
+	// once it is gone, "ttl" is past the deadline it was given.
 	mustEvents(t, l, "ttl", "1", "2", "3")
+	mustEvents(t, l, "ctl", "c")
 	if err := l.Expire(ctx, "ttl", time.Second); err != nil {
 		t.Fatalf("Expire(1s): %v", err)
 	}
-	mustEvents(t, l, "ttl", "4") // appended after Expire: goes with the stream
+	if err := l.Expire(ctx, "ctl", time.Second); err != nil {
+		t.Fatalf("Expire(1s): %v", err)
+	}
+	mustEvents(t, l, "ttl", "4") // appended after Expire: the stream stays
+	eventually(t, "stream past its ttl is gone", func() bool {
+		n, err := l.Last(ctx, "ctl")
+		if err != nil {
+			t.Fatalf("Last: %v", err)
+		}
+		return n == 0
+	})
+	if s.Sweep != nil {
+		s.Sweep(t)
+	}
+	wantLast(t, l, "ttl", 4)
+	wantRead(t, l, "ttl", 0, 0, "1", "2", "3", "4")
+	if f := mustEvents(t, l, "ttl", "5"); f != 5 {
+		t.Fatalf("Append to a stream whose expiry an append canceled: seq %d, want 5", f)
+	}
+	// Its writer sets the expiry again: then it goes.
+	if err := l.Expire(ctx, "ttl", time.Second); err != nil {
+		t.Fatalf("Expire(1s): %v", err)
+	}
 	eventually(t, "stream past its ttl is gone", func() bool {
 		n, err := l.Last(ctx, "ttl")
 		if err != nil {
