@@ -117,7 +117,6 @@ func (rt *Runtime) dropIdleAgent(contextID string) bool {
 		return false
 	}
 	rt.dropAgentLocked(contextID)
-	delete(rt.expiry, contextID)
 	rt.starting.Delete(contextID)
 	return true
 }
