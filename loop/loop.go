@@ -1480,6 +1480,9 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 		if rt := sub.env.Routed; rt != nil && rt.Request.Route != nil && rt.Request.Route.SubtaskID == sub.ID {
 			if _, ok := routedFor(&sub.env, call); ok {
 				if in := rt.inner(); in != nil {
+					if rt.taken != nil {
+						rt.taken.Store(true)
+					}
 					env.Routed = in
 					if in.Request.InputType == InputAuth && in.Request.Auth != nil {
 						env.Credentials.Copy(sub.ID, in.Request.Route.SubtaskID, in.Request.Auth.Holder, in.Request.Auth.Provider)
@@ -1491,7 +1494,7 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 	if sub == nil {
 		if rq, ok := tr.t.Routes[call.ID]; ok {
 			if a, ok := tr.t.Answers[call.ID]; ok {
-				env.Routed = &RoutedInput{Request: rq, Answer: a}
+				env.Routed = &RoutedInput{Request: rq, Answer: a, taken: new(atomic.Bool)}
 				if rq.InputType == InputAuth && rq.Auth != nil && rq.Route != nil {
 					// The client's credential, kept for this task, goes
 					// to the sub-task that asked for it.
@@ -1501,6 +1504,13 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 		}
 	}
 	r, err := ts.Call(ctx, call, &env)
+	if rd := env.Routed; rd != nil && rd.taken != nil && !rd.taken.Load() && rd.Request.Route != nil && rd.Request.Route.Inner != nil &&
+		parent.Err() == nil && !Suspended(parent) {
+		// The sub-agent ran again with the answer to a request it relayed
+		// and went on without the call the request was about: what asked
+		// below waits for an answer that will not come.
+		tr.endNotTaken(ctx, rd.Request.Route)
+	}
 	if n, ok := AuthNeedOf(err); ok && err != nil && ctx.Err() == nil {
 		if n.Holder == "" {
 			n.Holder = "tool:" + call.Name

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,7 +54,7 @@ func (r *RoutedInput) inner() *RoutedInput {
 	req.InputID, req.Call, req.Route = rt.InputID, rt.Call, rt.Inner
 	a := r.Answer
 	a.InputID = rt.InputID
-	return &RoutedInput{Request: req, Answer: a}
+	return &RoutedInput{Request: req, Answer: a, taken: new(atomic.Bool)}
 }
 
 // InputRequiredError is what a tool returns (from Toolset.Call) when its
@@ -75,6 +76,10 @@ func (e *InputRequiredError) Error() string {
 type RoutedInput struct {
 	Request InputRequest
 	Answer  InputAnswer
+
+	// taken is set once the answer went on down to the call of the
+	// sub-agent the relayed request was about (nil: not followed).
+	taken *atomic.Bool
 }
 
 // routePauseKey marks, in the journal, the result of a call that stopped

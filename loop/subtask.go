@@ -498,6 +498,46 @@ func (l *Loop) endRoute(ctx context.Context, parentID string, rt *InputRoute, st
 	return evs, errors.Join(errs...)
 }
 
+// endNotTaken ends what still waits below rt, the route of a request the
+// turn's call relayed from its sub-agent, once the sub-agent ran again
+// with the answer and went on without the call the request was about:
+// level by level, a sub-task whose record still waits for the route's
+// request is ended canceled (and its remote task canceled); a level taken
+// up again since (its record no longer waits for that request) is left,
+// with what is below it.
+func (tr *turn) endNotTaken(ctx context.Context, rt *InputRoute) {
+	ts := tr.l.subtasks
+	if ts == nil || rt == nil {
+		return
+	}
+	wctx := context.WithoutCancel(ctx)
+	const why = "the sub-agent went on without the call this request was about"
+	parentID := rt.SubtaskID
+	for in := rt.Inner; in != nil && in.SubtaskID != ""; parentID, in = in.SubtaskID, in.Inner {
+		rec, err := ts.LoadTask(wctx, in.SubtaskID)
+		if err != nil || !rec.Status.Interrupted() || rec.ParentTaskID != parentID {
+			return
+		}
+		waits := false
+		for _, r := range rec.OpenRequests() {
+			waits = waits || r.InputID == in.InputID
+		}
+		if !waits {
+			return
+		}
+		one := *in
+		one.Inner = nil
+		evs, err := tr.l.endRoute(wctx, parentID, &one, TaskCanceled, why)
+		for _, e := range evs {
+			tr.emit(e)
+		}
+		if err != nil {
+			tr.l.log.LogAttrs(ctx, slog.LevelWarn, "a relayed request's sub-agents not all ended", slog.String("task_id", tr.t.TaskID),
+				slog.String("error", err.Error()))
+		}
+	}
+}
+
 // endRelayed ends what waits behind req, a request one of the turn's calls
 // passed up that goes no further (canceled, with why), and sends the
 // sub-tasks' final events.

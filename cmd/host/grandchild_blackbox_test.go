@@ -25,13 +25,29 @@ const relayScript = `{"rules": [
   {"text": "peer said: {{lastToolResult}}"}]}
 ],"default":{"steps":[{"text":"echo: {{input}}"}]}}`
 
+// changedScript is relayScript once the researcher's model no longer asks
+// peer: it answers at once.
+const changedScript = `{"rules": [
+ {"name": "relay", "match": "^relay (.+)$", "steps": [
+  {"toolCall": {"name": "researcher", "arguments": {"prompt": "delegate $1"}}},
+  {"text": "researcher said: {{lastToolResult}}"}]},
+ {"name": "delegate", "match": "briefly: delegate (.+)$", "steps": [
+  {"text": "not asking peer after all"}]}
+],"default":{"steps":[{"text":"echo: {{input}}"}]}}`
+
 // startRelayHostAt runs, on the folder top, a host whose researcher agent
 // plugin may call the remote agent peer at url.
 func startRelayHostAt(t *testing.T, top, url string) *sandboxHost {
 	t.Helper()
+	return startRelayHostScript(t, top, url, relayScript)
+}
+
+// startRelayHostScript is startRelayHostAt with the model's script.
+func startRelayHostScript(t *testing.T, top, url, script string) *sandboxHost {
+	t.Helper()
 	pluginDir := filepath.Join(top, "plugins")
 	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
-		map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}, map[string]any{"script": relayScript})
+		map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}, map[string]any{"script": script})
 	installPlugin(t, pluginDir, "researcher", "agent", readExample(t, "researcher"),
 		map[string]any{"hostFunctions": []string{"model_call", "tool_call", "result_read", "emit"}}, map[string]any{"maxRounds": 3})
 	return startSandboxHostWith(t, top, pluginDir, nil, map[string]any{
@@ -194,6 +210,45 @@ func TestBlackBoxGrandchildAsksTheTopClient(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(ledger); strings.Count(string(got), "\n") != 1 {
 		t.Fatalf("B's ledger: %q; want only pay-1", got)
+	}
+}
+
+// TestBlackBoxRelayedRequestNotTakenEndsBelow: host A's researcher relays
+// the approval asked by peer's task on B; A restarts with a model that no
+// longer asks peer. The client's answer runs the researcher again, which
+// completes without the call the request was about: B's task, which
+// nothing will answer now, is canceled, not left input-required. Before,
+// it waited on B until B's own expiry.
+func TestBlackBoxRelayedRequestNotTakenEndsBelow(t *testing.T) {
+	t.Parallel()
+	b, ledger := startLedgerHost(t, nil)
+	topA := t.TempDir()
+	a := startRelayHostAt(t, topA, b.base)
+	ca, cb := a2aClient(t, a.base, ""), a2aClient(t, b.base, "")
+	task, err := apSend(t, ca, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("relay pay-9"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputID, remote := relayedRequest(t, task)
+	if err := syscall.Kill(a.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+	a = startRelayHostScript(t, topA, b.base, changedScript)
+	ca = a2aClient(t, a.base, "")
+	done, err := apSend(t, ca, apAnswer(task.ID, map[string]any{"inputId": inputID, "decision": "approve"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !done.Status.State.Terminal() {
+		done = leftPause(t, ca, task.ID)
+	}
+	if text := artifactsText(done); done.Status.State != a2a.TaskStateCompleted || !strings.Contains(text, "not asking peer after all") {
+		t.Fatalf("A's task %s %.600q; want completed with the researcher's new answer", done.Status.State, text)
+	}
+	waitRemoteState(t, cb, remote, a2a.TaskStateCanceled)
+	if got, _ := os.ReadFile(ledger); len(got) != 0 {
+		t.Fatalf("B's ledger: %q; want nothing run", got)
 	}
 }
 
