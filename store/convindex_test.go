@@ -387,3 +387,55 @@ func TestDeleteConversation(t *testing.T) {
 		t.Fatalf("memory: delete again: %v", err)
 	}
 }
+
+// The in-memory store counts each conversation's unfinished tasks as
+// they are saved, finished and deleted: the expiry keeps a conversation
+// while the count is above zero and looks at no task.
+func TestMemoryUnfinishedTaskCount(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory(MemoryOptions{SweepInterval: -1})
+	t.Cleanup(func() { _ = m.Close() })
+	old := time.Now().Add(-2 * time.Hour)
+	for _, id := range []string{"a", "b"} {
+		if err := m.SaveAgent(ctx, loop.AgentMetadata{ContextID: id, CreatedAt: old, LastActivity: old}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save := func(id, conv string, st loop.TaskStatus) {
+		t.Helper()
+		rec, err := m.LoadTask(ctx, id)
+		if errors.Is(err, loop.ErrNotFound) {
+			rec = loop.TaskRecord{ID: id, ContextID: conv, CreatedAt: old}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		rec.Status = st
+		if err := m.SaveTask(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save("a1", "a", loop.TaskWorking)
+	save("a2", "a", loop.TaskWaitingInput)
+	save("b1", "b", loop.TaskWorking)
+	expire := func(want ...string) {
+		t.Helper()
+		gone, err := m.ExpireConversations(ctx, time.Now().Add(-time.Hour))
+		slices.Sort(gone)
+		if err != nil || !slices.Equal(gone, want) {
+			t.Fatalf("expired %v (%v), want %v", gone, err, want)
+		}
+	}
+	expire()
+	save("a1", "a", loop.TaskCompleted)
+	expire() // a2 still waits
+	if err := m.DeleteTask(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	save("b1", "b", loop.TaskWaitingInput) // still unfinished
+	expire("a")
+	save("b1", "b", loop.TaskCanceled)
+	expire("b")
+	if len(m.openTasks) != 0 {
+		t.Fatalf("counts left: %v", m.openTasks)
+	}
+}

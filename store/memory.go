@@ -34,8 +34,9 @@ type Memory struct {
 	agents  map[string]loop.AgentMetadata
 	convIdx *memConvIndex // the agents by last activity, under agentMu
 
-	taskMu sync.RWMutex
-	tasks  map[string]loop.TaskRecord
+	taskMu    sync.RWMutex
+	tasks     map[string]loop.TaskRecord
+	openTasks map[string]int // context id → its unfinished tasks, under taskMu
 
 	kvMu sync.RWMutex
 	kv   map[string]map[string][]byte
@@ -66,16 +67,17 @@ var (
 // NewMemory returns an empty in-memory store. Close stops its sweeper.
 func NewMemory(opts MemoryOptions) *Memory {
 	m := &Memory{
-		limits:  opts.Limits.withDefaults(),
-		hist:    map[string][]loop.Message{},
-		agents:  map[string]loop.AgentMetadata{},
-		convIdx: newMemConvIndex(),
-		tasks:   map[string]loop.TaskRecord{},
-		kv:      map[string]map[string][]byte{},
-		ckpts:   map[string]loop.Checkpoint{},
-		journal: map[string]map[string]loop.JournalEntry{},
-		leases:  map[string]loop.Lease{},
-		stop:    make(chan struct{}),
+		limits:    opts.Limits.withDefaults(),
+		hist:      map[string][]loop.Message{},
+		agents:    map[string]loop.AgentMetadata{},
+		convIdx:   newMemConvIndex(),
+		tasks:     map[string]loop.TaskRecord{},
+		openTasks: map[string]int{},
+		kv:        map[string]map[string][]byte{},
+		ckpts:     map[string]loop.Checkpoint{},
+		journal:   map[string]map[string]loop.JournalEntry{},
+		leases:    map[string]loop.Lease{},
+		stop:      make(chan struct{}),
 	}
 	m.events = &MemoryEvents{limits: m.limits, streams: map[string]*memStream{}}
 	interval := opts.SweepInterval
@@ -119,7 +121,7 @@ func (m *Memory) Sweep(now time.Time) {
 	m.taskMu.Lock()
 	for id, t := range m.tasks {
 		if expired(t.ExpiresAt, now) {
-			delete(m.tasks, id)
+			m.dropTaskLocked(id)
 		}
 	}
 	m.taskMu.Unlock()
@@ -283,8 +285,27 @@ func (m *Memory) SaveTask(ctx context.Context, t loop.TaskRecord) error {
 		return fmt.Errorf("save task: %w", err)
 	}
 	t.Version++
+	m.dropTaskLocked(t.ID)
 	m.tasks[t.ID] = t
+	if !t.Status.Terminal() {
+		m.openTasks[t.ContextID]++
+	}
 	return nil
+}
+
+// dropTaskLocked removes a task and its count in openTasks. taskMu is
+// held.
+func (m *Memory) dropTaskLocked(id string) {
+	old, ok := m.tasks[id]
+	if !ok {
+		return
+	}
+	delete(m.tasks, id)
+	if !old.Status.Terminal() {
+		if m.openTasks[old.ContextID]--; m.openTasks[old.ContextID] <= 0 {
+			delete(m.openTasks, old.ContextID)
+		}
+	}
 }
 
 // checkVersionLocked refuses a write of t over a record of another
@@ -429,7 +450,7 @@ func (m *Memory) DeleteTask(ctx context.Context, id string) error {
 		return fmt.Errorf("delete task: %w", err)
 	}
 	m.taskMu.Lock()
-	delete(m.tasks, id)
+	m.dropTaskLocked(id)
 	m.taskMu.Unlock()
 	return nil
 }
@@ -493,8 +514,8 @@ func (m *Memory) KVDelete(ctx context.Context, namespace, key string) error {
 // ExpireConversations deletes the conversations (agent record, history)
 // whose last activity is before idleBefore and that have no unfinished
 // task, and returns their ids. It looks at the conversations of the
-// index by last activity older than idleBefore (memConvIndex), and at the
-// tasks only when one of those is idle. A task saved meanwhile waits for it (the
+// index by last activity older than idleBefore (memConvIndex), and at
+// their counts of unfinished tasks. A task saved meanwhile waits for it (the
 // task lock is held throughout), so a conversation whose turn began first
 // is kept.
 func (m *Memory) ExpireConversations(ctx context.Context, idleBefore time.Time) ([]string, error) {
@@ -513,18 +534,9 @@ func (m *Memory) ExpireConversations(ctx context.Context, idleBefore time.Time) 
 			idle = append(idle, id)
 		}
 	}
-	if len(idle) == 0 {
-		return nil, nil
-	}
-	busy := map[string]bool{}
-	for _, t := range m.tasks {
-		if !t.Status.Terminal() {
-			busy[t.ContextID] = true
-		}
-	}
 	var gone []string
 	for _, id := range idle {
-		if !busy[id] {
+		if m.openTasks[id] == 0 {
 			gone = append(gone, id)
 		}
 	}
@@ -556,10 +568,8 @@ func (m *Memory) DeleteConversation(ctx context.Context, contextID string) (bool
 	defer m.agentMu.Unlock()
 	m.taskMu.RLock()
 	defer m.taskMu.RUnlock()
-	for _, t := range m.tasks {
-		if t.ContextID == contextID && !t.Status.Terminal() {
-			return false, nil
-		}
+	if m.openTasks[contextID] > 0 {
+		return false, nil
 	}
 	_, found := m.agents[contextID]
 	delete(m.agents, contextID)
