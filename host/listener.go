@@ -105,6 +105,10 @@ type countedConn struct {
 	once sync.Once
 }
 
+// NetConn returns the connection it counts (a stream's client watch reads
+// the socket's state from it).
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.live.Add(-1) })

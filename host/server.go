@@ -581,7 +581,8 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 	// on live streams comes back at once, for the client reconnecting.
 	streamCtx, gone := context.WithCancelCause(ctx)
 	defer gone(nil)
-	watchClient(conn, func() { gone(errClientGone) })
+	probe := make(chan struct{}, 1)
+	watchClient(conn, func() { gone(errClientGone) }, probe)
 	sub, err := s.hub.Subscribe(streamCtx, stream, after, f)
 	if err != nil {
 		return err
@@ -598,6 +599,7 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 			}
 		},
 		Alive: s.taskAlive(stream),
+		Probe: probe,
 	})
 	switch {
 	case errors.Is(err, context.Canceled) && ctx.Err() == nil && errors.Is(context.Cause(streamCtx), errClientGone):

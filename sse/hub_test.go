@@ -621,6 +621,34 @@ func TestHeartbeatOnIdleStream(t *testing.T) {
 	}
 }
 
+// Each probe makes an idle stream write a ": ping" comment at once, with
+// no heartbeat to come.
+func TestProbeWritesAPingAtOnce(t *testing.T) {
+	h := newHub(t, sse.Config{Log: memoryLog(t)})
+	ctx, cancel := context.WithCancel(t.Context())
+	sub, err := h.Subscribe(ctx, "idle", 0, sse.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	w := &notifyWriter{writes: make(chan string, 16)}
+	probe := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- sse.Serve(ctx, w, nil, sub, sse.LooopyEncoder{}, sse.ServeOptions{Heartbeat: -1, Probe: probe})
+	}()
+	for range 2 {
+		probe <- struct{}{} // taken by the idle stream only
+		if s := <-w.writes; s != ": ping\n\n" {
+			t.Fatalf("a probe wrote %q", s)
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Serve after cancel: %v, want context.Canceled", err)
+	}
+}
+
 // stallWriter blocks its first write until released.
 type stallWriter struct {
 	started chan struct{}

@@ -59,6 +59,11 @@ type ServeOptions struct {
 	// FlushEvery is the most frames written between flushes while the
 	// subscriber catches up (it always flushes when caught up). Default 64.
 	FlushEvery int
+	// Probe, when set, asks for a ": ping" comment frame at once, written
+	// and flushed when the stream is caught up (while it catches up, its
+	// events are written anyway): the host sends it to learn whether a
+	// client that half-closed its connection still reads.
+	Probe <-chan struct{}
 }
 
 const pingFrame = ": ping\n\n"
@@ -200,6 +205,13 @@ func Serve(ctx context.Context, w io.Writer, flush func() error, sub *Subscripti
 				}
 			}
 			wrote = false
+		case <-opts.Probe:
+			if err := out.write([]byte(pingFrame)); err != nil {
+				return err
+			}
+			if err := out.doFlush(); err != nil {
+				return err
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sub.closed:

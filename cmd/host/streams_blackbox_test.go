@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -402,4 +403,63 @@ func openA2AStream(t *testing.T, h *sandboxHost, contextID, text string) *liveSt
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return s
+}
+
+// A client that half-closes its connection after GET /events (its sending
+// side shut, legal in HTTP/1.1) still reads: the host replays every event
+// of the conversation to it and keeps the stream open, while a client that
+// closes its connection gives its place back at once
+// (TestBlackBoxGoneStreamsGiveTheirPlaceAtOnce).
+func TestBlackBoxHalfClosedClientGetsItsStream(t *testing.T) {
+	top := t.TempDir()
+	h := startSandboxHostWith(t, top, top+"/plugins", nil, map[string]any{
+		"limits": map[string]any{"shutdownGrace": "2s", "heartbeat": "1h"},
+	})
+	ctxID := newConversation(t, h)
+	resp, err := http.Head(h.base + "/events/" + ctxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	last := resp.Header.Get("Looopy-Last-Event-ID")
+	if resp.StatusCode != http.StatusOK || last == "" || last == "0" {
+		t.Fatalf("HEAD /events: %d, Looopy-Last-Event-ID %q", resp.StatusCode, last)
+	}
+	for round := 1; round <= 3; round++ {
+		addr := strings.TrimPrefix(h.base, "http://")
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &liveStream{conn: c.(*net.TCPConn)}
+		fmt.Fprintf(s.conn, "GET /events/%s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", ctxID, addr)
+		if err := s.conn.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		// Every event up to the last, then the stream stays open: a read
+		// finds nothing more (a deadline), not its end. The deadlines are
+		// hang guards; the host's heartbeat (1h) never comes.
+		_ = s.conn.SetReadDeadline(time.Now().Add(time.Minute))
+		var got bytes.Buffer
+		var b [4096]byte
+		for !strings.Contains(got.String(), "id: "+last+"\n") {
+			n, err := s.conn.Read(b[:])
+			got.Write(b[:n])
+			if err != nil {
+				t.Fatalf("round %d: the half-closed client's stream ended before event %s (%v):\n%s", round, last, err, got.String())
+			}
+		}
+		_ = s.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		for {
+			_, err := s.conn.Read(b[:])
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				break
+			}
+			if err != nil {
+				t.Fatalf("round %d: the half-closed client's stream was cut after its replay: %v", round, err)
+			}
+		}
+		_ = s.conn.Close()
+	}
 }
