@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/looopy-go/looopy/loop"
 )
@@ -131,5 +132,65 @@ func TestWritesAskWritableFirst(t *testing.T) {
 	}
 	if files := blobFiles(t, dir); len(files) != 1 {
 		t.Fatalf("after an accepted blob write: files %v, want one", files)
+	}
+}
+
+// The sweep of expired artifacts asks Config.Deletable, not Writable: past
+// the floor where the store refuses writes, its deletes (the record marked
+// as being deleted, its parts, its index keys) still pass while the
+// store's reserve for deletes lasts, so a full disk can free itself. A
+// delete asked by a client or a tool still asks Writable, and with
+// Deletable refusing too the sweep removes nothing.
+func TestSweepAsksDeletable(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	var full, deletesFull atomic.Bool
+	d := NewMemory(nil, Config{InlineMax: 10, Now: clk.Now,
+		Writable: func() error {
+			if full.Load() {
+				return errFull
+			}
+			return nil
+		},
+		Deletable: func() error {
+			if deletesFull.Load() {
+				return errFull
+			}
+			return nil
+		}})
+	var ids []string
+	for range 3 {
+		f, err := d.Create(ctx, Spec{Kind: KindFile, TaskID: "old", ContextID: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.AppendChunk(ctx, f.ID, []byte("this is over ten bytes"), true); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, f.ID)
+	}
+	if err := d.ExpireTask(ctx, "old", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Hour)
+	full.Store(true)
+
+	if err := d.Delete(ctx, ids[0]); !errors.Is(err, errFull) {
+		t.Fatalf("a client's delete past the floor: %v, want refused", err)
+	}
+	deletesFull.Store(true)
+	if n, err := d.Sweep(ctx); !errors.Is(err, errFull) || n != 0 {
+		t.Fatalf("sweep with the reserve used up: %d removed, %v; want refused", n, err)
+	}
+	deletesFull.Store(false)
+	if n, err := d.Sweep(ctx); err != nil || n != 3 {
+		t.Fatalf("sweep past the floor: %d removed, %v; want 3", n, err)
+	}
+	var left int
+	_ = d.kv.view(func(tx kvTxn) error {
+		return tx.keys([]byte("art"), func([]byte) error { left++; return nil })
+	})
+	if left != 0 {
+		t.Fatalf("%d keys left after the sweep", left)
 	}
 }

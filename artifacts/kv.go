@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -43,15 +44,27 @@ func (b badgerKV) view(fn func(kvTxn) error) error {
 	return b.db.View(func(txn *badger.Txn) error { return fn(badgerTxn{txn}) })
 }
 
-// update retries a transaction that lost a conflict with another writer.
+// blockedFor bounds how long update waits while Badger holds its writes.
+const blockedFor = time.Minute
+
+// update retries a transaction that lost a conflict with another writer,
+// and one that Badger refused while it held its writes (ErrBlockedWrites:
+// the store's reclaim of space flushes its memtables then, for a moment).
 func (b badgerKV) update(fn func(kvTxn) error) error {
 	var err error
-	for range 16 {
+	var waited time.Duration
+	for n := 0; n < 16; n++ {
 		var fnErr error
 		err = b.db.Update(func(txn *badger.Txn) error {
 			fnErr = fn(badgerTxn{txn})
 			return fnErr
 		})
+		if errors.Is(err, badger.ErrBlockedWrites) && fnErr == nil && waited < blockedFor {
+			time.Sleep(10 * time.Millisecond)
+			waited += 10 * time.Millisecond
+			n--
+			continue
+		}
 		if err != nil && fnErr == nil && !errors.Is(err, badger.ErrConflict) {
 			return &storageError{err} // the commit failed, not the request
 		}

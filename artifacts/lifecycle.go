@@ -85,6 +85,11 @@ func (d *DB) Delete(ctx context.Context, id string) error {
 }
 
 func (d *DB) delete(ctx context.Context, id string) error {
+	return d.deleteWith(ctx, d.kv, id)
+}
+
+// deleteWith deletes artifact id through k (d.kv, or d.sweepKV for Sweep).
+func (d *DB) deleteWith(ctx context.Context, k kv, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -93,7 +98,7 @@ func (d *DB) delete(ctx context.Context, id string) error {
 	}
 	defer d.lock(id)()
 	var m metaRecord
-	err := d.kv.update(func(tx kvTxn) error {
+	err := k.update(func(tx kvTxn) error {
 		var err error
 		if m, err = d.loadRaw(tx, id); err != nil {
 			return err
@@ -120,7 +125,7 @@ func (d *DB) delete(ctx context.Context, id string) error {
 		}
 		var keys [][]byte
 		var blobs []string
-		err := d.kv.view(func(tx kvTxn) error {
+		err := k.view(func(tx kvTxn) error {
 			return tx.keys(prefix, func(k []byte) error {
 				key := bytes.Clone(k)
 				v, err := tx.get(key, nil)
@@ -144,7 +149,7 @@ func (d *DB) delete(ctx context.Context, id string) error {
 		if len(keys) == 0 {
 			break
 		}
-		if err := d.kv.update(func(tx kvTxn) error {
+		if err := k.update(func(tx kvTxn) error {
 			for _, k := range keys {
 				if err := tx.del(k); err != nil {
 					return err
@@ -160,7 +165,7 @@ func (d *DB) delete(ctx context.Context, id string) error {
 			}
 		}
 	}
-	return d.kv.update(func(tx kvTxn) error {
+	return k.update(func(tx kvTxn) error {
 		for _, k := range [][]byte{metaKey(id), ctxKey(m.ContextID, id), taskKey(m.TaskID, id), delKey(id)} {
 			if err := tx.del(k); err != nil {
 				return err
@@ -187,7 +192,9 @@ func (d *DB) DeleteTask(ctx context.Context, taskID string) error {
 	return nil
 }
 
-// ExpireTask implements Store.
+// ExpireTask implements Store. Its writes (an expiry and its index entry
+// per artifact, what lets Sweep delete it) ask Config.Deletable, as the
+// sweep's do.
 func (d *DB) ExpireTask(ctx context.Context, taskID string, ttl time.Duration) error {
 	if ttl <= 0 {
 		return d.DeleteTask(ctx, taskID)
@@ -200,7 +207,7 @@ func (d *DB) ExpireTask(ctx context.Context, taskID string, ttl time.Duration) e
 	for _, id := range ids {
 		err := func() error {
 			defer d.lock(id)()
-			return d.kv.update(func(tx kvTxn) error {
+			return d.sweepKV.update(func(tx kvTxn) error {
 				m, err := d.loadRaw(tx, id)
 				if errors.Is(err, ErrNotFound) {
 					return nil
@@ -260,7 +267,7 @@ func (d *DB) Sweep(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("sweep artifacts: %w", err)
 	}
 	for i, id := range ids {
-		if err := d.delete(ctx, id); err != nil {
+		if err := d.deleteWith(ctx, d.sweepKV, id); err != nil {
 			return i, fmt.Errorf("sweep artifacts: %w", err)
 		}
 	}

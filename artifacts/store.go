@@ -104,6 +104,15 @@ type Config struct {
 	// free), so artifacts cannot fill the disk Badger writes through its
 	// memory maps.
 	Writable func() error
+	// Deletable, when set with Writable, is asked instead of it before
+	// the writes of Sweep, which only remove what has expired (and mark
+	// a record as being deleted), and of ExpireTask, which gives a
+	// finished task's artifacts their expiry (once per task, what lets
+	// Sweep remove them): the host gives the Badger store's check
+	// for its cleanup, which lets deletes through below the floor where
+	// Writable refuses, while a reserve lasts, so a full disk can free
+	// itself. Other deletes (a client's, a tool's) still ask Writable.
+	Deletable func() error
 }
 
 // BlobCheckEvery is how many bytes of a blob are written between two
@@ -121,6 +130,7 @@ const (
 type DB struct {
 	kv        kv
 	raw       kv // kv without Config.Writable's check (failOnStorage)
+	sweepKV   kv // kv with Config.Deletable's check (Sweep, ExpireTask)
 	blobs     BlobStore
 	inlineMax int64
 	maxPart   int64
@@ -185,12 +195,16 @@ func NewMemory(blobs BlobStore, cfg Config) *DB {
 }
 
 func newDB(k kv, blobs BlobStore, cfg Config) *DB {
-	raw := k
+	raw, sweep := k, k
 	if cfg.Writable != nil {
 		k = guardedKV{kv: k, check: cfg.Writable}
+		sweep = k
 		blobs = guardedBlobs{BlobStore: blobs, check: cfg.Writable}
+		if cfg.Deletable != nil {
+			sweep = guardedKV{kv: raw, check: cfg.Deletable}
+		}
 	}
-	d := &DB{kv: k, raw: raw, blobs: blobs, inlineMax: cfg.InlineMax, maxPart: cfg.MaxPartSize, log: cfg.Logger, now: cfg.Now, seed: maphash.MakeSeed()}
+	d := &DB{kv: k, raw: raw, sweepKV: sweep, blobs: blobs, inlineMax: cfg.InlineMax, maxPart: cfg.MaxPartSize, log: cfg.Logger, now: cfg.Now, seed: maphash.MakeSeed()}
 	if d.inlineMax <= 0 {
 		d.inlineMax = defaultInlineMax
 	}

@@ -260,8 +260,11 @@ func (m *Main) openArtifacts(st *store.Badger, dataDir string, blobs artifacts.B
 	}
 	// Artifact records go into the store's database, their blob files
 	// into its folder: every write of them asks the store's check of its
-	// disk first (store.ErrNoSpace), as the store's own writes do.
+	// disk first (store.ErrNoSpace), as the store's own writes do; the
+	// sweep of expired artifacts asks the check of the store's cleanup
+	// (its deletes pass below the floor while a reserve lasts).
 	cfg.Writable = st.Writable
+	cfg.Deletable = st.Deletable
 	if err := migrateArtifactDB(dir, st.DB(), st.Writable, m.log); err != nil {
 		return nil, err
 	}

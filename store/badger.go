@@ -97,6 +97,8 @@ type Badger struct {
 	written        atomic.Int64                    // their estimated size (estimate)
 	reads          atomic.Int64                    // read snapshots taken by view
 	convIdxBuilt   atomic.Bool                     // the conversation index holds every agent record
+	gcRatio        float64                         // Options.GCDiscardRatio
+	reclaimedAt    uint64                          // Badger's version after the last reclaim (the sweeper's)
 
 	mu     sync.RWMutex // held for reading while submitting, for writing by Close
 	closed bool
@@ -142,6 +144,13 @@ func Open(opts Options) (*Badger, error) {
 	bo = bo.WithLogger(badgerLogger{log}).WithMetricsEnabled(false).WithValueThreshold(ValueThreshold)
 	if opts.Memory > 0 {
 		bo = sizeForMemory(bo, opts.Memory)
+	}
+	if !opts.InMemory && opts.MinFreeBytes >= 0 {
+		minFree := opts.MinFreeBytes
+		if minFree == 0 {
+			minFree = defaultMinFree(bo.MemTableSize)
+		}
+		bo = bo.WithValueLogFileSize(vlogFileSize(minFree, bo.ValueLogFileSize))
 	}
 	if opts.Tune != nil {
 		bo = opts.Tune(bo)
@@ -213,6 +222,7 @@ func Open(opts Options) (*Badger, error) {
 	if ratio <= 0 || ratio >= 1 {
 		ratio = 0.5
 	}
+	b.gcRatio = ratio
 	if gcEvery > 0 && !opts.InMemory {
 		b.wg.Add(1)
 		go b.gcLoop(gcEvery, ratio)
@@ -296,7 +306,7 @@ func (b *Badger) gcLoop(every time.Duration, ratio float64) {
 		for {
 			err := b.db.RunValueLogGC(ratio)
 			if err != nil {
-				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
+				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) && !errors.Is(err, badger.ErrBlockedWrites) {
 					b.log.Warn("store: value log gc", "err", err)
 				}
 				break
@@ -326,9 +336,15 @@ func (b *Badger) gcLoop(every time.Duration, ratio float64) {
 // pending batch is committed, with its own transactions. It runs on the
 // commit goroutine, so it must not submit writes itself (that would wait
 // for itself).
+//
+// frees marks a write of the store's own cleanup that only removes data
+// (and writes the small index and head records a crash-safe removal
+// needs): below the floor where writes stop it still passes while the
+// reserve for deletes lasts (deletesFit).
 type writeOp struct {
 	apply func(txn *badger.Txn) ([]mutation, error)
 	run   func() error
+	frees bool
 	res   chan error
 }
 
@@ -395,16 +411,22 @@ func (b *Badger) commitLoop() {
 // event streams, its events and its turn's commit, leapfrogging one sync
 // each). This is scheduling, not waiting: with nothing else runnable it
 // returns at once.
+//
+// Below the floor where writes stop, the writes of the store's cleanup
+// that only remove data (writeOp.frees) still pass while the reserve for
+// deletes lasts; every other write of the batch is refused.
 func (b *Badger) batch(first *writeOp) {
-	if err := b.checkSpace(); err != nil {
+	full := b.checkSpace()
+	freesOnly := full != nil && b.deletesFit() == nil
+	if full != nil && !freesOnly {
 		b.refused.Add(1)
 		// Refuse the writes waiting now too: each would hit the same
 		// wall, and the check is made once per batch.
-		first.res <- err
+		first.res <- full
 		for n := 1; n < b.maxBatch; n++ {
 			select {
 			case op := <-b.ops:
-				op.res <- err
+				op.res <- full
 				continue
 			default:
 			}
@@ -413,16 +435,28 @@ func (b *Badger) batch(first *writeOp) {
 		return
 	}
 	c := committer{b: b, txn: b.db.NewTransaction(true)}
-	c.add(first)
+	refused := false
+	take := func(op *writeOp) {
+		if freesOnly && !op.frees {
+			refused = true
+			op.res <- full
+			return
+		}
+		c.add(op)
+	}
+	take(first)
 	runtime.Gosched()
 	for n := 1; n < b.maxBatch; n++ {
 		select {
 		case op := <-b.ops:
-			c.add(op)
+			take(op)
 			continue
 		default:
 		}
 		break
+	}
+	if refused {
+		b.refused.Add(1)
 	}
 	c.commit()
 	c.txn.Discard()

@@ -85,7 +85,7 @@ func (b *Badger) ExpireConversations(ctx context.Context, idleBefore time.Time) 
 					}
 				}
 				return ms, nil
-			}})
+			}, frees: true})
 			if err != nil {
 				return gone, err
 			}
@@ -251,7 +251,7 @@ func (b *Badger) sweepConversationMessages(ctx context.Context) error {
 			var ms []mutation
 			ms, moved = convSweepApply(txn, entries)
 			return ms, nil
-		}})
+		}, frees: true})
 		if err != nil {
 			return err
 		}

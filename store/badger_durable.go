@@ -69,12 +69,18 @@ func (b *Badger) LoadCheckpoint(ctx context.Context, taskID string) (loop.Checkp
 	return cp, err
 }
 
-// DeleteCheckpoint implements loop.CheckpointStore.
+// DeleteCheckpoint implements loop.CheckpointStore. It writes only when
+// there is a checkpoint to delete, and passes below the floor where
+// writes stop (writeOp.frees): the cleanup removes those of finished
+// tasks.
 func (b *Badger) DeleteCheckpoint(ctx context.Context, taskID string) error {
 	key := ckptKey(taskID)
-	return b.write(ctx, &writeOp{apply: func(*badger.Txn) ([]mutation, error) {
+	return b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		if _, err := txn.Get(key); errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, nil
+		}
 		return []mutation{del(key)}, nil
-	}})
+	}, frees: true})
 }
 
 // BeginCall implements loop.Journal.
@@ -142,7 +148,8 @@ func (b *Badger) Calls(ctx context.Context, taskID string) ([]loop.JournalEntry,
 	return out, err
 }
 
-// DeleteCalls implements loop.Journal.
+// DeleteCalls implements loop.Journal. It deletes only the entries it
+// finds, and passes below the floor where writes stop (writeOp.frees).
 func (b *Badger) DeleteCalls(ctx context.Context, taskID string) error {
 	prefix := journalPrefix(taskID)
 	return b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
@@ -153,7 +160,7 @@ func (b *Badger) DeleteCalls(ctx context.Context, taskID string) error {
 			ms = append(ms, del(it.Item().KeyCopy(nil)))
 		}
 		return ms, nil
-	}})
+	}, frees: true})
 }
 
 func sortJournal(es []loop.JournalEntry) {

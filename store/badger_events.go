@@ -218,7 +218,11 @@ func (h head) grow(txn *badger.Txn, stream string, n uint64) ([]mutation, error)
 // next append starts it again at seq 1) and an entry of the expiry index,
 // ordered by deadline. The records themselves are deleted later by the
 // store's sweeper (sweepStreams), off the writes that wait for a sync. It
-// shares its commit with whatever else is queued.
+// shares its commit with whatever else is queued. It passes below the floor
+// where writes stop (writeOp.frees: a head and an index entry, once per
+// finished stream, are what lets the sweep delete it); moving the deadline
+// of a stream stored before the expiry index rewrites its records and
+// does not.
 func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Duration) error {
 	if err := e.b.limits.checkID("stream", stream); err != nil {
 		return fmt.Errorf("expire events: %w", err)
@@ -256,7 +260,7 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 		}
 		h.b = deadline
 		return append(ms, mutation{key: hk, value: h.encode(), expiresAt: deadline}), nil
-	}})
+	}, frees: true})
 	if errors.Is(err, errLegacyExpiry) {
 		err = b.write(ctx, &writeOp{run: func() error { return b.extendLegacy(stream, deadline) }})
 	}

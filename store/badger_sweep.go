@@ -52,7 +52,7 @@ func (b *Badger) SweepStreams(ctx context.Context) (int, error) {
 			var ms []mutation
 			ms, deleted, finished = sweepApply(txn, due, uint64(time.Now().Unix()))
 			return ms, nil
-		}})
+		}, frees: true})
 		if err != nil {
 			return total, err
 		}
@@ -158,7 +158,9 @@ func deadRecords(txn *badger.Txn, prefix []byte, from uint64, max int, ms *[]mut
 	return n, false
 }
 
-// sweepLoop runs SweepStreams when the store opens and every interval.
+// sweepLoop runs SweepStreams when the store opens and every interval,
+// and reclaims the space of what the cleanup deleted when the disk is short
+// (reclaim.go).
 func (b *Badger) sweepLoop(every time.Duration) {
 	defer b.wg.Done()
 	t := time.NewTimer(0)
@@ -173,6 +175,7 @@ func (b *Badger) sweepLoop(every time.Duration) {
 		if _, err := b.SweepStreams(ctx); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNoSpace) {
 			b.log.Warn("store: sweep of expired event streams", "err", err)
 		}
+		b.reclaimIfShort()
 		t.Reset(every)
 	}
 }

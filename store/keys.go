@@ -31,6 +31,7 @@ import (
 //	convx/<contextId>                   an expired conversation whose messages up to this seq are to delete (8 bytes)
 //	kv/<namespace>/<key>                a plugin's key-value space (raw bytes)
 //	lease/<key>                         a lease (JSON loop.Lease), no TTL: a lapsed one stays until taken or released
+//	spacex/flush                        written and dropped at once by a reclaim of space (reclaim.go); never read
 //
 // <created:19> is the task's CreatedAt in Unix nanoseconds (clamped at 0).
 // History seqs are never reused: Replace writes the new history after the

@@ -124,6 +124,49 @@ func (b *Badger) checkSpace() error {
 	return nil
 }
 
+// deleteReserve is the part of MinFree below the floor where writes stop
+// (MinFree/2) that the store's cleanup may still write into: its writes
+// that only remove data or set up a removal (writeOp.frees: the sweeps of
+// expired event streams and of idle conversations, with the small head
+// and index records a crash-safe removal writes; the deletion of a
+// checkpoint or a journal; a finished stream's expiry) and the reclaim that gives their
+// space back (reclaim.go). A delete writes a tombstone of its key
+// (measured: 52 bytes of write-ahead log a key, 108 KiB for a sweep of
+// 2,120 keys, TestFullDiskCleanupGivesSpaceBack); the reclaim writes
+// a level-0 table of the tombstones, the compaction's output (smaller
+// than its input once the deleted keys are dropped) and the live part of
+// one value log file at a time (at most MinFree/8). A cleanup writes only
+// what it finds to delete, once: nothing a client or plugin can multiply.
+func deleteReserve(minFree int64) int64 { return minFree / 8 }
+
+// deletesFit says whether the store's cleanup may write (nil), or whether
+// even the reserve for deletes is used up (ErrNoSpace).
+func (b *Badger) deletesFit() error {
+	if b.dir == "" || b.minFree <= 0 {
+		return nil
+	}
+	free, err := b.statFree(b.dir)
+	if err != nil {
+		return nil
+	}
+	if floor := b.minFree/2 - deleteReserve(b.minFree); free < floor {
+		return fmt.Errorf("%w: %d MiB free on the data folder's filesystem, even the cleanup's deletes stop below %d MiB (3/8 of store.minFreeBytes)",
+			ErrNoSpace, free>>20, floor>>20)
+	}
+	return nil
+}
+
+// Deletable says whether a write that only removes data, made by a
+// cleanup that deletes only what it finds expired, may be made now (nil):
+// below the floor of Writable, while the reserve for deletes lasts. The
+// artifact store's sweep asks it.
+func (b *Badger) Deletable() error {
+	if err := b.checkSpace(); err == nil {
+		return nil
+	}
+	return b.deletesFit()
+}
+
 // Writable says whether the store takes writes now (nil), or refuses them
 // for want of space (ErrNoSpace). Whatever else writes into the data
 // folder's filesystem (the artifact store sharing the database, its blob

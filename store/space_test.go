@@ -143,3 +143,54 @@ func TestOpenRefusesWhatBadgerCannotWrite(t *testing.T) {
 		t.Fatalf("room for both: %v", err)
 	}
 }
+
+// Below the floor where writes stop (half of minFreeBytes), the store's
+// cleanup still deletes (conversation expiry, its durable index entries
+// and emptied heads) while the reserve for deletes lasts (down to 3/8 of
+// minFreeBytes), and new data is refused; below the reserve the cleanup is
+// refused too. Before, every write was refused at the floor, so a full
+// disk could never free itself.
+func TestCleanupDeletesPassBelowTheFloor(t *testing.T) {
+	ctx := context.Background()
+	minFree := 2 * leastMinFree(MinMemTable)
+	b, err := Open(Options{Dir: t.TempDir(), Memory: 64 << 20, MinFreeBytes: minFree, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	for c, at := range map[string]time.Time{"c1": time.Now(), "c2": time.Now(), "c3": time.Now().Add(2 * time.Hour)} {
+		if err := b.SaveAgent(ctx, loop.AgentMetadata{ContextID: c, CreatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Append(ctx, c, loop.Message{Role: loop.RoleUser, Content: "hi"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := time.Now().Add(time.Hour) // c1 and c2 idle before it, c3 not
+
+	b.statFree = func(string) (int64, error) { return minFree/2 - 1, nil } // past the floor
+	if err := b.Append(ctx, "c1", loop.Message{Role: loop.RoleUser, Content: "more"}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("new data past the floor: %v, want ErrNoSpace", err)
+	}
+	if err := b.Writable(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Writable past the floor: %v", err)
+	}
+	if err := b.Deletable(); err != nil {
+		t.Fatalf("Deletable past the floor, inside the reserve: %v", err)
+	}
+	gone, err := b.ExpireConversations(ctx, later)
+	if err != nil || len(gone) != 2 {
+		t.Fatalf("expiry past the floor: %v deleted, %v; want c1 and c2", gone, err)
+	}
+	if n, err := b.Count(ctx, "c1"); err != nil || n != 0 {
+		t.Fatalf("c1 after its expiry: %d messages, %v", n, err)
+	}
+
+	b.statFree = func(string) (int64, error) { return minFree/2 - deleteReserve(minFree) - 1, nil } // the reserve used up
+	if err := b.Deletable(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Deletable below the reserve: %v, want ErrNoSpace", err)
+	}
+	if gone, err := b.ExpireConversations(ctx, later.Add(2*time.Hour)); !errors.Is(err, ErrNoSpace) || len(gone) != 0 {
+		t.Fatalf("expiry below the reserve: %v deleted, %v; want ErrNoSpace", gone, err)
+	}
+}
