@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"mime"
 	"strings"
 	"time"
@@ -56,6 +57,9 @@ func (s *Server) handleArtifact(c *fiber.Ctx) error {
 	// should a browser render it anyway (setSafeHeaders: nosniff, the
 	// sandbox CSP).
 	c.Set(fiber.HeaderContentType, downloadType(typ))
+	// building, complete or failed: what is served is whole only when
+	// complete.
+	c.Set("Looopy-Artifact-Status", string(info.Status))
 	c.Set(fiber.HeaderContentDisposition, attachment(info.Name, id))
 	return c.SendStream(rc) // fasthttp closes rc when the body is sent
 }
@@ -171,3 +175,34 @@ func (b *artifactBridge) WriteArtifact(ctx context.Context, scope plugins.Artifa
 // artifactErrors: the artifacts package's not-found matches loop.ErrNotFound
 // and is in the error table through it.
 var _ = errors.Is(artifacts.ErrNotFound, loop.ErrNotFound)
+
+// abandonArtifacts ends failed, and empties, the artifacts left building
+// whose writer is gone (artifacts/abandon.go): those of a finished task
+// (its end normally does it; this catches an end that could not), and, at
+// start (atStart) on a store no other process shares, those of an MCP call
+// (no stored task): only the process that ran the call could write them.
+// A task still unfinished keeps its artifacts: its turn resumes.
+func abandonArtifacts(ctx context.Context, arts *artifacts.DB, tasks loop.TaskStore, atStart bool, log *slog.Logger) {
+	reason := "abandoned: its task ended before it was complete"
+	if atStart {
+		reason = "abandoned: the host stopped while it was being written"
+	}
+	dead := func(i artifacts.Info) bool {
+		rec, err := tasks.LoadTask(ctx, i.TaskID)
+		switch {
+		case err == nil:
+			return rec.Status.Terminal()
+		case errors.Is(err, loop.ErrNotFound):
+			return atStart
+		default:
+			return false
+		}
+	}
+	n, err := arts.AbandonBuilding(ctx, dead, reason)
+	if err != nil && ctx.Err() == nil {
+		log.Warn("artifacts left building not ended", "error", err.Error())
+	}
+	if n > 0 {
+		log.Info("artifacts left building ended failed", "artifacts", n, "reason", reason)
+	}
+}

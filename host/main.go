@@ -204,12 +204,29 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 	m.store = st
 
 	m.artifacts = &artifactBridge{db: arts, tasks: st, ttl: time.Duration(cfg.Limits.TaskTTL)}
+	// Before anything runs: the artifacts a stopped process left building.
+	abandonArtifacts(ctx, arts, st, !shared, m.log)
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
 		_ = arts.SweepEvery(sweepCtx, time.Minute)
 	}()
+	abandonDone := make(chan struct{})
+	go func() {
+		defer close(abandonDone)
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-sweepCtx.Done():
+				return
+			case <-t.C:
+				abandonArtifacts(sweepCtx, arts, st, false, m.log)
+			}
+		}
+	}()
+	m.closers = append(m.closers, func() error { stopSweep(); <-abandonDone; return nil })
 	m.closers = append(m.closers, func() error { stopSweep(); <-sweepDone; return nil })
 	model, toolsets, admin, err := m.loadPlugins(ctx, cfg)
 	if err != nil {

@@ -42,6 +42,13 @@ func (m mcpMetered) Call(ctx context.Context, call loop.ToolCall, env *loop.Tool
 		env = &e
 	}
 	res, err := m.inner.Call(ctx, call, env)
+	if top && m.s.artifacts != nil && env.TaskID != "" {
+		// The call is its artifacts' task: what it left building can
+		// never be completed.
+		if _, aerr := m.s.artifacts.AbandonTask(context.WithoutCancel(ctx), env.TaskID, "abandoned: the call writing it ended before it was complete"); aerr != nil {
+			m.s.log.WarnContext(ctx, "mcp: artifacts left building not ended", "task_id", env.TaskID, "error", aerr.Error())
+		}
+	}
 	if ttl := time.Duration(m.s.cfg.Limits.TaskTTL); top && ttl > 0 && m.s.artifacts != nil && env.TaskID != "" {
 		if xerr := m.s.artifacts.ExpireTask(context.WithoutCancel(ctx), env.TaskID, ttl); xerr != nil {
 			m.s.log.WarnContext(ctx, "mcp: artifact expiry not set", "task_id", env.TaskID, "error", xerr.Error())

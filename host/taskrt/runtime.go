@@ -169,12 +169,17 @@ func (s endSink) CommitEnd(ctx context.Context, tc loop.TurnCommitter, c loop.Tu
 }
 
 // Artifacts is what the runtime needs of the artifact store: the
-// artifacts of a finished task expire with it, and a conversation lists
+// artifacts of a finished task expire with it, those it left building end
+// failed (nothing can complete them any more), and a conversation lists
 // its own.
 type Artifacts interface {
 	loop.ArtifactLister
 	ExpireTask(ctx context.Context, taskID string, ttl time.Duration) error
+	AbandonTask(ctx context.Context, taskID, reason string) (int, error)
 }
+
+// AbandonedReason is the failure of an artifact its task left building.
+const AbandonedReason = "abandoned: its task ended before it was complete"
 
 // Config configures a Runtime. Zero fields take their defaults.
 type Config struct {
@@ -1745,6 +1750,10 @@ func (rt *Runtime) retire(taskID, contextID string, st loop.TaskStatus, subTasks
 		})
 		if rt.cfg.Artifacts != nil {
 			wg.Go(func() {
+				if _, err := rt.cfg.Artifacts.AbandonTask(ctx, taskID, AbandonedReason); err != nil {
+					rt.log.LogAttrs(ctx, slog.LevelWarn, "artifacts left building not ended",
+						slog.String("task_id", taskID), slog.String("error", err.Error()))
+				}
 				if err := rt.cfg.Artifacts.ExpireTask(ctx, taskID, rt.cfg.TaskTTL); err != nil {
 					rt.log.LogAttrs(ctx, slog.LevelWarn, "artifact expiry not set",
 						slog.String("task_id", taskID), slog.String("error", err.Error()))
