@@ -152,7 +152,7 @@ func (b *Badger) backfillConvIndex(ctx context.Context) error {
 				ms = append(ms, set([]byte(convIdxBuiltKey), []byte{1}))
 			}
 			return ms, nil
-		}})
+		}, frees: true}) // once per store, what the expiry needs to find what to delete
 		if err != nil {
 			return err
 		}
