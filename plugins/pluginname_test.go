@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -88,5 +89,35 @@ func TestAFolderRenamingItsPluginGivesUpTheOldName(t *testing.T) {
 	}
 	if got := r.List(); len(got) != 0 {
 		t.Fatalf("after the folder went: %+v", got)
+	}
+}
+
+// At start, of two folders naming one plugin, the first in path order
+// owns the name whatever their loads cost: a-first's module is a Go
+// guest, far slower to load than z-last's few bytes of WAT, which owned
+// the name when both loaded side by side and the first load to end won.
+func TestAtStartTheFirstFolderOwnsAName(t *testing.T) {
+	for round := range 3 {
+		dir := t.TempDir()
+		r := newRegistry(t, Config{})
+		install(t, dir, "a-first", guestWasm(t, "echo"), func(m map[string]any) { m["name"], m["version"] = "dup", "1.0.0" })
+		last := install(t, dir, "z-last", fixtureWasm(t, "spin"), func(m map[string]any) { m["name"], m["version"] = "dup", "9.9.9" })
+		w, err := NewWatcher(r, WatchConfig{Dir: dir, Rescan: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Scan(context.Background())
+		if p, _ := r.Plugin("dup"); p == nil || p.Version() != "1.0.0" {
+			t.Fatalf("round %d: dup is served by %+v, want a-first's 1.0.0", round, r.List())
+		}
+		refused := false
+		for _, in := range r.List() {
+			if in.Source == filepath.Join(last, ManifestFile) && in.State == "failed" && strings.Contains(in.LastError, "name") {
+				refused = true
+			}
+		}
+		if !refused {
+			t.Fatalf("round %d: z-last is not listed refused: %+v", round, r.List())
+		}
 	}
 }

@@ -61,6 +61,7 @@ type Watcher struct {
 // loadJob is one load the watcher started.
 type loadJob struct {
 	cancel context.CancelFunc
+	name   string // the plugin its manifest names, when it could be read
 }
 
 // NewWatcher returns a watcher of cfg.Dir for r. Run starts it.
@@ -229,7 +230,9 @@ func (w *Watcher) watchSubdirs(fw *fsnotify.Watcher) {
 // Failures are reported by the registry (log and event) and leave the
 // previous version serving.
 func (w *Watcher) Scan(ctx context.Context) {
-	w.scan(ctx, false)
+	for w.scan(ctx, false) && ctx.Err() == nil {
+		w.jobs.Wait() // a folder waits for another naming its plugin
+	}
 	w.jobs.Wait()
 }
 
@@ -240,7 +243,13 @@ func (w *Watcher) Scan(ctx context.Context) {
 // they are). A plugin whose load still runs is left alone: when the load
 // ends, the watcher looks again (a change meanwhile loads again; a folder
 // removed meanwhile cancels the load, then unloads what it made).
-func (w *Watcher) scan(ctx context.Context, settle bool) {
+//
+// Of the folders naming one plugin, one loads at a time, the first in path
+// order first: whoever's load ends first would own the name otherwise (see
+// Registry.swap), and which folder serves a name after a start would be a
+// matter of timing. A folder left waiting is looked at again when the load
+// ends; scan reports whether it left one.
+func (w *Watcher) scan(ctx context.Context, settle bool) (waiting bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	found := map[string]string{}
@@ -270,6 +279,12 @@ func (w *Watcher) scan(ctx context.Context, settle bool) {
 	}
 	sort.Strings(paths)
 	w.unsettled = false
+	loading := map[string]bool{} // plugin names whose loads run
+	for _, job := range w.loads {
+		if job.name != "" {
+			loading[job.name] = true
+		}
+	}
 	for _, mf := range paths {
 		if w.known[mf] == found[mf] || w.loads[mf] != nil {
 			continue
@@ -280,8 +295,19 @@ func (w *Watcher) scan(ctx context.Context, settle bool) {
 			w.unsettled = true
 			continue
 		}
+		name := ""
+		if m, err := ReadManifest(mf); err == nil {
+			name = m.Name // a manifest that cannot be read: the load reports it
+		}
+		if name != "" && loading[name] {
+			waiting = true // not known yet: looked at when that load ends
+			continue
+		}
 		w.known[mf] = found[mf]
-		w.startLoad(ctx, mf)
+		w.startLoad(ctx, mf, name)
+		if name != "" {
+			loading[name] = true
+		}
 	}
 	for mf := range w.known {
 		if _, ok := found[mf]; ok {
@@ -296,13 +322,14 @@ func (w *Watcher) scan(ctx context.Context, settle bool) {
 			w.log.Warn("unload removed plugin", "manifest", mf, "err", err)
 		}
 	}
+	return waiting
 }
 
 // startLoad loads a manifest on its own goroutine (at most scanParallel at
 // once), and says when it ended. Called with w.mu held.
-func (w *Watcher) startLoad(ctx context.Context, mf string) {
+func (w *Watcher) startLoad(ctx context.Context, mf, name string) {
 	lctx, cancel := context.WithCancel(ctx)
-	w.loads[mf] = &loadJob{cancel: cancel}
+	w.loads[mf] = &loadJob{cancel: cancel, name: name}
 	w.jobs.Add(1)
 	go func() {
 		defer w.jobs.Done()
