@@ -104,51 +104,8 @@ func (d *DB) abandon(ctx context.Context, id, reason string, dead func(Info) boo
 	if m.Status != StatusBuilding || m.Deleting || (dead != nil && !dead(m.Info)) {
 		return false, nil
 	}
-	prefix := partPrefix(id)
-	for {
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
-		var keys [][]byte
-		var blobs []string
-		err := d.kv.view(func(tx kvTxn) error {
-			return tx.keys(prefix, func(k []byte) error {
-				key := bytes.Clone(k)
-				v, err := tx.get(key, nil)
-				if err != nil {
-					return err
-				}
-				if p, err := decodePart(v); err == nil && p.Blob != "" {
-					blobs = append(blobs, p.Blob)
-				}
-				keys = append(keys, key)
-				if len(keys) == deleteBatch {
-					return errStop
-				}
-				return nil
-			})
-		})
-		if err != nil {
-			return false, err
-		}
-		if len(keys) == 0 {
-			break
-		}
-		for _, b := range blobs {
-			if err := d.blobs.Delete(ctx, b); err != nil && !errors.Is(err, ErrNotFound) {
-				return false, err
-			}
-		}
-		if err := d.sweepKV.update(func(tx kvTxn) error {
-			for _, k := range keys {
-				if err := tx.del(k); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return false, err
-		}
+	if err := d.dropParts(ctx, d.sweepKV, id); err != nil {
+		return false, err
 	}
 	now := d.now().UTC()
 	err = d.sweepKV.update(func(tx kvTxn) error {

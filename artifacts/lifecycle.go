@@ -118,52 +118,8 @@ func (d *DB) deleteWith(ctx context.Context, k kv, id string) error {
 	if err != nil {
 		return err
 	}
-	prefix := partPrefix(id)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var keys [][]byte
-		var blobs []string
-		err := k.view(func(tx kvTxn) error {
-			return tx.keys(prefix, func(k []byte) error {
-				key := bytes.Clone(k)
-				v, err := tx.get(key, nil)
-				if err != nil {
-					return err
-				}
-				// A part that cannot be decoded is removed all the same.
-				if p, err := decodePart(v); err == nil && p.Blob != "" {
-					blobs = append(blobs, p.Blob)
-				}
-				keys = append(keys, key)
-				if len(keys) == deleteBatch {
-					return errStop
-				}
-				return nil
-			})
-		})
-		if err != nil {
-			return err
-		}
-		if len(keys) == 0 {
-			break
-		}
-		if err := k.update(func(tx kvTxn) error {
-			for _, k := range keys {
-				if err := tx.del(k); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		for _, b := range blobs {
-			if err := d.blobs.Delete(ctx, b); err != nil {
-				return err
-			}
-		}
+	if err := d.dropParts(ctx, k, id); err != nil {
+		return err
 	}
 	return k.update(func(tx kvTxn) error {
 		for _, k := range [][]byte{metaKey(id), ctxKey(m.ContextID, id), taskKey(m.TaskID, id), delKey(id)} {
@@ -296,6 +252,61 @@ func (d *DB) SweepEvery(ctx context.Context, interval time.Duration) error {
 			} else if n > 0 {
 				d.log.Debug("expired artifacts removed", "count", n)
 			}
+		}
+	}
+}
+
+// dropParts removes every part of artifact id, in batches of deleteBatch,
+// writing through k: each batch's blobs first, then its keys, so that a
+// crash between the two leaves keys naming blobs already gone (passed over
+// when the deletion runs again) and never a blob that no key names, which
+// nothing would ever remove. A part that cannot be decoded is removed all
+// the same.
+func (d *DB) dropParts(ctx context.Context, k kv, id string) error {
+	prefix := partPrefix(id)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var keys [][]byte
+		var blobs []string
+		err := d.kv.view(func(tx kvTxn) error {
+			return tx.keys(prefix, func(key []byte) error {
+				key = bytes.Clone(key)
+				v, err := tx.get(key, nil)
+				if err != nil {
+					return err
+				}
+				if p, err := decodePart(v); err == nil && p.Blob != "" {
+					blobs = append(blobs, p.Blob)
+				}
+				keys = append(keys, key)
+				if len(keys) == deleteBatch {
+					return errStop
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		for _, b := range blobs {
+			if err := d.blobs.Delete(ctx, b); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+		if err := k.update(func(tx kvTxn) error {
+			for _, key := range keys {
+				if err := tx.del(key); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 	}
 }

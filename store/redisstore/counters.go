@@ -70,14 +70,7 @@ func (s *Store) ReserveCounter(ctx context.Context, namespace, key, name string,
 		return nil, false, corrupt(k, fmt.Errorf("reserve counter: %d results", len(res)))
 	}
 	ok, _ := res[0].(int64)
-	flat, _ := res[1].([]any)
-	m := make(map[string]string, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		f, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
-		m[f] = v
-	}
-	totals, err := parseCounters(k, m)
+	totals, err := parseFlatCounters(k, res[1])
 	return totals, ok == 1, err
 }
 
@@ -210,14 +203,7 @@ func (s *Store) CountersHeld(ctx context.Context, namespace, key string) (map[st
 		return nil, 0, corrupt(k, fmt.Errorf("counters: %d results", len(res)))
 	}
 	held, _ := res[0].(int64)
-	flat, _ := res[1].([]any)
-	m := make(map[string]string, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		f, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
-		m[f] = v
-	}
-	totals, err := parseCounters(k, m)
+	totals, err := parseFlatCounters(k, res[1])
 	return totals, held, err
 }
 
@@ -236,3 +222,16 @@ for i = 1, #all, 2 do
 end
 return {held, redis.call('HGETALL', KEYS[1])}
 `)
+
+// parseFlatCounters reads counters a script answered as HGETALL does: a
+// flat list of names and values.
+func parseFlatCounters(k string, reply any) (map[string]int64, error) {
+	flat, _ := reply.([]any)
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		f, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		m[f] = v
+	}
+	return parseCounters(k, m)
+}
