@@ -158,7 +158,7 @@ func Open(opts Options) (*Badger, error) {
 	bo = bo.WithSyncWrites(!opts.InMemory)
 	if !opts.InMemory && opts.MinFreeBytes >= 0 {
 		if least := leastMinFree(bo.MemTableSize); opts.MinFreeBytes > 0 && opts.MinFreeBytes < least {
-			return nil, fmt.Errorf("open store %q: %w: store.minFreeBytes %d MiB is below the least the store keeps for a memtable of %d MiB (%d MiB): raise it, lower store.memoryBytes (smaller memtables), or set -1 for no check",
+			return nil, fmt.Errorf("open store %q: %w: store.minFreeBytes %d MiB is below the least the store keeps for a memtable of %d MiB (%d MiB): raise it, lower store.memoryBytes (smaller memtables), or set -1 for no check (then a disk that fills kills the host: SIGBUS in Badger's memory maps)",
 				opts.Dir, loop.ErrInvalid, opts.MinFreeBytes>>20, bo.MemTableSize>>20, least>>20)
 		}
 		if err := checkOpenSpace(opts.Dir, bo.MemTableSize, openStatFree); err != nil {
