@@ -688,6 +688,11 @@ func (tr *turn) run(ctx context.Context) Outcome {
 		if tr.l.journal != nil {
 			entries, err := tr.l.journal.Calls(ctx, tr.t.TaskID)
 			if err != nil {
+				if ctx.Err() != nil {
+					// The turn was canceled (or stopped) while reading:
+					// it ends as its context says, never failed by it.
+					return canceled(ctx, out)
+				}
 				out.Status, out.Reason = TaskFailed, ReasonError
 				out.Err = fmt.Errorf("resume task %q: read tool-call journal: %w", tr.t.TaskID, err)
 				return out
@@ -718,6 +723,9 @@ func (tr *turn) run(ctx context.Context) Outcome {
 		// twice.
 		entries, err := tr.l.journal.Calls(ctx, tr.t.TaskID)
 		if err != nil {
+			if ctx.Err() != nil {
+				return canceled(ctx, out)
+			}
 			out.Status, out.Reason = TaskFailed, ReasonError
 			out.Err = fmt.Errorf("continue task %q: read tool-call journal: %w", tr.t.TaskID, err)
 			return out

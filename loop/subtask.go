@@ -644,3 +644,80 @@ func (tr *turn) endCutSubtask(ctx context.Context, call ToolCall, why string) {
 	tr.emit(&TaskComplete{Header: h(KindTaskComplete), Status: TaskFailed, Reason: ReasonError, Usage: rec.Usage,
 		Metadata: map[string]any{"reason": ReasonError}})
 }
+
+// EndOrphans ends the unfinished sub-tasks of rec, a task that has ended
+// (its final record is written): a sub-task never runs without its
+// parent's turn, so one left working or waiting for input under a final
+// parent is an orphan that nothing would end (an answer that resumed it
+// while a cancel ended the parent, a crash between the two). Each one
+// found (those rec's turns started, rec.Subtasks, and those behind its
+// open requests' routes), and what is below it, ends with status and why;
+// a remote sub-agent's task behind one of its requests is canceled. It
+// returns the sub-tasks' final events for the caller to publish.
+func (l *Loop) EndOrphans(ctx context.Context, rec TaskRecord, status TaskStatus, why string) ([]Event, error) {
+	if l.subtasks == nil || !rec.Status.Terminal() {
+		return nil, nil
+	}
+	return l.endOrphans(context.WithoutCancel(ctx), rec, status, why, 0)
+}
+
+func (l *Loop) endOrphans(ctx context.Context, rec TaskRecord, status TaskStatus, why string, depth int) ([]Event, error) {
+	if depth > 64 {
+		return nil, fmt.Errorf("sub-tasks of %q: nested too deep", rec.ID)
+	}
+	var evs []Event
+	var errs []error
+	ids := append([]string(nil), rec.Subtasks...)
+	for _, r := range rec.OpenRequests() {
+		if r.Route != nil && r.Route.SubtaskID != "" {
+			ids = append(ids, r.Route.SubtaskID)
+		}
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] || id == rec.ID {
+			continue
+		}
+		seen[id] = true
+		sub, err := l.subtasks.LoadTask(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("load sub-task %q: %w", id, err))
+			continue
+		}
+		if sub.Status.Terminal() || sub.ParentTaskID != rec.ID {
+			continue
+		}
+		e, err := l.endSubtree(ctx, sub, status, why, depth)
+		evs, errs = append(evs, e...), append(errs, err)
+	}
+	return evs, errors.Join(errs...)
+}
+
+// EndSubtask ends sub, an unfinished sub-task whose parent has ended (an
+// orphan, see EndOrphans), with what waits below it, and returns the final
+// events for the caller to publish.
+func (l *Loop) EndSubtask(ctx context.Context, sub TaskRecord, status TaskStatus, why string) ([]Event, error) {
+	if l.subtasks == nil || sub.ParentTaskID == "" || sub.Status.Terminal() {
+		return nil, nil
+	}
+	return l.endSubtree(context.WithoutCancel(ctx), sub, status, why, 0)
+}
+
+// endSubtree ends the sub-task sub: what waits behind its own requests
+// first (a remote task is canceled through the recorded route), then its
+// own sub-tasks, then itself.
+func (l *Loop) endSubtree(ctx context.Context, sub TaskRecord, status TaskStatus, why string, depth int) ([]Event, error) {
+	var errs []error
+	evs, err := l.EndPassedUp(ctx, sub, status, why)
+	errs = append(errs, err)
+	done := sub
+	done.Status = status
+	e, err := l.endOrphans(ctx, done, status, why, depth+1)
+	evs, errs = append(evs, e...), append(errs, err)
+	e, err = endSubtaskRecord(ctx, l, sub.ID, sub.ParentTaskID, status, why)
+	evs, errs = append(evs, e...), append(errs, err)
+	return evs, errors.Join(errs...)
+}

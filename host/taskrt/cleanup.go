@@ -3,6 +3,7 @@ package taskrt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/looopy-go/looopy/loop"
@@ -120,3 +121,49 @@ func (rt *Runtime) ExpireConversations(ctx context.Context, now time.Time) (int,
 // ExpiredConversations returns how many conversations ExpireConversations
 // deleted since the runtime began.
 func (rt *Runtime) ExpiredConversations() int64 { return rt.convExpired.Load() }
+
+// SweepOrphans ends the orphans: the sub-tasks left working or waiting for
+// input whose parent task has ended or is gone (a sub-task never runs
+// without its parent's turn, so nothing else would end them). Each one is
+// canceled, with what waits below it (a remote sub-agent's task is
+// canceled through the recorded route). A sub-task whose parent has a turn
+// running here is left to that turn. It returns how many it ended.
+func (rt *Runtime) SweepOrphans(ctx context.Context) (int, error) {
+	if rt.cfg.Loop == nil {
+		return 0, nil
+	}
+	recs, err := rt.st.Tasks.ListTasks(ctx, loop.TaskFilter{Statuses: []loop.TaskStatus{loop.TaskSubmitted, loop.TaskWorking,
+		loop.TaskWaitingInput, loop.TaskWaitingAuth, loop.TaskWaitingSubtask}})
+	if err != nil {
+		return 0, fmt.Errorf("orphaned sub-tasks: %w", err)
+	}
+	var errs []error
+	n := 0
+	for _, rec := range recs {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		if rec.ParentTaskID == "" || rt.Running(rec.ParentTaskID) != nil {
+			continue
+		}
+		parent, err := rt.st.Tasks.LoadTask(ctx, rec.ParentTaskID)
+		switch {
+		case errors.Is(err, loop.ErrNotFound):
+			parent = loop.TaskRecord{ID: rec.ParentTaskID, Status: loop.TaskCanceled}
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		case !parent.Status.Terminal():
+			continue
+		}
+		evs, err := rt.cfg.Loop.EndSubtask(ctx, rec, loop.TaskCanceled, OrphanReason(parent.ID, parent.Status))
+		errs = append(errs, err)
+		if err := rt.publishSubEnds(ctx, rec.ContextID, evs); err != nil {
+			errs = append(errs, err)
+		}
+		if len(evs) > 0 {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}

@@ -51,6 +51,19 @@ func (rt *Runtime) DeleteConversation(ctx context.Context, contextID string, can
 			return nil, fmt.Errorf("delete conversation %q: cancel task %q: %w", contextID, t.ID, err)
 		}
 	}
+	if cancel {
+		// A sub-task its parent's end left unfinished (an orphan) is
+		// canceled now that the parents have ended; one its parent's end
+		// took along is final already (ErrNotCancelable).
+		for _, t := range tasks {
+			if t.Status.Terminal() || t.ParentTaskID == "" {
+				continue
+			}
+			if _, err := rt.Cancel(ctx, t.Owner, t.ID); err != nil && !errors.Is(err, ErrNotCancelable) {
+				return nil, fmt.Errorf("delete conversation %q: cancel sub-task %q: %w", contextID, t.ID, err)
+			}
+		}
+	}
 	if len(open) > 0 {
 		return nil, fmt.Errorf("%w: conversation %q: task %s is not finished; cancel it first, or ask with cancel=true",
 			ErrConversationBusy, contextID, strings.Join(open, ", "))

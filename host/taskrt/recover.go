@@ -147,6 +147,13 @@ func (rt *Runtime) Recover(ctx context.Context) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
+	// Sub-tasks left unfinished under a parent that has ended (a crash
+	// between the parent's end and theirs) end now.
+	if n, err := rt.SweepOrphans(ctx); err != nil {
+		rt.log.LogAttrs(ctx, slog.LevelWarn, "orphaned sub-tasks not all ended", slog.String("error", err.Error()))
+	} else if n > 0 {
+		rt.log.LogAttrs(ctx, slog.LevelInfo, "orphaned sub-tasks ended", slog.Int("tasks", n))
+	}
 	if n := len(todo) + len(ended) + len(orphans); n > 0 {
 		rt.log.LogAttrs(ctx, slog.LevelInfo, "tasks taken over", slog.Int("tasks", len(todo)), slog.Int("ends", len(ended)))
 	}
@@ -353,6 +360,11 @@ func (rt *Runtime) StartBackground() {
 					rt.log.LogAttrs(ctx, slog.LevelWarn, "cleanup of finished tasks", slog.String("error", err.Error()))
 				} else if n > 0 {
 					rt.log.LogAttrs(ctx, slog.LevelDebug, "cleanup of finished tasks", slog.Int("tasks", n))
+				}
+				if n, err := rt.SweepOrphans(ctx); err != nil && ctx.Err() == nil {
+					rt.log.LogAttrs(ctx, slog.LevelWarn, "orphaned sub-tasks", slog.String("error", err.Error()))
+				} else if n > 0 {
+					rt.log.LogAttrs(ctx, slog.LevelInfo, "orphaned sub-tasks ended", slog.Int("tasks", n))
 				}
 				if n, err := rt.ExpireConversations(ctx, time.Now()); err != nil && ctx.Err() == nil {
 					rt.log.LogAttrs(ctx, slog.LevelWarn, "expiry of idle conversations", slog.String("error", err.Error()))

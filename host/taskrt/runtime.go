@@ -1258,6 +1258,21 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		// The end is in the log: the lease, which also marks a task whose
 		// end may be unannounced, goes last.
 		rt.crashpoint(PointTurnSettled)
+		if err == nil && out.Status.Terminal() {
+			// A sub-task the turn left unfinished (an answer resumed it
+			// while a cancel ended the turn) ends with it, before the
+			// lease goes: a crash first leaves it to the next start.
+			saved, ok := r.Saved()
+			if !ok {
+				saved, ok = rt.loadFinal(taskID)
+			}
+			if ok {
+				if oerr := rt.endOrphans(context.Background(), saved); oerr != nil {
+					rt.log.LogAttrs(context.Background(), slog.LevelWarn, "orphaned sub-tasks not ended",
+						slog.String("task_id", taskID), slog.String("error", oerr.Error()))
+				}
+			}
+		}
 		rt.disown(r)
 		if err == nil && out.Status.Interrupted() {
 			// Paused: the requests it passed up from remote sub-agents
@@ -1526,8 +1541,27 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable)
 	}
 	if rec.ParentTaskID != "" {
-		// A sub-task runs inside its parent's turn: it ends with it.
-		return rec, fmt.Errorf("task %q is a sub-task of %q: cancel the parent task: %w", taskID, rec.ParentTaskID, ErrNotCancelable)
+		// A sub-task runs inside its parent's turn: it ends with it. One
+		// whose parent has ended is an orphan: it is canceled here.
+		parent, perr := rt.st.Tasks.LoadTask(ctx, rec.ParentTaskID)
+		if perr != nil && !errors.Is(perr, loop.ErrNotFound) {
+			return rec, perr
+		}
+		if perr == nil && !parent.Status.Terminal() {
+			return rec, fmt.Errorf("task %q is a sub-task of %q: cancel the parent task: %w", taskID, rec.ParentTaskID, ErrNotCancelable)
+		}
+		if rt.Running(rec.ParentTaskID) != nil {
+			return rec, fmt.Errorf("task %q is a sub-task of %q, whose turn is ending: %w", taskID, rec.ParentTaskID, loop.ErrBusy)
+		}
+		evs, err := rt.cfg.Loop.EndSubtask(ctx, rec, loop.TaskCanceled, "canceled by the client")
+		if err != nil {
+			rt.log.LogAttrs(ctx, slog.LevelWarn, "sub-task not all ended", slog.String("task_id", taskID),
+				slog.String("error", err.Error()))
+		}
+		if err := rt.publishSubEnds(ctx, rec.ContextID, evs); err != nil {
+			return rec, err
+		}
+		return rt.Load(ctx, principal, taskID)
 	}
 	if rec.Status == loop.TaskWorking && rt.st.Leases != nil {
 		// Not running here: another host may run it (stores shared by
@@ -1812,10 +1846,61 @@ func (rt *Runtime) finishStored(ctx context.Context, rec loop.TaskRecord, st loo
 			return fmt.Errorf("announce the end of sub-task %q: %w", e.Head().TaskID, err)
 		}
 	}
+	// Any other sub-task left unfinished (one an answer resumed while
+	// this end was written) is an orphan now: it ends too.
+	if err := rt.endOrphans(ctx, rec); err != nil {
+		return err
+	}
 	if err := rt.announce(ctx, rec, nil); err != nil {
 		return err
 	}
 	rt.turnEnded(rec.ID, rec.ContextID, st)
+	return nil
+}
+
+// OrphanReason is why a sub-task left unfinished under a parent that has
+// ended is ended (canceled).
+func OrphanReason(parentID string, st loop.TaskStatus) string {
+	return fmt.Sprintf("its parent task %q is %s", parentID, st)
+}
+
+// endOrphans ends the unfinished sub-tasks of rec, a final task
+// (loop.EndOrphans: canceled, their remote tasks canceled through the
+// recorded routes), and publishes their ends.
+func (rt *Runtime) endOrphans(ctx context.Context, rec loop.TaskRecord) error {
+	if rt.cfg.Loop == nil || !rec.Status.Terminal() {
+		return nil
+	}
+	evs, err := rt.cfg.Loop.EndOrphans(ctx, rec, loop.TaskCanceled, OrphanReason(rec.ID, rec.Status))
+	if err != nil {
+		rt.log.LogAttrs(ctx, slog.LevelWarn, "orphaned sub-tasks not all ended", slog.String("task_id", rec.ID),
+			slog.String("error", err.Error()))
+	}
+	return rt.publishSubEnds(ctx, rec.ContextID, evs)
+}
+
+// publishSubEnds publishes the final events of sub-tasks ended outside
+// their parent's turn; each one's stream ends there.
+func (rt *Runtime) publishSubEnds(ctx context.Context, contextID string, evs []loop.Event) error {
+	ended := []string{}
+	for _, e := range evs {
+		if err := rt.ev.Publish(ctx, e); err != nil {
+			return fmt.Errorf("announce the end of sub-task %q: %w", e.Head().TaskID, err)
+		}
+		if _, ok := e.(*loop.TaskComplete); ok {
+			ended = append(ended, e.Head().TaskID)
+		}
+	}
+	for _, id := range ended {
+		if err := rt.ev.Settle(ctx, id, contextID, true); err != nil {
+			rt.log.LogAttrs(ctx, slog.LevelWarn, "sub-task events not settled", slog.String("task_id", id),
+				slog.String("error", err.Error()))
+		}
+		if err := rt.ev.Retire(ctx, id); err != nil {
+			rt.log.LogAttrs(ctx, slog.LevelWarn, "sub-task stream expiry not set", slog.String("task_id", id),
+				slog.String("error", err.Error()))
+		}
+	}
 	return nil
 }
 
@@ -1906,4 +1991,10 @@ func keepCallChain(prev, next map[string]any) map[string]any {
 	out := maps.Clone(next)
 	out[loop.CallChainKey] = was.Merge(now).Value()
 	return out
+}
+
+// loadFinal loads the task taskID when its record is final.
+func (rt *Runtime) loadFinal(taskID string) (loop.TaskRecord, bool) {
+	rec, err := rt.st.Tasks.LoadTask(context.Background(), taskID)
+	return rec, err == nil && rec.Status.Terminal()
 }
