@@ -144,3 +144,62 @@ func TestOrphanedSubtasksEnd(t *testing.T) {
 		t.Fatal("the remote task of the deleted conversation's chain was not canceled")
 	}
 }
+
+// leaveTools starts a sub-task and, once the turn is canceled, returns
+// without ending it: what a sub-agent resumed by an answer leaves when a
+// cancel of its parent lands before it ends.
+type leaveTools struct{ started chan struct{} }
+
+func (leaveTools) Tools(context.Context) ([]loop.ToolDefinition, error) {
+	return []loop.ToolDefinition{{Name: "delegate"}}, nil
+}
+
+func (l leaveTools) Call(ctx context.Context, c loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	if _, err := env.StartSubtask(ctx, loop.SubtaskSpec{AgentID: "researcher", Prompt: "dig"}); err != nil {
+		return loop.ToolResult{}, err
+	}
+	close(l.started)
+	<-ctx.Done()
+	return loop.ToolResult{}, ctx.Err()
+}
+
+// TestCanceledTurnEndsItsOrphans: a turn canceled while a sub-task it
+// started is unfinished (the sub-agent returned without ending it) ends
+// that sub-task canceled with its own end, not at the next start.
+func TestCanceledTurnEndsItsOrphans(t *testing.T) {
+	t.Parallel()
+	tools := leaveTools{started: make(chan struct{})}
+	h := newHarness(t, t.TempDir(), delegateModel{}, func(c *Config) {
+		l, err := loop.New(loop.Config{Model: delegateModel{}, Toolsets: []loop.Toolset{tools},
+			Checkpoints: c.Stores.Checkpoints, Journal: c.Stores.Journal, Subtasks: c.Stores.Tasks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Loop = l
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	st, err := h.rt.Start(ctx, StartRequest{Auth: alice(), Message: user("go")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tools.started:
+	case <-ctx.Done():
+		t.Fatal("the sub-task did not start")
+	}
+	rec, err := h.rt.Cancel(ctx, "alice", st.Task.ID)
+	if err != nil || rec.Status != loop.TaskCanceled {
+		t.Fatalf("cancel: %v (%v), want canceled", rec.Status, err)
+	}
+	// The orphans end before the turn lets go of the task: the turn's
+	// goroutine may still be ending once Cancel returned; Shutdown waits
+	// for it.
+	h.rt.Shutdown(ctx)
+	h.rt = nil
+	sub := loop.SubtaskID(st.Task.ID, "c1")
+	srec, err := h.db.LoadTask(ctx, sub)
+	if err != nil || srec.Status != loop.TaskCanceled || !strings.Contains(srec.Message, "parent task") {
+		t.Fatalf("sub-task %s: %v %q (%v), want canceled as an orphan of its canceled parent", sub, srec.Status, srec.Message, err)
+	}
+}
