@@ -3,6 +3,7 @@ package artifacts
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"testing"
 )
@@ -94,4 +95,72 @@ func TestAbandonedArtifactsEndFailed(t *testing.T) {
 	if _, err := d.AppendChunk(ctx, left.ID, small, false); err == nil {
 		t.Fatal("a write to an abandoned artifact was taken")
 	}
+}
+
+// A reader of an artifact that is ended failed (emptied) or deleted while
+// it is read: one opened while the artifact was building ends where the
+// parts end, without an error (its status said it was not whole; before,
+// the error cut the HTTP download before its headers); one opened on a
+// complete artifact gets an error, never a cut copy taken for the whole.
+func TestReadWhileEmptied(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	blobs, err := OpenLocal(LocalConfig{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewMemory(blobs, Config{InlineMax: 1 << 10})
+	small := bytes.Repeat([]byte("a"), 100)
+	big := bytes.Repeat([]byte("b"), 4<<10) // a blob
+	mk := func(task string) Info {
+		t.Helper()
+		info, err := d.Create(ctx, Spec{Kind: KindFile, TaskID: task, ContextID: "c", Binary: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range [][]byte{small, big} {
+			if _, err := d.AppendChunk(ctx, info.ID, p, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return info
+	}
+	// Building: the first part is read, then the artifact is abandoned.
+	building := mk("t1")
+	rc, info, err := d.Open(ctx, building.ID)
+	if err != nil || info.Status != StatusBuilding {
+		t.Fatalf("open: %s, %v", info.Status, err)
+	}
+	first := make([]byte, len(small))
+	if _, err := io.ReadFull(rc, first); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.AbandonTask(ctx, "t1", "abandoned"); err != nil || n != 1 {
+		t.Fatalf("abandon: %d, %v", n, err)
+	}
+	rest, err := io.ReadAll(rc)
+	if err != nil || len(rest) != 0 {
+		t.Fatalf("read of the rest of an emptied building artifact: %d bytes, %v; want the end, no error", len(rest), err)
+	}
+	rc.Close()
+
+	// Complete: deleted between two parts.
+	done := mk("t2")
+	if _, err := d.Complete(ctx, done.ID); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err = d.Open(ctx, done.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rc, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Delete(ctx, done.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(rc); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("read of a complete artifact deleted while read: %v; want not found", err)
+	}
+	rc.Close()
 }

@@ -47,7 +47,7 @@ func (d *DB) Open(ctx context.Context, id string) (io.ReadCloser, Info, error) {
 	if info.Kind == KindData && info.Parts == 0 {
 		return io.NopCloser(strings.NewReader(emptyObject)), info, nil
 	}
-	return &partsReader{ctx: ctx, d: d, id: id, n: info.Parts}, info, nil
+	return &partsReader{ctx: ctx, d: d, id: id, n: info.Parts, whole: info.Status == StatusComplete}, info, nil
 }
 
 // OpenPart implements Store.
@@ -106,6 +106,12 @@ func (d *DB) openPart(ctx context.Context, id string, n int, buf []byte) (io.Rea
 //
 // It keeps the ctx of Open: the stream is that call's result, and
 // cancelling the ctx is how its owner stops it (as with an HTTP body).
+//
+// An artifact that was not complete when opened (whole false) may be
+// ended failed, and emptied, or deleted while it is read: a part gone then
+// ends the stream where it is, as the artifact's end would have (its
+// status said what is read is not whole). A part gone from a complete
+// artifact is an error: a reader must not take a cut copy for the whole.
 type partsReader struct {
 	ctx     context.Context
 	d       *DB
@@ -114,6 +120,7 @@ type partsReader struct {
 	cur     io.ReadCloser
 	buf     []byte
 	closed  bool
+	whole   bool
 }
 
 func (r *partsReader) Read(p []byte) (int, error) {
@@ -129,6 +136,10 @@ func (r *partsReader) Read(p []byte) (int, error) {
 				return 0, err
 			}
 			rc, buf, err := r.d.openPart(r.ctx, r.id, r.next, r.buf)
+			if errors.Is(err, ErrNotFound) && !r.whole {
+				r.next = r.n
+				return 0, io.EOF
+			}
 			if err != nil {
 				return 0, fmt.Errorf("read artifact %q: %w", r.id, err)
 			}
