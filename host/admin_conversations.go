@@ -19,7 +19,8 @@ import (
 //
 // The context id is the one /admin/tasks lists. The conversation's agent
 // record, history, finished tasks (records, artifacts, event streams) and
-// its event stream are deleted. One with an unfinished task is refused
+// its event stream are deleted; an /events stream open on it ends with a
+// stream-end frame (reason CONVERSATION_DELETED). One with an unfinished task is refused
 // (409, {"error": ..., "reason": "CONVERSATION_BUSY"}) unless cancel=true: its tasks are canceled
 // first. An unknown conversation is 404.
 func (s *Server) adminConversationRoutes(r fiber.Router) {
@@ -44,12 +45,14 @@ func (s *Server) adminConversationRoutes(r fiber.Router) {
 		if err != nil {
 			return err
 		}
+		// Through the hub: a stream open on it ends (its client told why,
+		// its place under the bounds on live streams given back).
 		for _, t := range tasks {
-			if err := s.stores.Events.Expire(ctx, sse.TaskStream(t), 0); err != nil {
+			if err := s.hub.Delete(ctx, sse.TaskStream(t)); err != nil {
 				return fmt.Errorf("delete conversation %q: events of task %q: %w", id, t, err)
 			}
 		}
-		if err := s.stores.Events.Expire(ctx, sse.ContextStream(id), 0); err != nil {
+		if err := s.hub.Delete(ctx, sse.ContextStream(id)); err != nil {
 			return fmt.Errorf("delete conversation %q: its events: %w", id, err)
 		}
 		if tasks == nil {

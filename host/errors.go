@@ -25,6 +25,10 @@ var (
 	ErrForbidden = a2a.ErrUnauthorized
 	// ErrShuttingDown: the host no longer starts turns.
 	ErrShuttingDown = taskrt.ErrShuttingDown
+	// ErrConversationDeleted ends an event stream whose conversation was
+	// deleted while it was open (DELETE /admin/conversations/{contextId},
+	// or its expiry): nothing more of it will come.
+	ErrConversationDeleted = errors.New("the conversation was deleted; no more events will come")
 	// ErrDataDirInUse: the data folder's database is open in another
 	// process (or another host of this one).
 	ErrDataDirInUse = errors.New("is in use by another process")
@@ -51,6 +55,7 @@ var errorTable = []errorCode{
 	{a2a.ErrInvalidParams, -32602, http.StatusBadRequest, "INVALID_PARAMS"},
 	{loop.ErrInvalid, -32602, http.StatusBadRequest, "INVALID_PARAMS"},
 	{sse.ErrAhead, -32602, http.StatusBadRequest, "LAST_EVENT_ID_AHEAD"},
+	{ErrConversationDeleted, -32001, http.StatusNotFound, "CONVERSATION_DELETED"},
 	{a2a.ErrTaskNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{loop.ErrNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{a2a.ErrTaskNotCancelable, -32002, http.StatusConflict, "TASK_NOT_CANCELABLE"},

@@ -3,6 +3,7 @@ package host
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,6 +99,12 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 	s.sendSSE(c, func(w *bufio.Writer) {
 		defer release()
 		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, 0, f, enc)
+		if errors.Is(err, ErrConversationDeleted) {
+			// The last frame says why the stream ends: a client that
+			// reconnected would be told only 404.
+			_ = writeStreamEnd(w, err)
+			return
+		}
 		if err != nil && !errors.Is(err, errClientGone) && !errors.Is(err, errStreamShutdown) {
 			s.log.LogAttrs(context.Background(), slog.LevelWarn, "event stream ended with an error",
 				slog.String("context_id", contextID), slog.String("error", err.Error()))
@@ -125,4 +132,22 @@ func parseKinds(s string) ([]loop.EventKind, error) {
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// StreamEndEvent is the name of the last frame of an /events stream that
+// ends before its client leaves for a reason the client must know (its
+// conversation was deleted): data {"reason": "CONVERSATION_DELETED",
+// "message": ...}, no id (it is no event of the log).
+const StreamEndEvent = "stream-end"
+
+// writeStreamEnd writes the stream-end frame for err and flushes it.
+func writeStreamEnd(w *bufio.Writer, err error) error {
+	data, _ := json.Marshal(map[string]string{"reason": lookupError(err).reason, "message": err.Error()})
+	if _, err := w.Write(sse.AppendFrame(nil, 0, StreamEndEvent, data)); err != nil {
+		return errClientGone
+	}
+	if err := w.Flush(); err != nil {
+		return errClientGone
+	}
+	return nil
 }

@@ -609,6 +609,10 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 		// to subscribe again (a turn cut by the shutdown resumes on the
 		// next start or on another host), never given a final status.
 		return errStreamShutdown
+	case errors.Is(err, sse.ErrDeleted):
+		// Deleted under the stream, by this host: only a conversation's
+		// deletion deletes a stream before its expiry.
+		return ErrConversationDeleted
 	case err == nil, errors.Is(err, sse.ErrFinished), errors.Is(err, sse.ErrClosed), errors.Is(err, context.Canceled):
 		return nil
 	case errors.Is(err, sse.ErrStalled), errors.Is(err, sse.ErrClientWrite):
@@ -648,8 +652,20 @@ var errTaskGone = errors.New("the store no longer holds this task (its data was 
 // that would end the stream: every stream of it, on any host, ends with a
 // clear error instead of waiting for ever. A task that is stored but whose
 // turn stopped is taken over by the hosts' periodic recovery, which
-// writes its end. Other streams (a context's) are not checked.
+// writes its end.
+//
+// A conversation's stream (/events) is checked for its conversation: one
+// deleted meanwhile by another host (or expired) ends the stream with
+// ErrConversationDeleted, as this host's delete does at once (Hub.Delete).
 func (s *Server) taskAlive(stream string) func(context.Context) error {
+	if cid, ok := strings.CutPrefix(stream, sse.ContextStream("")); ok && cid != "" {
+		return func(ctx context.Context) error {
+			if _, err := s.stores.Agents.LoadAgent(ctx, cid); errors.Is(err, loop.ErrNotFound) {
+				return ErrConversationDeleted
+			}
+			return nil // there, or the store did not answer this time: ask again at the next heartbeat
+		}
+	}
 	id, ok := strings.CutPrefix(stream, sse.TaskStream(""))
 	if !ok || id == "" {
 		return nil

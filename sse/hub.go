@@ -33,6 +33,10 @@ var (
 	// ErrAhead is returned by Subscribe for a start id beyond the last event
 	// of the stream (a Last-Event-ID of a stream that expired, or made up).
 	ErrAhead = errors.New("sse: event id beyond the end of the stream")
+	// ErrDeleted is returned by Subscription.Next (and Serve) when the
+	// stream was deleted under the subscription (Hub.Delete): nothing more
+	// of it will come.
+	ErrDeleted = errors.New("sse: stream deleted")
 )
 
 // TaskStream names the event stream of one task: every event of the task,
@@ -590,6 +594,48 @@ func (h *Hub) Retire(ctx context.Context, streamName string) error {
 		if err := h.log.Expire(ctx, streamName, h.retention); err != nil {
 			return fmt.Errorf("finish %q: expire log: %w", streamName, err)
 		}
+	}
+	return nil
+}
+
+// Delete deletes the log of stream now and ends its subscribers in this
+// process: their Next (and Serve) returns ErrDeleted once they have read
+// what they hold. What is published to the stream afterwards starts it
+// again from id 1, as the log does. Subscribers in other processes
+// (Config.Follow) are not reached: theirs is to notice what they follow is
+// gone (ServeOptions.Alive).
+func (h *Hub) Delete(ctx context.Context, streamName string) error {
+	st, err := h.acquire(streamName)
+	if err != nil {
+		return fmt.Errorf("delete %q: %w", streamName, err)
+	}
+	defer h.release(st)
+	// What was published before goes into the log first, and nothing is
+	// appended until the log and the state are reset (an append waits for
+	// qmu to queue).
+	st.qmu.Lock()
+	defer st.qmu.Unlock()
+	for st.writing {
+		st.qcond.Wait()
+	}
+	st.pub.Lock() // no first load of the stream's last seq meanwhile
+	defer st.pub.Unlock()
+	if err := h.log.Expire(ctx, streamName, 0); err != nil {
+		return fmt.Errorf("delete %q: %w", streamName, err)
+	}
+	h.mu.Lock()
+	delete(h.finished, streamName)
+	h.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.loaded, st.last, st.from, st.finished = false, 0, 0, false
+	if st.n > 0 {
+		clear(st.tail)
+	}
+	st.head, st.n, st.tbytes = 0, 0, 0
+	for s := range st.subs {
+		s.deleted.Store(true)
+		s.notify()
 	}
 	return nil
 }

@@ -878,3 +878,61 @@ func (w *slowWriter) Write(p []byte) (int, error) {
 	<-w.release
 	return len(p), nil
 }
+
+// A stream deleted under its subscribers (Hub.Delete: a conversation
+// deleted) ends them with ErrDeleted, on every log; what is published to
+// it afterwards starts it again from id 1, and a new subscriber reads
+// only that.
+func TestDeleteEndsTheSubscribers(t *testing.T) {
+	eachLog(t, func(t *testing.T, newLog func(testing.TB) *spyLog) {
+		h := newHub(t, sse.Config{Log: newLog(t)})
+		ctx := t.Context()
+		stream := sse.ContextStream("c1")
+		for i := range 3 {
+			if _, err := h.Publish(ctx, stream, delta("t", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sub, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		ended := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := sub.Next(ctx); err != nil {
+					ended <- err
+					return
+				}
+			}
+		}()
+		if err := h.Delete(ctx, stream); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-ended:
+			if !errors.Is(err, sse.ErrDeleted) {
+				t.Fatalf("the subscriber ended with %v, want ErrDeleted", err)
+			}
+		case <-time.After(time.Minute): // a hang guard
+			t.Fatal("the subscriber of the deleted stream still waits")
+		}
+		if last, err := h.Last(ctx, stream); err != nil || last != 0 {
+			t.Fatalf("Last after the delete: %d %v, want 0", last, err)
+		}
+		id, err := h.Publish(ctx, stream, delta("t2", 0))
+		if err != nil || id != 1 {
+			t.Fatalf("publish after the delete: id %d %v, want 1", id, err)
+		}
+		again, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer again.Close()
+		it, err := again.Next(ctx)
+		if err != nil || it.ID != 1 || it.TaskID != "t2" {
+			t.Fatalf("a new subscriber reads %+v %v, want the new event 1", it, err)
+		}
+	})
+}

@@ -75,7 +75,8 @@ const pingFrame = ": ping\n\n"
 //   - a write or flush fails (the client left): ErrClientWrite and that
 //     error, wrapped;
 //   - one write or flush blocked longer than opts.WriteTimeout: ErrStalled;
-//   - the subscription or the Hub is closed: ErrClosed.
+//   - the subscription or the Hub is closed: ErrClosed;
+//   - the stream was deleted (Hub.Delete): ErrDeleted.
 //
 // Each frame is "id: <seq>\nevent: <name>\ndata: <payload>\n\n"; an idle
 // stream gets ": ping\n\n" every opts.Heartbeat. Internal events are never

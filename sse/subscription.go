@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/looopy-go/looopy/loop"
 )
@@ -98,6 +99,7 @@ type Subscription struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	deleted   atomic.Bool // the stream was deleted under it (Hub.Delete)
 }
 
 // Subscribe opens a subscription to stream yielding the events with an id
@@ -187,8 +189,8 @@ func (s *Subscription) notify() {
 
 // Next returns the next event the filter keeps, waiting for it if needed.
 // It returns ErrFinished when the stream was finished and everything has
-// been read, ErrClosed when the subscription or the Hub was closed, and
-// ctx's error when ctx is done.
+// been read, ErrDeleted when it was deleted (Hub.Delete), ErrClosed when
+// the subscription or the Hub was closed, and ctx's error when ctx is done.
 func (s *Subscription) Next(ctx context.Context) (Item, error) {
 	for {
 		it, ok, err := s.TryNext(ctx)
@@ -231,6 +233,9 @@ func (s *Subscription) TryNext(ctx context.Context) (it Item, ok bool, err error
 }
 
 func (s *Subscription) check() error {
+	if s.deleted.Load() {
+		return ErrDeleted
+	}
 	select {
 	case <-s.closed:
 		return ErrClosed

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -185,5 +186,135 @@ func TestBlackBoxAdminDeletesAConversation(t *testing.T) {
 	a = h.rpc(t, cdAliceKey, "GetTask", map[string]any{"id": again, "historyLength": 100})
 	if a.Error != nil || strings.Contains(string(a.Result), "ledger pay 5") {
 		t.Fatalf("the new turn's task carries the old history: %+v %s", a.Error, a.Result)
+	}
+}
+
+// cdScript: "dataset N" has the model call make_dataset for N rows named
+// after the turn; anything else is answered "ok".
+const cdScript = `{"rules":[{"name":"dataset","match":"^dataset ([0-9]+) ([a-z0-9]+)$","steps":[` +
+	`{"toolCall":{"name":"make_dataset","arguments":"{\"name\":\"$2\",\"rows\":$1}"}},{"text":"ok"}]}],` +
+	`"default":{"steps":[{"text":"ok"}]}}`
+
+// cdDatasetHost starts the real binary with the scripted model (cdScript)
+// and dataset-writer, with extra config.
+func cdDatasetHost(t *testing.T, top string, extra map[string]any, env ...string) (*sandboxHost, func(...string) *sandboxHost) {
+	t.Helper()
+	pluginDir := filepath.Join(top, "plugins")
+	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
+		map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}},
+		map[string]any{"script": cdScript})
+	installPlugin(t, pluginDir, "dataset-writer", "tool", readExample(t, "dataset-writer"),
+		map[string]any{"callTimeout": "5m", "hostFunctions": []string{"artifact_write", "emit", "result_read"}}, nil)
+	pcfg := map[string]any{"maxCallTimeout": "5m"}
+	start := func(env ...string) *sandboxHost { return startSandboxHostEnv(t, top, pluginDir, pcfg, extra, env...) }
+	return start(env...), start
+}
+
+// cdArtifactCode is the status GET /artifacts/{id} answers.
+func cdArtifactCode(t *testing.T, h *sandboxHost, id string) int {
+	t.Helper()
+	resp, err := http.Get(h.base + "/artifacts/" + id)
+	if err != nil {
+		t.Fatalf("GET artifact %s: %v", id, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// cdConversation is the conversation's id as /admin/tasks lists it for
+// task.
+func cdConversation(t *testing.T, h *sandboxHost, task string) string {
+	t.Helper()
+	code, body := cdAdmin(t, h, http.MethodGet, "/admin/tasks", "admin-token")
+	var listed struct {
+		Tasks []struct {
+			ID        string `json:"id"`
+			ContextID string `json:"contextId"`
+		} `json:"tasks"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &listed) != nil {
+		t.Fatalf("/admin/tasks: %d %s", code, body)
+	}
+	for _, l := range listed.Tasks {
+		if l.ID == task {
+			return l.ContextID
+		}
+	}
+	t.Fatalf("/admin/tasks does not list %s: %s", task, body)
+	return ""
+}
+
+// TestBlackBoxAdminDeleteEndsTheConversationsStream: an /events stream of
+// a conversation open while the admin deletes it ends, with a last frame
+// that says why (event stream-end, reason CONVERSATION_DELETED), and gives
+// its place back: with one stream allowed per conversation, a stream of
+// the context started again is served. The conversation's artifacts are
+// gone: GET /artifacts/{id} answers 404. Before, the stream stayed open
+// (heartbeats only, for ever) and held its place.
+func TestBlackBoxAdminDeleteEndsTheConversationsStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the host binary")
+	}
+	t.Parallel()
+	top := t.TempDir()
+	h, _ := cdDatasetHost(t, top, map[string]any{"limits": map[string]any{"shutdownGrace": "2s", "maxStreamsPerStream": 1}})
+	task, ctxID, st := cdSend(t, h, "", "", "dataset 3000 first")
+	if st != "TASK_STATE_COMPLETED" {
+		t.Fatalf("the dataset turn: %s", st)
+	}
+	conv := cdConversation(t, h, task)
+	// The conversation's stream, from its start: it names the artifact.
+	req, _ := http.NewRequest(http.MethodGet, h.base+"/events/"+ctxID, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/events/%s: %v %v", ctxID, resp, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReaderSize(resp.Body, 1<<20)
+	art := ""
+	for art == "" {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream of %s ended without naming an artifact: %v", ctxID, err)
+		}
+		art = artID.FindString(line)
+	}
+	if code := cdArtifactCode(t, h, art); code != http.StatusOK {
+		t.Fatalf("GET artifact %s before the delete: %d", art, code)
+	}
+	frames := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(br)
+		frames <- string(b)
+	}()
+	if code, body := cdAdmin(t, h, http.MethodDelete, "/admin/conversations/"+conv, "admin-token"); code != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	var got string
+	select {
+	case got = <-frames:
+	case <-time.After(90 * time.Second): // a hang guard: heartbeats are every 15 s
+		t.Fatal("the stream of the deleted conversation is still open")
+	}
+	end := strings.LastIndex(got, "event: stream-end\n")
+	if end < 0 || !strings.Contains(got[end:], "CONVERSATION_DELETED") {
+		t.Fatalf("the stream ended without a stream-end frame saying CONVERSATION_DELETED; its end:\n%s", got[max(0, len(got)-600):])
+	}
+	if code := cdArtifactCode(t, h, art); code != http.StatusNotFound {
+		t.Fatalf("GET artifact %s after the delete: %d, want 404", art, code)
+	}
+	// The context begun again gets a stream: the old one's place is back.
+	if _, c, st := cdSend(t, h, "", ctxID, "hello again"); st != "TASK_STATE_COMPLETED" || c != ctxID {
+		t.Fatalf("a new turn in the deleted context: %s in %s", st, c)
+	}
+	req, _ = http.NewRequest(http.MethodGet, h.base+"/events/"+ctxID, nil)
+	resp2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusOK {
+		t.Fatalf("/events of the context begun again: %d, want 200", resp2.StatusCode)
 	}
 }
