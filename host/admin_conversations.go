@@ -9,7 +9,6 @@ import (
 
 	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
-	"github.com/looopy-go/looopy/sse"
 )
 
 // adminConversationRoutes mounts the conversation routes of the admin API
@@ -44,16 +43,6 @@ func (s *Server) adminConversationRoutes(r fiber.Router) {
 		}
 		if err != nil {
 			return err
-		}
-		// Through the hub: a stream open on it ends (its client told why,
-		// its place under the bounds on live streams given back).
-		for _, t := range tasks {
-			if err := s.hub.Delete(ctx, sse.TaskStream(t)); err != nil {
-				return fmt.Errorf("delete conversation %q: events of task %q: %w", id, t, err)
-			}
-		}
-		if err := s.hub.Delete(ctx, sse.ContextStream(id)); err != nil {
-			return fmt.Errorf("delete conversation %q: its events: %w", id, err)
 		}
 		if tasks == nil {
 			tasks = []string{}

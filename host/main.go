@@ -482,7 +482,7 @@ func crashpointFromEnv(v string) (func(string), func(), error) {
 	}
 	switch point {
 	case taskrt.PointTaskStarting, taskrt.PointLeaseTaken, taskrt.PointTaskSaved, taskrt.PointTurnEnding, taskrt.PointTurnCommitted,
-		taskrt.PointTurnSettled, taskrt.PointEndSaved:
+		taskrt.PointTurnSettled, taskrt.PointEndSaved, taskrt.PointConversationPurging:
 	case remote.PointAcknowledged:
 		if mode != "" {
 			return nil, nil, fmt.Errorf("%s=%q: %q has no stop mode", crashpointEnv, v, point)

@@ -73,9 +73,22 @@ type hubEvents struct {
 }
 
 var (
-	_ taskrt.Events    = hubEvents{}
-	_ taskrt.EndEvents = hubEvents{}
+	_ taskrt.Events        = hubEvents{}
+	_ taskrt.EndEvents     = hubEvents{}
+	_ taskrt.StreamDeleter = hubEvents{}
 )
+
+// DeleteTaskStream deletes a task's stream now, ending its subscribers
+// here (sse.Hub.Delete).
+func (h hubEvents) DeleteTaskStream(ctx context.Context, taskID string) error {
+	return h.hub.Delete(ctx, sse.TaskStream(taskID))
+}
+
+// DeleteContextStream deletes a conversation's stream now, ending its
+// subscribers here (their /events stream says why).
+func (h hubEvents) DeleteContextStream(ctx context.Context, contextID string) error {
+	return h.hub.Delete(ctx, sse.ContextStream(contextID))
+}
 
 func (h hubEvents) Sink(onErr func(loop.Event, error)) loop.EventSink { return h.hub.Sink(onErr) }
 

@@ -236,6 +236,15 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 	if err := s.tasks.Recover(context.Background()); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
+	// Before anything is served: conversations whose deletion a stopped
+	// host left halfway are deleted whole (none of their tasks, artifacts
+	// or streams is served again). One that cannot be finished now (a
+	// full disk) is finished by the periodic cleanup.
+	if n, err := s.tasks.FinishConversationDeletes(context.Background()); err != nil {
+		log.Warn("deletions of conversations not all finished", "error", err.Error())
+	} else if n > 0 {
+		log.Info("deletions of conversations finished", "conversations", n)
+	}
 	s.tasks.StartBackground()
 	if !cfg.MCP.Disabled {
 		if s.mcp, err = s.newMCPServer(opts.MCPTools, opts.Model); err != nil {

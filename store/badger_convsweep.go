@@ -182,7 +182,8 @@ func convDeleteMutations(txn *badger.Txn, contextID string) ([]mutation, error) 
 // inside the write, as the expiry's, and the deletion is the expiry's
 // (whole or gone after a crash). A conversation without an agent record
 // is not found (a *loop.NotFoundError); its messages, if any, are deleted
-// all the same.
+// all the same. Unless it was kept, the conversation is entered among the
+// deletions to finish (PendingConversationDeletes) in the same write.
 func (b *Badger) DeleteConversation(ctx context.Context, contextID string) (bool, error) {
 	if err := b.limits.checkID("context id", contextID); err != nil {
 		return false, fmt.Errorf("delete conversation: %w", err)
@@ -198,7 +199,13 @@ func (b *Badger) DeleteConversation(ctx context.Context, contextID string) (bool
 		if kept = hasUnfinishedTask(txn, contextID); kept {
 			return nil, nil
 		}
-		return convDeleteMutations(txn, contextID)
+		ms, err := convDeleteMutations(txn, contextID)
+		if err != nil {
+			return nil, err
+		}
+		// The entry the host removes once the rest of the conversation
+		// is deleted (convdelete.go).
+		return append(ms, set(convDeleteKey(contextID), convDeleteValue(time.Now()))), nil
 	}})
 	if err != nil {
 		return false, fmt.Errorf("delete conversation %q: %w", contextID, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -360,6 +361,32 @@ func TestDeleteConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantIndexed(t, b)
+	// The deletions to finish: the deleted conversations (the unknown one
+	// too: what is left of it is the host's to delete), not the kept one,
+	// until done.
+	wantPending := func(p interface {
+		PendingConversationDeletes(context.Context) (map[string]time.Time, error)
+	}, want ...string) {
+		t.Helper()
+		got, err := p.PendingConversationDeletes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := slices.Sorted(maps.Keys(got))
+		if !slices.Equal(ids, want) {
+			t.Fatalf("pending conversation deletes: %v, want %v", ids, want)
+		}
+		for id, at := range got {
+			if at.Before(now.Add(-time.Minute)) || at.After(time.Now()) {
+				t.Fatalf("pending delete of %s at %v, want about %v", id, at, now)
+			}
+		}
+	}
+	wantPending(b, "nobody", "recent")
+	if err := b.ConversationDeleteDone(ctx, "nobody"); err != nil {
+		t.Fatal(err)
+	}
+	wantPending(b, "recent")
 
 	m := NewMemory(MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { _ = m.Close() })
@@ -386,6 +413,11 @@ func TestDeleteConversation(t *testing.T) {
 	if _, err := m.DeleteConversation(ctx, "recent"); !errors.Is(err, loop.ErrNotFound) {
 		t.Fatalf("memory: delete again: %v", err)
 	}
+	wantPending(m, "recent")
+	if err := m.ConversationDeleteDone(ctx, "recent"); err != nil {
+		t.Fatal(err)
+	}
+	wantPending(m)
 }
 
 // The in-memory store counts each conversation's unfinished tasks as

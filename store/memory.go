@@ -32,7 +32,10 @@ type Memory struct {
 
 	agentMu sync.RWMutex
 	agents  map[string]loop.AgentMetadata
-	convIdx *memConvIndex // the agents by last activity, under agentMu
+	// convDeletes: the deletions of conversations to finish
+	// (PendingConversationDeletes), under agentMu.
+	convDeletes map[string]time.Time
+	convIdx     *memConvIndex // the agents by last activity, under agentMu
 
 	taskMu    sync.RWMutex
 	tasks     map[string]loop.TaskRecord
@@ -573,6 +576,10 @@ func (m *Memory) DeleteConversation(ctx context.Context, contextID string) (bool
 	}
 	_, found := m.agents[contextID]
 	delete(m.agents, contextID)
+	if m.convDeletes == nil {
+		m.convDeletes = map[string]time.Time{}
+	}
+	m.convDeletes[contextID] = time.Now()
 	m.convIdx.remove(contextID)
 	m.histMu.Lock()
 	delete(m.hist, contextID)

@@ -318,3 +318,92 @@ func TestBlackBoxAdminDeleteEndsTheConversationsStream(t *testing.T) {
 		t.Fatalf("/events of the context begun again: %d, want 200", resp2.StatusCode)
 	}
 }
+
+// TestBlackBoxAdminDeleteKilledMidway: the host is killed (-9) in the
+// middle of the delete of a conversation of eight turns, each with a
+// dataset artifact: its agent record and history are gone, three of its
+// tasks deleted, five left (LOOOPY_CRASHPOINT=conversation-purging:4).
+// Started again, the host finishes the delete before it serves: no task of
+// the conversation is served (GetTask, /admin/tasks), no artifact
+// (404), no /events stream (404), and a delete sent again finds nothing
+// (404). Before, the tasks the kill left were served until their TTL.
+func TestBlackBoxAdminDeleteKilledMidway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the host binary")
+	}
+	t.Parallel()
+	top := t.TempDir()
+	h, start := cdDatasetHost(t, top, nil, "LOOOPY_CRASHPOINT=conversation-purging:4")
+	var tasks []string
+	ctxID := ""
+	for i := range 8 {
+		id, c, st := cdSend(t, h, "", ctxID, fmt.Sprintf("dataset 1500 turn%d", i))
+		if st != "TASK_STATE_COMPLETED" {
+			t.Fatalf("turn %d: %s", i, st)
+		}
+		tasks, ctxID = append(tasks, id), c
+	}
+	conv := cdConversation(t, h, tasks[0])
+	// The artifacts, as the conversation's stream names them.
+	resp, err := http.Get(h.base + "/events/" + ctxID + "?kinds=dataset-write")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/events/%s: %v %v", ctxID, resp, err)
+	}
+	arts := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	for len(arts) < 8 && sc.Scan() {
+		if id := artID.FindString(sc.Text()); id != "" {
+			arts[id] = true
+		}
+	}
+	resp.Body.Close()
+	if len(arts) != 8 {
+		t.Fatalf("the stream named %d artifacts, want 8: %v", len(arts), sc.Err())
+	}
+	for id := range arts {
+		if code := cdArtifactCode(t, h, id); code != http.StatusOK {
+			t.Fatalf("GET artifact %s before the delete: %d", id, code)
+		}
+	}
+
+	req, _ := http.NewRequest(http.MethodDelete, h.base+"/admin/conversations/"+conv, nil)
+	req.Header.Set("Authorization", "Bearer admin-token")
+	if resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("the delete was answered (%d %s): the host was to die in the middle of it", resp.StatusCode, b)
+	}
+	select {
+	case <-h.exited:
+	case <-time.After(time.Minute): // a hang guard
+		t.Fatal("the host did not die at the crash point")
+	}
+
+	h = start()
+	for _, id := range tasks {
+		a := h.rpc(t, "", "GetTask", map[string]any{"id": id})
+		if a.Error == nil || a.Error.Code != -32001 {
+			t.Fatalf("GetTask %s after the restart: %+v %s, want task not found", id, a.Error, a.Result)
+		}
+	}
+	if code, body := cdAdmin(t, h, http.MethodGet, "/admin/tasks?contextId="+conv, "admin-token"); code != http.StatusOK || strings.Contains(body, conv) {
+		t.Fatalf("/admin/tasks of the deleted conversation after the restart: %d %s", code, body)
+	}
+	for id := range arts {
+		if code := cdArtifactCode(t, h, id); code != http.StatusNotFound {
+			t.Fatalf("GET artifact %s after the restart: %d, want 404", id, code)
+		}
+	}
+	resp, err = http.Get(h.base + "/events/" + ctxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/events of the deleted conversation after the restart: %d, want 404", resp.StatusCode)
+	}
+	if code, body := cdAdmin(t, h, http.MethodDelete, "/admin/conversations/"+conv, "admin-token"); code != http.StatusNotFound {
+		t.Fatalf("the delete sent again: %d %s, want 404 (finished at the start)", code, body)
+	}
+}

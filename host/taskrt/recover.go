@@ -366,6 +366,11 @@ func (rt *Runtime) StartBackground() {
 				} else if n > 0 {
 					rt.log.LogAttrs(ctx, slog.LevelInfo, "orphaned sub-tasks ended", slog.Int("tasks", n))
 				}
+				if n, err := rt.FinishConversationDeletes(ctx); err != nil && ctx.Err() == nil {
+					rt.log.LogAttrs(ctx, slog.LevelWarn, "deletions of conversations", slog.String("error", err.Error()))
+				} else if n > 0 {
+					rt.log.LogAttrs(ctx, slog.LevelInfo, "deletions of conversations finished", slog.Int("conversations", n))
+				}
 				if n, err := rt.ExpireConversations(ctx, time.Now()); err != nil && ctx.Err() == nil {
 					rt.log.LogAttrs(ctx, slog.LevelWarn, "expiry of idle conversations", slog.String("error", err.Error()))
 				} else if n > 0 {

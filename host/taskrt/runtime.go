@@ -63,6 +63,10 @@ const (
 	// task, an expired request, a task failed at recovery) is saved; its
 	// final events are not in the log yet.
 	PointEndSaved = "end-saved"
+	// PointConversationPurging: a deleted conversation's agent record and
+	// history are gone; one more of its finished tasks (record, artifacts,
+	// event stream) is about to be deleted.
+	PointConversationPurging = "conversation-purging"
 )
 
 func (rt *Runtime) crashpoint(p string) {
@@ -116,6 +120,27 @@ type ConversationExpirer interface {
 // store.Memory, redisstore.Store).
 type ConversationDeleter interface {
 	DeleteConversation(ctx context.Context, contextID string) (bool, error)
+}
+
+// ConversationPurges lists the deletions of conversations still to finish
+// (store.Badger, store.Memory, redisstore.Store): ConversationDeleter's
+// DeleteConversation enters a conversation in the write that deletes its
+// agent record and history; the runtime removes the entry once the rest
+// is deleted (its finished tasks, their artifacts, the event streams).
+type ConversationPurges interface {
+	// PendingConversationDeletes returns the conversations entered and
+	// not done, each with the time of its DeleteConversation.
+	PendingConversationDeletes(ctx context.Context) (map[string]time.Time, error)
+	// ConversationDeleteDone removes a conversation's entry.
+	ConversationDeleteDone(ctx context.Context, contextID string) error
+}
+
+// StreamDeleter is Events that deletes streams now (the host's Hub): the
+// streams of a deleted conversation and of its tasks go with it, and a
+// client following one is told.
+type StreamDeleter interface {
+	DeleteTaskStream(ctx context.Context, taskID string) error
+	DeleteContextStream(ctx context.Context, contextID string) error
 }
 
 // Events is where the runtime publishes the events of tasks: the host's

@@ -173,6 +173,11 @@ func (s *Store) expireConversation(ctx context.Context, id string, cutoff time.T
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Del(ctx, ak, mk)
 			p.ZRem(ctx, ck, id)
+			if now {
+				// The entry the host removes once the rest of the
+				// conversation is deleted (PendingConversationDeletes).
+				p.HSet(ctx, s.convDeleteKey(), id, time.Now().UnixNano())
+			}
 			return nil
 		})
 		if err == nil {
@@ -244,4 +249,36 @@ func escapeGlob(s string) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// convDeleteKey is the hash of the deletions of conversations to finish:
+// context id → the time of its DeleteConversation (Unix nanoseconds).
+func (s *Store) convDeleteKey() string { return s.p + "convdel" }
+
+// PendingConversationDeletes returns the conversations whose deletion
+// (DeleteConversation, which enters them in its MULTI/EXEC) is not
+// finished, each with the time of its deletion.
+func (s *Store) PendingConversationDeletes(ctx context.Context) (map[string]time.Time, error) {
+	m, err := s.rdb.HGetAll(ctx, s.convDeleteKey()).Result()
+	if err != nil {
+		return nil, wrap("pending conversation deletes", err)
+	}
+	out := make(map[string]time.Time, len(m))
+	for id, v := range m {
+		at := time.Now()
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			at = time.Unix(0, n)
+		}
+		out[id] = at
+	}
+	return out, nil
+}
+
+// ConversationDeleteDone removes the entry of a conversation whose
+// deletion is finished.
+func (s *Store) ConversationDeleteDone(ctx context.Context, contextID string) error {
+	if err := s.rdb.HDel(ctx, s.convDeleteKey(), contextID).Err(); err != nil {
+		return wrap(fmt.Sprintf("conversation delete done %q", contextID), err)
+	}
+	return nil
 }

@@ -192,4 +192,14 @@ func TestRedisDeleteConversation(t *testing.T) {
 	if _, err := s.DeleteConversation(ctx, "recent"); !errors.Is(err, loop.ErrNotFound) {
 		t.Fatalf("delete again: %v", err)
 	}
+	// The deletion to finish, entered with it, until done.
+	if got, err := s.PendingConversationDeletes(ctx); err != nil || len(got) != 1 || got["recent"].Before(now) {
+		t.Fatalf("pending conversation deletes: %v %v, want recent", got, err)
+	}
+	if err := s.ConversationDeleteDone(ctx, "recent"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.PendingConversationDeletes(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("pending conversation deletes once done: %v %v", got, err)
+	}
 }
