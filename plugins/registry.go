@@ -306,6 +306,9 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 		p, err = loadPlugin(ctx, &r.env, m)
 	}
 	var old, renamed *Plugin
+	r.mu.RLock()
+	prevName := r.sources[source] // the name this folder owned before, if any
+	r.mu.RUnlock()
 	if err == nil {
 		old, renamed, err = r.swap(p, m, source)
 		if err != nil {
@@ -345,9 +348,10 @@ func (r *Registry) Load(ctx context.Context, path string) (Info, error) {
 			"version", renamed.Version(), "now", m.Name, "source", source)
 		r.emit(Event{Kind: EventUnloaded, Name: renamed.Name(), Version: renamed.Version(), Source: source})
 	}
-	if old != nil || renamed != nil {
+	if old != nil || renamed != nil || (prevName != "" && prevName != m.Name) {
 		// The new version may offer fewer tools, or others; a name freed
-		// may be claimed by a folder waiting for it.
+		// (also one whose plugin the admin had unloaded) may be claimed
+		// by a folder waiting for it.
 		r.retryCrowded(source)
 	}
 	r.log.InfoContext(ctx, "plugin loaded", "plugin", m.Name, "version", m.Version, "abi", p.ABI(),
@@ -399,18 +403,20 @@ func (r *Registry) swap(p *Plugin, m *Manifest, source string) (old, renamed *Pl
 	return old, renamed, nil
 }
 
-// checkOwner refuses a plugin whose name another folder's plugin serves
-// under.
+// checkOwner refuses a plugin whose name belongs to another folder: one
+// whose plugin serves under it, or was unloaded by the admin (Unload) and
+// is still there.
 func (r *Registry) checkOwner(name, source string) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.plugins[name] == nil {
-		return nil
-	}
 	for src, n := range r.sources {
 		if n == name && src != source {
-			return fmt.Errorf("the name %q belongs to the plugin loaded from %s (%w; this folder loads by itself once that "+
-				"one is removed or names another plugin; give this plugin its own name): %w", name, filepath.Dir(src), errCrowded, ErrNameTaken)
+			unloaded := ""
+			if r.plugins[name] == nil {
+				unloaded = ", unloaded by the admin while its folder stays"
+			}
+			return fmt.Errorf("the name %q belongs to the plugin loaded from %s%s (%w; this folder loads by itself once that "+
+				"one is removed or names another plugin; give this plugin its own name): %w", name, filepath.Dir(src), unloaded, errCrowded, ErrNameTaken)
 		}
 	}
 	return nil
@@ -452,10 +458,21 @@ func (r *Registry) Loading() []string {
 	return out
 }
 
-// Unload removes a plugin by name. Its calls in flight stop at once with
-// ErrUnloaded, and turns that pinned it get ErrUnloaded from its tools; it
-// closes when the last of them lets go.
+// Unload removes a plugin by name (DELETE /admin/plugins/{name}). Its
+// calls in flight stop at once with ErrUnloaded, and turns that pinned it
+// get ErrUnloaded from its tools; it closes when the last of them lets go.
+//
+// The name stays its folder's while that folder is there: another folder
+// naming it is still refused (ErrNameTaken), as at a start, where the
+// owner's folder would load again. The owner's folder changed, or loaded
+// again (Load), serves it again; removed, it frees the name, and a folder
+// waiting for it loads by itself.
 func (r *Registry) Unload(ctx context.Context, name string) error {
+	return r.unload(ctx, name, true)
+}
+
+// unload is Unload; keepName false (the folder is gone) frees the name.
+func (r *Registry) unload(ctx context.Context, name string, keepName bool) error {
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
 	r.mu.Lock()
@@ -472,7 +489,9 @@ func (r *Registry) Unload(ctx context.Context, name string) error {
 	delete(r.plugins, name)
 	for src, n := range r.sources {
 		if n == name {
-			delete(r.sources, src)
+			if !keepName {
+				delete(r.sources, src)
+			}
 			r.dropFailuresLocked(src)
 		}
 	}
@@ -550,11 +569,19 @@ func (r *Registry) unloadSource(ctx context.Context, source string) error {
 	// a conflict refusal by the plugin's name).
 	r.dropFailuresLocked(source)
 	name, ok := r.sources[source]
+	if ok && r.plugins[name] == nil {
+		// An owner the admin unloaded (Unload): its folder gone, its
+		// name is free for a folder waiting for it.
+		delete(r.sources, source)
+		r.mu.Unlock()
+		r.retryCrowded("")
+		return nil
+	}
 	r.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	return r.Unload(ctx, name)
+	return r.unload(ctx, name, false)
 }
 
 // Plugin returns the serving version of a plugin.

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,4 +119,71 @@ func TestBlackBoxPluginCannotTakeAnothersName(t *testing.T) {
 func hashOf(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// DELETE /admin/plugins/{name} unloads the plugin, but the name stays its
+// folder's while that folder is there: a folder refused for naming it
+// stays refused (the retry the unload starts, and a load asked through
+// the admin API, are refused with the owner's folder named); loading the
+// owner's folder again serves it again; once the owner's folder is
+// removed, the waiting folder loads by itself. Before, the unload freed
+// the name and the impostor took it (its tool answered under wat-add's
+// name, key-value space and grants) while the owner's folder was still on
+// disk.
+func TestBlackBoxAdminUnloadKeepsTheNameWithItsFolder(t *testing.T) {
+	t.Parallel()
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	installPlugin(t, pluginDir, "wat-add", "tool", readExample(t, "wat-add"), nil, nil)
+	spin, err := os.ReadFile(filepath.Join("..", "..", "plugins", "testdata", "wat", "spin.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startSandboxHost(t, top, pluginDir, nil)
+	hijack := filepath.Join(pluginDir, "zz-hijack", "plugin.json")
+	owner := hashOf(readExample(t, "wat-add"))
+	claimPlugin(t, pluginDir, "zz-hijack", "wat-add", "6.6.6", spin)
+	h.waitFor(t, "the impostor to be refused", 3*time.Minute, func() bool {
+		return h.plugins(t)[hijack].State == "failed" || h.plugins(t)["wat-add"].SHA256 != owner
+	})
+	if p := h.plugins(t)["wat-add"]; p.SHA256 != owner {
+		t.Fatalf("the impostor took the name before the unload: %+v", h.plugins(t))
+	}
+
+	if code, body := cdAdmin(t, h, http.MethodDelete, "/admin/plugins/wat-add", "admin-token"); code != http.StatusOK {
+		t.Fatalf("DELETE /admin/plugins/wat-add: %d %s", code, body)
+	}
+	// Asked to load now, the impostor is refused (the retry the unload
+	// started has ended by then or is refused the same way: one load of a
+	// folder at a time).
+	code, body := cdAdmin(t, h, http.MethodPost, "/admin/plugins/zz-hijack/load", "admin-token")
+	if code == http.StatusOK || !strings.Contains(body, filepath.Join(pluginDir, "wat-add")) {
+		t.Fatalf("loading the impostor after the owner's unload: %d %s, want refused naming the owner's folder", code, body)
+	}
+	if p, ok := h.plugins(t)["wat-add"]; ok && p.SHA256 == hashOf(spin) {
+		t.Fatalf("the impostor serves wat-add while the owner's folder is there: %+v", h.plugins(t))
+	}
+	if text, err := h.mcpCall(t, "add", `{"a":40,"b":2}`); err == nil && strings.Contains(text, "42") {
+		t.Fatalf("add still answers after the unload: %q", text)
+	}
+
+	// The owner's folder loaded again serves it again.
+	if code, body := cdAdmin(t, h, http.MethodPost, "/admin/plugins/wat-add/load", "admin-token"); code != http.StatusOK {
+		t.Fatalf("loading the owner again: %d %s", code, body)
+	}
+	if text, err := h.mcpCall(t, "add", `{"a":40,"b":2}`); err != nil || !strings.Contains(text, "42") {
+		t.Fatalf("the owner loaded again: add answered %q %v", text, err)
+	}
+
+	// Unloaded, then its folder removed: the name is free, and the
+	// waiting folder loads by itself.
+	if code, body := cdAdmin(t, h, http.MethodDelete, "/admin/plugins/wat-add", "admin-token"); code != http.StatusOK {
+		t.Fatalf("DELETE /admin/plugins/wat-add again: %d %s", code, body)
+	}
+	if err := os.RemoveAll(filepath.Join(pluginDir, "wat-add")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "the waiting folder to load once the owner's folder is gone", 3*time.Minute, func() bool {
+		return h.plugins(t)["wat-add"].SHA256 == hashOf(spin)
+	})
 }
