@@ -53,6 +53,7 @@ var errorTable = []errorCode{
 	{a2a.ErrInvalidRequest, -32600, http.StatusBadRequest, "INVALID_REQUEST"},
 	{a2a.ErrMethodNotFound, -32601, http.StatusNotFound, "METHOD_NOT_FOUND"},
 	{a2a.ErrInvalidParams, -32602, http.StatusBadRequest, "INVALID_PARAMS"},
+	{taskrt.ErrTaskEnded, -32602, http.StatusConflict, "TASK_ENDED"},
 	{loop.ErrInvalid, -32602, http.StatusBadRequest, "INVALID_PARAMS"},
 	{sse.ErrAhead, -32602, http.StatusBadRequest, "LAST_EVENT_ID_AHEAD"},
 	{ErrConversationDeleted, -32001, http.StatusNotFound, "CONVERSATION_DELETED"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,17 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 				// A resumed turn runs the call again: the same sub-task
 				// starts over.
 				s.rec.CreatedAt, s.rec.Version = old.CreatedAt, old.Version
+				if id, ok := old.Metadata[RemoteTaskKey].(string); ok && env.Routed != nil && s.rec.Metadata[RemoteTaskKey] == nil {
+					// Run again with the answer to its remote task's
+					// request: the same remote task goes on, and the
+					// record keeps naming it (an orphan's end cancels it).
+					md := make(map[string]any, len(s.rec.Metadata)+1)
+					for k, v := range s.rec.Metadata {
+						md[k] = v
+					}
+					md[RemoteTaskKey] = id
+					s.rec.Metadata = md
+				}
 				if env.Resumed {
 					prev := old
 					s.Previous = &prev
@@ -468,23 +480,7 @@ func (l *Loop) endRoute(ctx context.Context, parentID string, rt *InputRoute, st
 	var errs []error
 	for ; rt != nil && rt.SubtaskID != ""; parentID, rt = rt.SubtaskID, rt.Inner {
 		if rt.RemoteTaskID != "" {
-			handled := false
-			for _, ts := range l.toolsets {
-				c, ok := ts.(RemoteTaskCanceler)
-				if !ok {
-					continue
-				}
-				h, err := c.CancelRemoteTask(ctx, rt.AgentID, rt.RemoteTaskID)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("cancel the remote task %q of sub-task %q: %w", rt.RemoteTaskID, rt.SubtaskID, err))
-				}
-				if handled = h; handled {
-					break
-				}
-			}
-			if !handled {
-				errs = append(errs, fmt.Errorf("sub-task %q: no remote agent %q to cancel its task %q", rt.SubtaskID, rt.AgentID, rt.RemoteTaskID))
-			}
+			errs = append(errs, l.cancelRemote(ctx, rt))
 		}
 		if l.subtasks == nil {
 			continue
@@ -496,6 +492,30 @@ func (l *Loop) endRoute(ctx context.Context, parentID string, rt *InputRoute, st
 		evs = append(evs, e...)
 	}
 	return evs, errors.Join(errs...)
+}
+
+// RemoteTaskKey is the metadata key of a remote sub-agent's sub-task that
+// names its remote task (recorded once the remote agent took the message).
+const RemoteTaskKey = "remoteTaskId"
+
+// cancelRemote cancels the remote task rt names (rt.RemoteTaskID of the
+// sub-agent rt.AgentID, for the sub-task rt.SubtaskID) through the
+// toolset that runs that agent (RemoteTaskCanceler).
+func (l *Loop) cancelRemote(ctx context.Context, rt *InputRoute) error {
+	for _, ts := range l.toolsets {
+		c, ok := ts.(RemoteTaskCanceler)
+		if !ok {
+			continue
+		}
+		h, err := c.CancelRemoteTask(ctx, rt.AgentID, rt.RemoteTaskID)
+		if err != nil {
+			return fmt.Errorf("cancel the remote task %q of sub-task %q: %w", rt.RemoteTaskID, rt.SubtaskID, err)
+		}
+		if h {
+			return nil
+		}
+	}
+	return fmt.Errorf("sub-task %q: no remote agent %q to cancel its task %q", rt.SubtaskID, rt.AgentID, rt.RemoteTaskID)
 }
 
 // endNotTaken ends what still waits below rt, the route of a request the
@@ -650,18 +670,44 @@ func (tr *turn) endCutSubtask(ctx context.Context, call ToolCall, why string) {
 // parent's turn, so one left working or waiting for input under a final
 // parent is an orphan that nothing would end (an answer that resumed it
 // while a cancel ended the parent, a crash between the two). Each one
-// found (those rec's turns started, rec.Subtasks, and those behind its
-// open requests' routes), and what is below it, ends with status and why;
-// a remote sub-agent's task behind one of its requests is canceled. It
-// returns the sub-tasks' final events for the caller to publish.
+// found, and what is below it, ends with status and why; a remote
+// sub-agent's task behind one of its requests is canceled. Found are
+// those rec's turns started (rec.Subtasks, which names nested ones too:
+// a sub-agent's own sub-tasks belong to the same turn), those behind its
+// open requests' routes, and, when rec ever had a sub-task, every
+// unfinished task of its conversation whose id derives from rec's
+// (SubtaskID): a nested sub-task whose parent's record lost it (a
+// sub-agent run again with an answer starts its record over, without the
+// request and the route that named the level below) is found all the
+// same. It returns the sub-tasks' final events for the caller to publish.
 func (l *Loop) EndOrphans(ctx context.Context, rec TaskRecord, status TaskStatus, why string) ([]Event, error) {
 	if l.subtasks == nil || !rec.Status.Terminal() {
 		return nil, nil
 	}
-	return l.endOrphans(context.WithoutCancel(ctx), rec, status, why, 0)
+	scan := len(rec.Subtasks) > 0
+	for _, r := range rec.OpenRequests() {
+		scan = scan || r.Route != nil
+	}
+	return l.endOrphans(context.WithoutCancel(ctx), rec, status, why, 0, scan)
 }
 
-func (l *Loop) endOrphans(ctx context.Context, rec TaskRecord, status TaskStatus, why string, depth int) ([]Event, error) {
+// UnfinishedStatuses are the statuses of a task that has not ended.
+var UnfinishedStatuses = []TaskStatus{TaskSubmitted, TaskWorking, TaskWaitingInput, TaskWaitingAuth, TaskWaitingSubtask}
+
+// descends reports whether sub is a sub-task of the task id, directly or
+// below one of its sub-tasks: its id and its parent's derive from id's.
+func descends(sub TaskRecord, id string) bool {
+	if sub.ParentTaskID == id {
+		return true
+	}
+	p := id + "."
+	return strings.HasPrefix(sub.ID, p) && strings.HasPrefix(sub.ParentTaskID, p)
+}
+
+// endOrphans ends the unfinished sub-tasks of rec; scan: the unfinished
+// tasks of its conversation are read for those whose id derives from
+// rec's (once, at the top: it finds every level below).
+func (l *Loop) endOrphans(ctx context.Context, rec TaskRecord, status TaskStatus, why string, depth int, scan bool) ([]Event, error) {
 	if depth > 64 {
 		return nil, fmt.Errorf("sub-tasks of %q: nested too deep", rec.ID)
 	}
@@ -671,6 +717,17 @@ func (l *Loop) endOrphans(ctx context.Context, rec TaskRecord, status TaskStatus
 	for _, r := range rec.OpenRequests() {
 		if r.Route != nil && r.Route.SubtaskID != "" {
 			ids = append(ids, r.Route.SubtaskID)
+		}
+	}
+	if scan && rec.ContextID != "" {
+		open, err := l.subtasks.ListTasks(ctx, TaskFilter{ContextID: rec.ContextID, Statuses: UnfinishedStatuses})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sub-tasks of %q: %w", rec.ID, err))
+		}
+		for _, t := range open {
+			if t.ID != rec.ID && descends(t, rec.ID) {
+				ids = append(ids, t.ID)
+			}
 		}
 	}
 	seen := map[string]bool{}
@@ -687,10 +744,10 @@ func (l *Loop) endOrphans(ctx context.Context, rec TaskRecord, status TaskStatus
 			errs = append(errs, fmt.Errorf("load sub-task %q: %w", id, err))
 			continue
 		}
-		if sub.Status.Terminal() || sub.ParentTaskID != rec.ID {
+		if sub.Status.Terminal() || !descends(sub, rec.ID) {
 			continue
 		}
-		e, err := l.endSubtree(ctx, sub, status, why, depth)
+		e, err := l.endSubtree(ctx, sub, status, why, depth, false)
 		evs, errs = append(evs, e...), append(errs, err)
 	}
 	return evs, errors.Join(errs...)
@@ -703,19 +760,26 @@ func (l *Loop) EndSubtask(ctx context.Context, sub TaskRecord, status TaskStatus
 	if l.subtasks == nil || sub.ParentTaskID == "" || sub.Status.Terminal() {
 		return nil, nil
 	}
-	return l.endSubtree(context.WithoutCancel(ctx), sub, status, why, 0)
+	return l.endSubtree(context.WithoutCancel(ctx), sub, status, why, 0, true)
 }
 
 // endSubtree ends the sub-task sub: what waits behind its own requests
 // first (a remote task is canceled through the recorded route), then its
-// own sub-tasks, then itself.
-func (l *Loop) endSubtree(ctx context.Context, sub TaskRecord, status TaskStatus, why string, depth int) ([]Event, error) {
+// own sub-tasks (scan: found in its conversation too, see endOrphans),
+// then itself.
+func (l *Loop) endSubtree(ctx context.Context, sub TaskRecord, status TaskStatus, why string, depth int, scan bool) ([]Event, error) {
 	var errs []error
 	evs, err := l.EndPassedUp(ctx, sub, status, why)
 	errs = append(errs, err)
+	if id, _ := sub.Metadata[RemoteTaskKey].(string); id != "" {
+		// A remote sub-agent's call: its remote task, which no route
+		// names any more (its parent's record started over), is
+		// canceled through the sub-task's own record.
+		errs = append(errs, l.cancelRemote(ctx, &InputRoute{SubtaskID: sub.ID, AgentID: sub.AgentID, RemoteTaskID: id}))
+	}
 	done := sub
 	done.Status = status
-	e, err := l.endOrphans(ctx, done, status, why, depth+1)
+	e, err := l.endOrphans(ctx, done, status, why, depth+1, scan)
 	evs, errs = append(evs, e...), append(errs, err)
 	e, err = endSubtaskRecord(ctx, l, sub.ID, sub.ParentTaskID, status, why)
 	evs, errs = append(evs, e...), append(errs, err)

@@ -746,7 +746,7 @@ var errUnknownOutcome = errors.New("the remote task of the interrupted call is n
 
 // RemoteTaskKey is the sub-task metadata key that records the remote
 // task's id once the remote agent acknowledged the message.
-const RemoteTaskKey = "remoteTaskId"
+const RemoteTaskKey = loop.RemoteTaskKey
 
 // run is one call of a remote agent.
 type run struct {

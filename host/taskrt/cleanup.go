@@ -126,14 +126,16 @@ func (rt *Runtime) ExpiredConversations() int64 { return rt.convExpired.Load() }
 // input whose parent task has ended or is gone (a sub-task never runs
 // without its parent's turn, so nothing else would end them). Each one is
 // canceled, with what waits below it (a remote sub-agent's task is
-// canceled through the recorded route). A sub-task whose parent has a turn
-// running here is left to that turn. It returns how many it ended.
+// canceled through the recorded route). It is decided and done under the
+// fence of the sub-task's top task (fenceTop): a sub-task whose top task
+// has a turn running, here or on another host sharing the stores (its
+// lease is held), is left to that turn, which takes it up again or ends
+// it with the turn's end. It returns how many it ended.
 func (rt *Runtime) SweepOrphans(ctx context.Context) (int, error) {
 	if rt.cfg.Loop == nil {
 		return 0, nil
 	}
-	recs, err := rt.st.Tasks.ListTasks(ctx, loop.TaskFilter{Statuses: []loop.TaskStatus{loop.TaskSubmitted, loop.TaskWorking,
-		loop.TaskWaitingInput, loop.TaskWaitingAuth, loop.TaskWaitingSubtask}})
+	recs, err := rt.st.Tasks.ListTasks(ctx, loop.TaskFilter{Statuses: loop.UnfinishedStatuses})
 	if err != nil {
 		return 0, fmt.Errorf("orphaned sub-tasks: %w", err)
 	}
@@ -146,24 +148,61 @@ func (rt *Runtime) SweepOrphans(ctx context.Context) (int, error) {
 		if rec.ParentTaskID == "" || rt.Running(rec.ParentTaskID) != nil {
 			continue
 		}
-		parent, err := rt.st.Tasks.LoadTask(ctx, rec.ParentTaskID)
-		switch {
-		case errors.Is(err, loop.ErrNotFound):
-			parent = loop.TaskRecord{ID: rec.ParentTaskID, Status: loop.TaskCanceled}
-		case err != nil:
+		if _, ok, err := rt.endedParent(ctx, rec); err != nil || !ok {
 			errs = append(errs, err)
 			continue
-		case !parent.Status.Terminal():
-			continue
 		}
-		evs, err := rt.cfg.Loop.EndSubtask(ctx, rec, loop.TaskCanceled, OrphanReason(parent.ID, parent.Status))
+		ended, err := rt.endOrphan(ctx, rec.ID)
 		errs = append(errs, err)
-		if err := rt.publishSubEnds(ctx, rec.ContextID, evs); err != nil {
-			errs = append(errs, err)
-		}
-		if len(evs) > 0 {
+		if ended {
 			n++
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// endedParent returns the parent of the sub-task rec when it has ended (ok;
+// one that is gone is returned canceled).
+func (rt *Runtime) endedParent(ctx context.Context, rec loop.TaskRecord) (loop.TaskRecord, bool, error) {
+	parent, err := rt.st.Tasks.LoadTask(ctx, rec.ParentTaskID)
+	switch {
+	case errors.Is(err, loop.ErrNotFound):
+		return loop.TaskRecord{ID: rec.ParentTaskID, Status: loop.TaskCanceled}, true, nil
+	case err != nil:
+		return parent, false, err
+	}
+	return parent, parent.Status.Terminal(), nil
+}
+
+// endOrphan ends the sub-task id, found unfinished under a parent that has
+// ended, under the fence of its top task: read again there, it is ended
+// only if it still is an orphan. It reports whether it ended it.
+func (rt *Runtime) endOrphan(ctx context.Context, id string) (bool, error) {
+	rec, err := rt.st.Tasks.LoadTask(ctx, id)
+	if errors.Is(err, loop.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	release, err := rt.fenceTop(ctx, rec)
+	if errors.Is(err, loop.ErrBusy) {
+		return false, nil // a turn of its top task runs: it is that turn's
+	}
+	if err != nil {
+		return false, fmt.Errorf("orphaned sub-task %q: %w", id, err)
+	}
+	defer release()
+	if rec, err = rt.st.Tasks.LoadTask(ctx, id); err != nil || rec.Status.Terminal() {
+		return false, nil
+	}
+	parent, ok, err := rt.endedParent(ctx, rec)
+	if err != nil || !ok {
+		return false, err
+	}
+	evs, err := rt.cfg.Loop.EndSubtask(ctx, rec, loop.TaskCanceled, OrphanReason(parent.ID, parent.Status))
+	if perr := rt.publishSubEnds(ctx, rec.ContextID, evs); perr != nil {
+		err = errors.Join(err, perr)
+	}
+	return len(evs) > 0, err
 }

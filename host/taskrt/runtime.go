@@ -31,7 +31,25 @@ var (
 	// ErrHostBusy: the host runs as many turns as the operator allows,
 	// all principals together.
 	ErrHostBusy = errors.New("the host runs as many turns as it allows")
+	// ErrTaskEnded: a message or an answer for a task that has ended
+	// (canceled, completed, failed), such as an answer that lost the
+	// race with a cancel. It also matches loop.ErrInvalid.
+	ErrTaskEnded = errors.New("the task has ended")
 )
+
+// endedError refuses a message or an answer for rec, a task that has
+// ended; raced: it ended while the message was being taken.
+func endedError(rec loop.TaskRecord, raced bool) error {
+	how := "is " + string(rec.Status)
+	if raced {
+		how = "was " + string(rec.Status) + " while this message was being taken"
+		if rec.Status == loop.TaskCanceled {
+			how = "was canceled first (a cancel came in at the same time as this message)"
+		}
+	}
+	return fmt.Errorf("%w: task %q %s and takes no more messages; send without taskId to start a new task: %w",
+		loop.ErrInvalid, rec.ID, how, ErrTaskEnded)
+}
 
 // The points between two writes of a task's life, for Config.Crashpoint.
 const (
@@ -329,11 +347,12 @@ type Runtime struct {
 
 	mu          sync.Mutex
 	agents      map[string]*loop.Agent
-	agentBytes  atomic.Int64    // CachedBytes over agents (loop.AgentConfig.CacheTally)
-	running     map[string]*Run // by task id
-	busy        map[string]*Run // by context id
-	perOwner    map[string]int  // running turns by principal, not ended
-	ended       int             // runs in running whose end is out (Run.ended)
+	agentBytes  atomic.Int64             // CachedBytes over agents (loop.AgentConfig.CacheTally)
+	running     map[string]*Run          // by task id
+	busy        map[string]*Run          // by context id
+	perOwner    map[string]int           // running turns by principal, not ended
+	ended       int                      // runs in running whose end is out (Run.ended)
+	ending      map[string]chan struct{} // tasks whose end is written here, no turn of theirs running (holdEnd)
 	closing     bool
 	wg          sync.WaitGroup
 	starting    sync.Map // contextId -> *sync.Mutex: one agent start per context at a time
@@ -442,7 +461,7 @@ func New(cfg Config) (*Runtime, error) {
 	base, cancel := context.WithCancelCause(context.Background())
 	return &Runtime{cfg: cfg, st: cfg.Stores, ev: cfg.Events, log: log, base: base, cancelAll: cancel,
 		agents: map[string]*loop.Agent{}, running: map[string]*Run{}, busy: map[string]*Run{},
-		perOwner: map[string]int{}}, nil
+		perOwner: map[string]int{}, ending: map[string]chan struct{}{}}, nil
 }
 
 // Owner returns the name of this process in leases.
@@ -535,6 +554,9 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err
 			return nil, fmt.Errorf("%w: task %q is a sub-task of %q and takes no messages of its own; "+
 				"its requests are passed up: answer them on task %q", loop.ErrInvalid, taskID, rec.ParentTaskID, rec.ParentTaskID)
 		}
+		if rec.Status.Terminal() {
+			return nil, endedError(rec, false)
+		}
 		if !rec.Status.Interrupted() {
 			return nil, fmt.Errorf("%w: task %q is %s and takes no more messages; send without taskId to start a new task",
 				loop.ErrInvalid, taskID, rec.Status)
@@ -624,6 +646,14 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err
 	}
 	if err := rt.save(ctx, r, rec, agent); err != nil {
 		rt.unregister(r)
+		if prev != nil && errors.Is(err, loop.ErrBusy) {
+			// Refused because the task changed since it was read: one
+			// that has ended since (a cancel that came in at the same
+			// time) says so, not busy.
+			if cur, lerr := rt.st.Tasks.LoadTask(ctx, taskID); lerr == nil && cur.Status.Terminal() {
+				return nil, endedError(cur, true)
+			}
+		}
 		return nil, err
 	}
 	rec.Version++
@@ -931,6 +961,19 @@ func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner str
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if ch, ok := rt.ending[taskID]; ok {
+		// Its end is being written here (awaitEnded waited, and the
+		// hold came since): it is awaited, then the caller's write finds
+		// the task changed.
+		rt.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			rt.mu.Lock()
+			return nil, ctx.Err()
+		}
+		rt.mu.Lock()
+	}
 	if rt.closing {
 		return nil, ErrShuttingDown
 	}
@@ -977,16 +1020,58 @@ func (rt *Runtime) awaitEnded(ctx context.Context, taskID string) (bool, error) 
 		rt.mu.Lock()
 		prev := rt.running[taskID]
 		ended := prev != nil && prev.ended
+		hold, holding := rt.ending[taskID]
 		rt.mu.Unlock()
-		if !ended {
+		var done <-chan struct{}
+		switch {
+		case ended:
+			done = prev.done
+		case holding:
+			done = hold // its end is being written here (holdEnd)
+		default:
 			return waited, nil
 		}
 		waited = true
 		rt.crashpoint(PointTurnWaiting)
 		select {
-		case <-prev.done:
+		case <-done:
 		case <-ctx.Done():
 			return waited, ctx.Err()
+		}
+	}
+}
+
+// holdEnd marks the task taskID as ended here while its end is written,
+// no turn of it running here: a turn of it (an answer) waits until
+// release (once; more calls do nothing), then finds the task changed. ok is false when a turn of it is
+// registered here already (the caller cancels that turn instead).
+func (rt *Runtime) holdEnd(ctx context.Context, taskID string) (release func(), ok bool, err error) {
+	for {
+		rt.mu.Lock()
+		if rt.running[taskID] != nil {
+			rt.mu.Unlock()
+			return nil, false, nil
+		}
+		ch, held := rt.ending[taskID]
+		if !held {
+			ch = make(chan struct{})
+			rt.ending[taskID] = ch
+			rt.mu.Unlock()
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					rt.mu.Lock()
+					delete(rt.ending, taskID)
+					rt.mu.Unlock()
+					close(ch)
+				})
+			}, true, nil
+		}
+		rt.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
 		}
 	}
 }
@@ -1252,6 +1337,26 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 				// Nothing writes the task after its turn's end.
 				r.saved = out.Saved
 			}
+			if out.Status.Terminal() {
+				// A sub-task the turn left unfinished (an answer resumed
+				// the chain while a cancel ended the turn) ends with it,
+				// before the turn lets go of the task (a cancel that
+				// waits for the turn returns after) and before its lease
+				// goes: a crash first leaves it to the next start.
+				var saved loop.TaskRecord
+				ok := r.saved != nil
+				if ok {
+					saved = *r.saved
+				} else {
+					saved, ok = rt.loadFinal(taskID)
+				}
+				if ok {
+					if oerr := rt.endOrphans(context.Background(), saved); oerr != nil {
+						rt.log.LogAttrs(context.Background(), slog.LevelWarn, "orphaned sub-tasks not ended",
+							slog.String("task_id", taskID), slog.String("error", oerr.Error()))
+					}
+				}
+			}
 		}
 		rt.mu.Lock()
 		r.outcome, r.err = out, err
@@ -1283,21 +1388,6 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		// The end is in the log: the lease, which also marks a task whose
 		// end may be unannounced, goes last.
 		rt.crashpoint(PointTurnSettled)
-		if err == nil && out.Status.Terminal() {
-			// A sub-task the turn left unfinished (an answer resumed it
-			// while a cancel ended the turn) ends with it, before the
-			// lease goes: a crash first leaves it to the next start.
-			saved, ok := r.Saved()
-			if !ok {
-				saved, ok = rt.loadFinal(taskID)
-			}
-			if ok {
-				if oerr := rt.endOrphans(context.Background(), saved); oerr != nil {
-					rt.log.LogAttrs(context.Background(), slog.LevelWarn, "orphaned sub-tasks not ended",
-						slog.String("task_id", taskID), slog.String("error", oerr.Error()))
-				}
-			}
-		}
 		rt.disown(r)
 		if err == nil && out.Status.Interrupted() {
 			// Paused: the requests it passed up from remote sub-agents
@@ -1542,51 +1632,66 @@ func (rt *Runtime) Wait(ctx context.Context, r *Run) error {
 // waiting on its client is closed as canceled. A finished task is not
 // cancelable (ErrNotCancelable).
 func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.TaskRecord, error) {
+	for attempt := 0; ; attempt++ {
+		rec, err, again := rt.cancelOnce(ctx, principal, taskID)
+		if !again {
+			return rec, err
+		}
+		// The task changed since it was read (an answer resumed it, or
+		// its turn here ended meanwhile): read again.
+		if attempt >= 8 {
+			return rec, fmt.Errorf("task %q changed while it was being canceled, again and again; cancel it again: %w", taskID, loop.ErrBusy)
+		}
+	}
+}
+
+// cancelOnce is one attempt of Cancel; again: the task changed under it
+// (its end's write was refused as a concurrent modification), so the
+// cancel starts over from what is stored now.
+func (rt *Runtime) cancelOnce(ctx context.Context, principal, taskID string) (_ loop.TaskRecord, _ error, again bool) {
 	rec, err := rt.Load(ctx, principal, taskID)
 	if err != nil {
-		return rec, err
+		return rec, err, false
 	}
 	if r := rt.Running(taskID); r != nil && !rt.hasEnded(r) {
 		r.cancel(context.Canceled)
 		if err := rt.Wait(ctx, r); err != nil {
-			return rec, err
+			return rec, err, false
 		}
-		return rt.Load(ctx, principal, taskID)
+		rec, err := rt.Load(ctx, principal, taskID)
+		return rec, err, false
 	}
 	// A turn whose end is out (its client may have read the task paused)
 	// is not cancelled: the task it left is, once the turn let go of it.
 	if waited, err := rt.awaitEnded(ctx, taskID); err != nil {
-		return rec, err
+		return rec, err, false
 	} else if waited {
 		if rec, err = rt.Load(ctx, principal, taskID); err != nil {
-			return rec, err
+			return rec, err, false
 		}
 	}
 	if rec.Status.Terminal() {
-		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable)
+		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable), false
 	}
 	if rec.ParentTaskID != "" {
-		// A sub-task runs inside its parent's turn: it ends with it. One
-		// whose parent has ended is an orphan: it is canceled here.
-		parent, perr := rt.st.Tasks.LoadTask(ctx, rec.ParentTaskID)
-		if perr != nil && !errors.Is(perr, loop.ErrNotFound) {
-			return rec, perr
-		}
-		if perr == nil && !parent.Status.Terminal() {
-			return rec, fmt.Errorf("task %q is a sub-task of %q: cancel the parent task: %w", taskID, rec.ParentTaskID, ErrNotCancelable)
-		}
-		if rt.Running(rec.ParentTaskID) != nil {
-			return rec, fmt.Errorf("task %q is a sub-task of %q, whose turn is ending: %w", taskID, rec.ParentTaskID, loop.ErrBusy)
-		}
-		evs, err := rt.cfg.Loop.EndSubtask(ctx, rec, loop.TaskCanceled, "canceled by the client")
-		if err != nil {
-			rt.log.LogAttrs(ctx, slog.LevelWarn, "sub-task not all ended", slog.String("task_id", taskID),
-				slog.String("error", err.Error()))
-		}
-		if err := rt.publishSubEnds(ctx, rec.ContextID, evs); err != nil {
-			return rec, err
-		}
-		return rt.Load(ctx, principal, taskID)
+		rec, err := rt.cancelOrphan(ctx, principal, rec)
+		return rec, err, false
+	}
+	// No turn of it runs here, and none starts here (an answer waits)
+	// while its end is written.
+	release, ok, err := rt.holdEnd(ctx, taskID)
+	if err != nil {
+		return rec, err, false
+	}
+	if !ok {
+		return rec, nil, true // a turn of it began here since: it is cancelled
+	}
+	defer release()
+	if rec, err = rt.Load(ctx, principal, taskID); err != nil {
+		return rec, err, false
+	}
+	if rec.Status.Terminal() {
+		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable), false
 	}
 	if rec.Status == loop.TaskWorking && rt.st.Leases != nil {
 		// Not running here: another host may run it (stores shared by
@@ -1596,12 +1701,14 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 		l, err := rt.st.Leases.AcquireLease(ctx, taskID, rt.cfg.Owner, rec.ContextID, rt.cfg.LeaseTTL)
 		if errors.Is(err, loop.ErrLeaseHeld) {
 			if rt.cancels() != nil {
-				return rt.cancelElsewhere(ctx, principal, rec)
+				release()
+				rec, err := rt.cancelElsewhere(ctx, principal, rec)
+				return rec, err, false
 			}
-			return rec, fmt.Errorf("task %q runs on another host (%v); cancel it through that host: %w", taskID, err, ErrNotCancelable)
+			return rec, fmt.Errorf("task %q runs on another host (%v); cancel it through that host: %w", taskID, err, ErrNotCancelable), false
 		}
 		if err != nil {
-			return rec, fmt.Errorf("cancel task %q: %w", taskID, err)
+			return rec, fmt.Errorf("cancel task %q: %w", taskID, err), false
 		}
 		defer func() { _ = rt.st.Leases.ReleaseLease(context.WithoutCancel(ctx), l) }()
 	}
@@ -1610,9 +1717,90 @@ func (rt *Runtime) Cancel(ctx context.Context, principal, taskID string) (loop.T
 		finish = rt.finishOwned // a paused task's is taken for its end
 	}
 	if err := finish(ctx, rec, loop.TaskCanceled, "canceled by the client"); err != nil {
+		return rec, err, errors.Is(err, loop.ErrConflict)
+	}
+	rec, err = rt.Load(ctx, principal, taskID)
+	return rec, err, false
+}
+
+// cancelOrphan cancels rec, a sub-task: a sub-task runs inside its
+// parent's turn and ends with it, so only one whose parent has ended (an
+// orphan) is canceled here, under the fence of its top task (fenceTop).
+func (rt *Runtime) cancelOrphan(ctx context.Context, principal string, rec loop.TaskRecord) (loop.TaskRecord, error) {
+	taskID := rec.ID
+	parent, perr := rt.st.Tasks.LoadTask(ctx, rec.ParentTaskID)
+	if perr != nil && !errors.Is(perr, loop.ErrNotFound) {
+		return rec, perr
+	}
+	if perr == nil && !parent.Status.Terminal() {
+		return rec, fmt.Errorf("task %q is a sub-task of %q: cancel the parent task: %w", taskID, rec.ParentTaskID, ErrNotCancelable)
+	}
+	release, err := rt.fenceTop(ctx, rec)
+	if err != nil {
+		return rec, fmt.Errorf("task %q is a sub-task of %q, whose turn is ending: %w", taskID, rec.ParentTaskID, err)
+	}
+	defer release()
+	// Read again under the fence: what a turn did before it is seen.
+	if rec, err = rt.st.Tasks.LoadTask(ctx, taskID); err != nil {
+		return rec, err
+	}
+	if rec.Status.Terminal() {
+		return rec, fmt.Errorf("task %q is %s: %w", taskID, rec.Status, ErrNotCancelable)
+	}
+	evs, err := rt.cfg.Loop.EndSubtask(ctx, rec, loop.TaskCanceled, "canceled by the client")
+	if err != nil {
+		rt.log.LogAttrs(ctx, slog.LevelWarn, "sub-task not all ended", slog.String("task_id", taskID),
+			slog.String("error", err.Error()))
+	}
+	if err := rt.publishSubEnds(ctx, rec.ContextID, evs); err != nil {
 		return rec, err
 	}
 	return rt.Load(ctx, principal, taskID)
+}
+
+// fenceTop keeps every turn of the top task above the sub-task sub (its
+// parent's parent..., the task a client started) from starting, here and
+// on any process sharing the stores, until release: the top task is held
+// here (holdEnd) and its lease taken. A sub-task runs only inside its top
+// task's turn (a turn resumed after a crash, or with an answer, takes its
+// sub-tasks up again), so what is read of sub and its parent under the
+// fence stays true while it is ended. loop.ErrBusy: a turn of the top task
+// runs (here or elsewhere: it ends what it leaves itself).
+func (rt *Runtime) fenceTop(ctx context.Context, sub loop.TaskRecord) (release func(), err error) {
+	top := sub
+	for i := 0; top.ParentTaskID != "" && i <= loop.MaxSubAgentDepth+1; i++ {
+		up, err := rt.st.Tasks.LoadTask(ctx, top.ParentTaskID)
+		if errors.Is(err, loop.ErrNotFound) {
+			top = loop.TaskRecord{ID: top.ParentTaskID, ContextID: sub.ContextID}
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		top = up
+	}
+	hold, ok, err := rt.holdEnd(ctx, top.ID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("a turn of its top task %q runs here: %w", top.ID, loop.ErrBusy)
+	}
+	if rt.st.Leases == nil {
+		return hold, nil
+	}
+	l, err := rt.st.Leases.AcquireLease(ctx, top.ID, rt.cfg.Owner, top.ContextID, rt.cfg.LeaseTTL)
+	if err != nil {
+		hold()
+		if errors.Is(err, loop.ErrLeaseHeld) {
+			return nil, fmt.Errorf("its top task %q is held by another host: %w", top.ID, loop.ErrBusy)
+		}
+		return nil, err
+	}
+	return func() {
+		_ = rt.st.Leases.ReleaseLease(context.Background(), l)
+		hold()
+	}, nil
 }
 
 // finishOwned is finishStored under the task's lease, taken here and
