@@ -91,6 +91,9 @@ type Badger struct {
 	maxBytes       int64                           // Options.MaxBytes
 	free           atomic.Int64                    // the free space last measured
 	used           atomic.Int64                    // the data folder's size last measured
+	usedSeq        atomic.Int64                    // the number of that measure (1, 2, ... in the order they began)
+	measures       atomic.Int64                    // measures begun
+	measuring      sync.Mutex                      // one measure of the folder at a time
 	refused        atomic.Int64                    // batches of writes refused for want of space
 	commits        atomic.Int64                    // transactions committed by the commit goroutine
 	mutations      atomic.Int64                    // keys set or deleted by those transactions
@@ -196,7 +199,7 @@ func Open(opts Options) (*Badger, error) {
 		case opts.MinFreeBytes == 0:
 			b.minFree = defaultMinFree(bo.MemTableSize)
 		}
-		b.used.Store(measureUsed(b.dir))
+		b.measureUsedNow()
 		b.wg.Add(1)
 		go b.usedLoop()
 	}

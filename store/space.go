@@ -207,12 +207,50 @@ func (b *Badger) Admit() error {
 		}
 	}
 	if b.maxBytes > 0 {
-		if used := b.used.Load(); used >= b.maxBytes {
+		used := b.used.Load()
+		if used >= b.maxBytes {
+			// The size sampled every spaceEvery may be stale: the space
+			// may have come back since (the cleanup or the operator
+			// removed files). A refusal is decided on a measure begun
+			// after this call, so new work is taken at once when it has.
+			used = b.usedFresh()
+		}
+		if used >= b.maxBytes {
 			return fmt.Errorf("%w: the data folder holds %d MiB, its cap is %d MiB (store.maxBytes)",
 				ErrNoSpace, used>>20, b.maxBytes>>20)
 		}
 	}
 	return nil
+}
+
+// measureUsedNow measures the data folder's size and keeps it.
+func (b *Badger) measureUsedNow() int64 {
+	b.measuring.Lock()
+	defer b.measuring.Unlock()
+	return b.measureLocked()
+}
+
+func (b *Badger) measureLocked() int64 {
+	seq := b.measures.Add(1)
+	n := measureUsed(b.dir)
+	b.used.Store(n)
+	b.usedSeq.Store(seq)
+	return n
+}
+
+// usedFresh returns the data folder's size from a measure begun after the
+// call: the one kept if one began since (measures begin one at a time,
+// under b.measuring), else a new one. Callers that ask at once share one
+// measure (one walk of the folder at a time, however many new tasks are
+// refused meanwhile).
+func (b *Badger) usedFresh() int64 {
+	begun := b.measures.Load()
+	b.measuring.Lock()
+	defer b.measuring.Unlock()
+	if b.usedSeq.Load() > begun {
+		return b.used.Load()
+	}
+	return b.measureLocked()
 }
 
 // Space reports the store's disk figures (zero in memory).
@@ -248,7 +286,7 @@ func (b *Badger) usedLoop() {
 	t := time.NewTicker(spaceEvery)
 	defer t.Stop()
 	for {
-		b.used.Store(measureUsed(b.dir))
+		b.measureUsedNow()
 		select {
 		case <-b.quit:
 			return

@@ -194,3 +194,35 @@ func TestCleanupDeletesPassBelowTheFloor(t *testing.T) {
 		t.Fatalf("expiry below the reserve: %v deleted, %v; want ErrNoSpace", gone, err)
 	}
 }
+
+// The cap on the data folder (MaxBytes) lifts as soon as the space comes
+// back: a folder at its cap because of a file that is then removed takes
+// new work at the next Admit, not once the size sampled every spaceEvery
+// has caught up. Before, Admit read that sample and refused for up to a
+// second (plus the walk of the folder) after the space came back.
+func TestCapLiftsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Open(Options{Dir: dir, Memory: 64 << 20, MinFreeBytes: -1, MaxBytes: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if err := b.Admit(); err != nil {
+		t.Fatalf("an empty store under its cap: %v", err)
+	}
+	filler := filepath.Join(dir, "operator-file")
+	if err := os.WriteFile(filler, make([]byte, 40<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); b.Admit() == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) { // a hang guard
+			t.Fatal("the cap never refused with the folder past it")
+		}
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Admit(); err != nil {
+		t.Fatalf("the first Admit once the space came back: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -261,6 +262,45 @@ func TestBlackBoxDataFolderCap(t *testing.T) {
 	}
 	if !h.ready() {
 		t.Fatal("the host is not ready at its cap")
+	}
+}
+
+// The data folder at its cap (store.maxBytes) because of a file that the
+// operator then removes: the first new task after the removal is taken.
+// Before, the folder's size was the one sampled every second (a walk of
+// the folder), so a task sent right after the space came back was still
+// refused STORAGE_FULL. Now a refusal is decided on a measure begun after
+// the request.
+func TestBlackBoxDataFolderCapLiftsAtOnce(t *testing.T) {
+	t.Parallel()
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	h := startSandboxHostWith(t, top, pluginDir, nil, map[string]any{
+		"store": map[string]any{"memoryBytes": 64 << 20, "maxBytes": 48 << 20},
+	})
+	if id, a := h.startTurn(t, "", "hello"); id == "" {
+		t.Fatalf("a task under the cap: %+v", a.Error)
+	}
+	dir := filepath.Join(top, "data", "operator-files")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, bytes.Repeat([]byte("f"), 64<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "the cap to refuse new tasks", time.Minute, func() bool {
+		id, a := h.startTurn(t, "", "hello")
+		if id == "" && a.reason() != "STORAGE_FULL" {
+			t.Fatalf("a new task: %+v", a.Error)
+		}
+		return id == "" && strings.Contains(a.Error.Message, "store.maxBytes")
+	})
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if id, a := h.startTurn(t, "", "hello"); id == "" {
+		t.Fatalf("the first task once the space came back: %+v (reason %q), want taken", a.Error, a.reason())
 	}
 }
 

@@ -12,8 +12,8 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 )
 
-// fillUntilFree writes a file into dir's filesystem until about left bytes
-// remain free, and returns its path.
+// fillUntilFree writes a new file into dir's filesystem until about left
+// bytes remain free, and returns its path.
 func fillUntilFree(t *testing.T, dir string, left int64) string {
 	t.Helper()
 	var st syscall.Statfs_t
@@ -21,11 +21,11 @@ func fillUntilFree(t *testing.T, dir string, left int64) string {
 		t.Fatal(err)
 	}
 	n := int64(st.Bavail)*int64(st.Bsize) - left
-	p := filepath.Join(dir, "filler")
-	f, err := os.Create(p)
+	f, err := os.CreateTemp(dir, "filler-")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := f.Name()
 	defer f.Close()
 	chunk := []byte(strings.Repeat("f", 1<<20))
 	for ; n > 0; n -= int64(len(chunk)) {
@@ -45,6 +45,13 @@ func fillUntilFree(t *testing.T, dir string, left int64) string {
 // reads are served; once space returns the host resumes the task on its
 // own (no restart) and it completes, and a new subscription replays every
 // event the client saw, then the end.
+//
+// With one turn allowed (limits.maxRunning 1) and that turn running, a new
+// task on a disk below store.minFreeBytes is refused STORAGE_FULL, which
+// says what is wrong, not HOST_BUSY (before, the bound on running turns
+// was asked first); once the full disk has stopped the turn, its place is
+// free (looopy_turns_running 0) while the disk is still full, and a new
+// task is still told STORAGE_FULL.
 func TestBlackBoxDiskFullSuspendsTheTurn(t *testing.T) {
 	t.Parallel()
 	top := t.TempDir()
@@ -59,7 +66,7 @@ func TestBlackBoxDiskFullSuspendsTheTurn(t *testing.T) {
 	h := startSandboxHostWith(t, top, pluginDir, nil, map[string]any{
 		"dataDir": filepath.Join(small, "data"),
 		"store":   map[string]any{"memoryBytes": 64 << 20, "minFreeBytes": 160 << 20},
-		"limits":  map[string]any{"shutdownGrace": "2s", "heartbeat": "1s"},
+		"limits":  map[string]any{"shutdownGrace": "2s", "heartbeat": "1s", "maxRunning": 1},
 	})
 	c := a2aClient(t, h.base, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -97,8 +104,15 @@ func TestBlackBoxDiskFullSuspendsTheTurn(t *testing.T) {
 		t.Fatal("the turn never streamed its first text")
 	}
 
+	// 120 MiB left: below store.minFreeBytes (160 MiB), above the floor
+	// where writes stop (80 MiB): the turn writes on, in the only place.
+	fillers := []string{fillUntilFree(t, small, 120<<20)}
+	if id, a := h.startTurn(t, "", "hello"); id != "" || a.reason() != "STORAGE_FULL" {
+		t.Fatalf("a new task with the disk below store.minFreeBytes and the only place taken: task %q, error %+v (reason %q), want STORAGE_FULL",
+			id, a.Error, a.reason())
+	}
 	// 40 MiB left: below the write floor (80 MiB), room for Badger's own.
-	filler := fillUntilFree(t, small, 40<<20)
+	fillers = append(fillers, fillUntilFree(t, small, 40<<20))
 	var first seen
 	select {
 	case first = <-ended:
@@ -123,10 +137,20 @@ func TestBlackBoxDiskFullSuspendsTheTurn(t *testing.T) {
 	if !h.ready() {
 		t.Fatal("the host is not ready with its disk full")
 	}
+	// The stopped turn holds no place; a new task is told why it is
+	// refused.
+	h.waitFor(t, "the suspended turn to give its place back", time.Minute, func() bool {
+		return metricValue(h.base, "looopy_turns_running") == 0
+	})
+	if id, a := h.startTurn(t, "", "hello"); id != "" || a.reason() != "STORAGE_FULL" {
+		t.Fatalf("a new task with the disk full: task %q, error %+v (reason %q), want STORAGE_FULL", id, a.Error, a.reason())
+	}
 
 	// Space returns: the host resumes the task by itself.
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
+	for _, f := range fillers {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	h.waitFor(t, "the suspended task to complete once space returned", 2*time.Minute, func() bool {
 		st := h.taskState(t, "", string(taskID))

@@ -279,9 +279,11 @@ type Config struct {
 	// resumed after a restart, or going on after its requests expired, is
 	// never refused (it was acknowledged) but counts.
 	MaxRunning int
-	// Admit, when set, is asked before a new turn is admitted (after the
-	// bounds above): an error refuses the turn before anything of it is
-	// stored, e.g. the store's disk is nearly full (store.ErrNoSpace).
+	// Admit, when set, is asked before a new turn is admitted (before the
+	// bounds above, so a full disk is what the client is told, not that
+	// turns hold the places): an error refuses the turn before anything
+	// of it is stored, e.g. the store's disk is nearly full
+	// (store.ErrNoSpace). It is not called under the runtime's lock.
 	Admit func() error
 	// RecoverWhen, when set, is asked every RecoverCheckEvery: true runs
 	// Recover again, for the tasks whose turn ended while the store
@@ -599,7 +601,14 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err
 	admit := req.answered == nil
 	if admit {
 		// Refused before the conversation is loaded: a refusal costs the
-		// host next to nothing.
+		// host next to nothing. The disk first (registerRun asks again):
+		// a full disk is what the client is told, not HOST_BUSY because
+		// turns the full disk is stopping still hold their places.
+		if rt.cfg.Admit != nil {
+			if err := rt.cfg.Admit(); err != nil {
+				return nil, err
+			}
+		}
 		rt.mu.Lock()
 		err := rt.admitsLocked(principal)
 		rt.mu.Unlock()
@@ -959,6 +968,15 @@ func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner str
 			return nil, err
 		}
 	}
+	if admit && rt.cfg.Admit != nil {
+		// The store's refusal first, outside the lock (it measures the
+		// disk): a client of a host whose disk is full is told
+		// STORAGE_FULL, which says what is wrong, not HOST_BUSY because
+		// turns that the full disk is stopping still hold their places.
+		if err := rt.cfg.Admit(); err != nil {
+			return nil, err
+		}
+	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if ch, ok := rt.ending[taskID]; ok {
@@ -986,11 +1004,6 @@ func (rt *Runtime) registerRun(ctx context.Context, taskID, contextID, owner str
 	if admit {
 		if err := rt.admitsLocked(owner); err != nil {
 			return nil, err
-		}
-		if rt.cfg.Admit != nil {
-			if err := rt.cfg.Admit(); err != nil {
-				return nil, err
-			}
 		}
 	}
 	causeCtx, cancelCause := context.WithCancelCause(rt.base)
