@@ -1056,8 +1056,9 @@ func (rt *Runtime) awaitEnded(ctx context.Context, taskID string) (bool, error) 
 
 // holdEnd marks the task taskID as ended here while its end is written,
 // no turn of it running here: a turn of it (an answer) waits until
-// release (once; more calls do nothing), then finds the task changed. ok is false when a turn of it is
-// registered here already (the caller cancels that turn instead).
+// release (the first call; later ones do nothing), then finds the task
+// changed. ok is false when a turn of it is registered here already (the
+// caller cancels that turn instead).
 func (rt *Runtime) holdEnd(ctx context.Context, taskID string) (release func(), ok bool, err error) {
 	for {
 		rt.mu.Lock()
