@@ -422,11 +422,23 @@ func TestExpireTaskAndSweep(t *testing.T) {
 			if n := must[int](t)(s.Sweep(ctxb)); n != 0 {
 				t.Fatalf("second sweep removed %d", n)
 			}
+			// ttl 0 (a conversation deleted by the admin): the artifact
+			// goes now, its blob files with it.
+			must[Info](t)(s.AppendChunk(ctxb, keep.ID, []byte("this is over ten bytes too"), true))
+			if b.dir != "" && len(blobFiles(t, b.dir)) != 1 {
+				t.Fatalf("the kept artifact's chunk is not a blob: %v", blobFiles(t, b.dir))
+			}
 			if err := s.ExpireTask(ctxb, "new", 0); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Get(ctxb, keep.ID); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("ttl 0 should delete now: %v", err)
+			}
+			if b.dir != "" && len(blobFiles(t, b.dir)) != 0 {
+				t.Fatalf("ttl 0 left the blob: %v", blobFiles(t, b.dir))
+			}
+			if b.dir == "" && b.blobs.(*MemoryBlobs).Len() != 0 {
+				t.Fatal("ttl 0 left the blob")
 			}
 		})
 	}
