@@ -18,10 +18,12 @@ import (
 //
 // The context id is the one /admin/tasks lists. The conversation's agent
 // record, history, finished tasks (records, artifacts, event streams) and
-// its event stream are deleted; an /events stream open on it ends with a
-// stream-end frame (reason CONVERSATION_DELETED). One with an unfinished task is refused
-// (409, {"error": ..., "reason": "CONVERSATION_BUSY"}) unless cancel=true: its tasks are canceled
-// first. An unknown conversation is 404.
+// its event stream are deleted (taskrt.Runtime.DeleteConversation: a host
+// killed midway finishes it at its next start); an /events stream open on
+// it ends with a stream-end frame (reason CONVERSATION_DELETED). One with
+// an unfinished task is refused (409, {"error": ..., "reason":
+// "CONVERSATION_BUSY"}) unless cancel=true: its tasks are canceled first.
+// An unknown conversation is 404.
 func (s *Server) adminConversationRoutes(r fiber.Router) {
 	r.Delete("/conversations/:contextId", func(c *fiber.Ctx) error {
 		ctx := c.UserContext()
