@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -243,6 +244,9 @@ func (s *Server) subscribeFrom(ctx context.Context, rec loop.TaskRecord, lastEve
 		if lastEventID > last {
 			return nil, lastEventAhead(lastEventID, last)
 		}
+		if err := s.hub.CheckResume(ctx, sse.TaskStream(rec.ID), lastEventID); err != nil {
+			return nil, resumeRefused(lastEventID, err)
+		}
 		ts := &taskStream{taskID: rec.ID, after: lastEventID}
 		if rec.Status.Terminal() && s.tasks.Running(rec.ID) == nil {
 			// Its end is in the log (the runtime settles a turn's
@@ -298,6 +302,16 @@ func lastEventAhead(id, last uint64) error {
 	return fmt.Errorf("%w: Last-Event-ID %d is beyond the end of the stream (its last event is %d): "+
 		"the stream expired or the id is not one this server gave; subscribe again without Last-Event-ID",
 		sse.ErrAhead, id, last)
+}
+
+// resumeRefused is the answer to a Last-Event-ID whose following events
+// are no longer kept (sse.ErrExpired): resuming would skip them unsaid.
+func resumeRefused(id uint64, err error) error {
+	if !errors.Is(err, sse.ErrExpired) {
+		return err
+	}
+	return fmt.Errorf("%w: Last-Event-ID %d: a stream's events are kept limits.taskTTL after its last turn; "+
+		"subscribe again without Last-Event-ID to read what is kept", sse.ErrExpired, id)
 }
 
 // parseLastEventID reads a Last-Event-ID header.

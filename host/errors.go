@@ -57,6 +57,7 @@ var errorTable = []errorCode{
 	{loop.ErrInvalid, -32602, http.StatusBadRequest, "INVALID_PARAMS"},
 	{sse.ErrAhead, -32602, http.StatusBadRequest, "LAST_EVENT_ID_AHEAD"},
 	{ErrConversationDeleted, -32001, http.StatusNotFound, "CONVERSATION_DELETED"},
+	{sse.ErrExpired, -32602, http.StatusGone, "LAST_EVENT_ID_EXPIRED"},
 	{a2a.ErrTaskNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{loop.ErrNotFound, -32001, http.StatusNotFound, "TASK_NOT_FOUND"},
 	{a2a.ErrTaskNotCancelable, -32002, http.StatusConflict, "TASK_NOT_CANCELABLE"},

@@ -80,6 +80,9 @@ func (s *Server) handleEvents(c *fiber.Ctx) error {
 	if after > last {
 		return lastEventAhead(after, last)
 	}
+	if err := s.hub.CheckResume(c.UserContext(), sse.ContextStream(contextID), after); err != nil {
+		return resumeRefused(after, err)
+	}
 	// Where the log ended when the stream was opened: a client that wants
 	// only what comes next (looopy chat resuming a paused task) resumes
 	// from it, without reading the conversation's past.

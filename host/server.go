@@ -600,6 +600,7 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 	if endAt > 0 {
 		sub.StopAt(endAt)
 	}
+	alive := s.taskAlive(stream)
 	err = sse.Serve(streamCtx, w, w.Flush, sub, enc, sse.ServeOptions{
 		Heartbeat: time.Duration(s.cfg.Limits.Heartbeat),
 		Abort: func() {
@@ -607,9 +608,17 @@ func (s *Server) serveStream(w *bufio.Writer, conn net.Conn, stream string, afte
 				_ = conn.Close()
 			}
 		},
-		Alive: s.taskAlive(stream),
+		Alive: alive,
 		Probe: probe,
 	})
+	if errors.Is(err, sse.ErrExpired) && alive != nil {
+		// The events after the cursor are gone under the stream: when
+		// what it follows is gone too (its task, its conversation), that
+		// is the reason the client is told.
+		if aerr := alive(streamCtx); aerr != nil {
+			return aerr
+		}
+	}
 	switch {
 	case errors.Is(err, context.Canceled) && ctx.Err() == nil && errors.Is(context.Cause(streamCtx), errClientGone):
 		return errClientGone

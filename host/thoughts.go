@@ -120,6 +120,9 @@ func (s *Server) adminEvents(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if err := s.hub.CheckResume(c.UserContext(), sse.ContextStream(contextID), after); err != nil {
+		return resumeRefused(after, err)
+	}
 	conn := c.Context().Conn()
 	s.sendSSE(c, func(w *bufio.Writer) {
 		err := s.serveStream(w, conn, sse.ContextStream(contextID), after, 0, f, sse.LooopyEncoder{})

@@ -291,21 +291,26 @@ type LogRecord struct {
 }
 
 // EventLog is a set of append-only logs (streams), each with monotonic
-// sequence numbers starting at 1. It is what makes replay possible: events
-// are appended before they are sent to anyone. Appends may come from any
+// sequence numbers starting at 1 that never go back for the life of the
+// stream's name, whatever expires: an id a reader holds never names
+// another record. It is what makes replay possible: events are appended
+// before they are sent to anyone. Appends may come from any
 // number of goroutines and processes sharing the log; Wait wakes readers
 // whoever appended.
 type EventLog interface {
 	// Append adds records to the end of a stream and returns the sequence
 	// number of the first; they are durable when Append returns.
 	Append(ctx context.Context, stream string, data ...[]byte) (first uint64, err error)
-	// Read returns up to limit records with Seq > after, in order.
+	// Read returns up to limit records with Seq > after, in order: those
+	// the log keeps, so after an expiry the first may be above after+1.
 	Read(ctx context.Context, stream string, after uint64, limit int) ([]LogRecord, error)
-	// Last returns the sequence number of the last record (0 when empty).
+	// Last returns the sequence number of the last record ever appended,
+	// also once it expired (0 when the stream was never written).
 	Last(ctx context.Context, stream string) (uint64, error)
-	// Expire makes the whole stream disappear after ttl (0: now). An
-	// Append before then cancels it (the stream's writer sets it again
-	// when done): a stream is never deleted under its writer.
+	// Expire makes the stream's records disappear after ttl (0: now);
+	// its last sequence number stays, and the next Append continues after
+	// it. An Append before then cancels it (the stream's writer sets it
+	// again when done): a stream is never deleted under its writer.
 	Expire(ctx context.Context, stream string, ttl time.Duration) error
 	// Wait blocks until the stream's last sequence number is above after,
 	// and returns it; it returns at once when it already is. It returns

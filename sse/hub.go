@@ -37,6 +37,13 @@ var (
 	// stream was deleted under the subscription (Hub.Delete): nothing more
 	// of it will come.
 	ErrDeleted = errors.New("sse: stream deleted")
+	// ErrExpired is returned by Subscribe, and by Subscription.Next, when
+	// events after the subscriber's id are no longer in the log: they
+	// expired (a stream's records go limits.taskTTL after its writer is
+	// done; its ids never go back), or the log was started again below the
+	// id (a stream of an earlier version). Resuming would skip them
+	// silently: the client must read the stream again from its start.
+	ErrExpired = errors.New("sse: events after the id have expired")
 )
 
 // TaskStream names the event stream of one task: every event of the task,
@@ -195,6 +202,7 @@ type stream struct {
 	n        int
 	tbytes   int64 // bytes of the tail's records
 	finished bool
+	resets   uint64 // times the log's ids went back (see published)
 	subs     map[*Subscription]struct{}
 	unfollow context.CancelFunc // stops the follower (Config.Follow); nil when none runs
 
@@ -600,8 +608,8 @@ func (h *Hub) Retire(ctx context.Context, streamName string) error {
 
 // Delete deletes the log of stream now and ends its subscribers in this
 // process: their Next (and Serve) returns ErrDeleted once they have read
-// what they hold. What is published to the stream afterwards starts it
-// again from id 1, as the log does. Subscribers in other processes
+// what they hold. What is published to the stream afterwards continues
+// after its last id, as the log does (its ids never go back). Subscribers in other processes
 // (Config.Follow) are not reached: theirs is to notice what they follow is
 // gone (ServeOptions.Alive).
 func (h *Hub) Delete(ctx context.Context, streamName string) error {

@@ -260,7 +260,8 @@ func TestRetentionNeverWhenNegative(t *testing.T) {
 
 func TestRetentionExpiresTheLog(t *testing.T) {
 	eachLog(t, func(t *testing.T, newLog func(testing.TB) *spyLog) {
-		h := newHub(t, sse.Config{Log: newLog(t), Retention: time.Second})
+		log := newLog(t)
+		h := newHub(t, sse.Config{Log: log, Retention: time.Second})
 		ctx := t.Context()
 		if _, err := h.Publish(ctx, "s", delta("t", 0)); err != nil {
 			t.Fatal(err)
@@ -268,21 +269,25 @@ func TestRetentionExpiresTheLog(t *testing.T) {
 		if err := h.Finish(ctx, "s"); err != nil {
 			t.Fatal(err)
 		}
-		// The log goes once the retention has passed (the stores count
-		// expiry in whole seconds); wait for it, without asserting when.
+		// The log's records go once the retention has passed (the stores
+		// count expiry in whole seconds); wait for it, without asserting
+		// when. The stream's last id stays.
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			last, err := h.Last(ctx, "s")
+			recs, err := log.Read(ctx, "s", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if last == 0 {
+			if len(recs) == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatal("the log of a finished stream never expired")
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+		if last, err := h.Last(ctx, "s"); err != nil || last != 1 {
+			t.Fatalf("Last of the expired stream = %d, %v; want 1 (its ids never go back)", last, err)
 		}
 	})
 }
@@ -881,8 +886,8 @@ func (w *slowWriter) Write(p []byte) (int, error) {
 
 // A stream deleted under its subscribers (Hub.Delete: a conversation
 // deleted) ends them with ErrDeleted, on every log; what is published to
-// it afterwards starts it again from id 1, and a new subscriber reads
-// only that.
+// it afterwards continues after its last id (ids never go back), and a new
+// subscriber reads only that.
 func TestDeleteEndsTheSubscribers(t *testing.T) {
 	eachLog(t, func(t *testing.T, newLog func(testing.TB) *spyLog) {
 		h := newHub(t, sse.Config{Log: newLog(t)})
@@ -918,12 +923,12 @@ func TestDeleteEndsTheSubscribers(t *testing.T) {
 		case <-time.After(time.Minute): // a hang guard
 			t.Fatal("the subscriber of the deleted stream still waits")
 		}
-		if last, err := h.Last(ctx, stream); err != nil || last != 0 {
-			t.Fatalf("Last after the delete: %d %v, want 0", last, err)
+		if last, err := h.Last(ctx, stream); err != nil || last != 3 {
+			t.Fatalf("Last after the delete: %d %v, want 3 (the stream's last id stays)", last, err)
 		}
 		id, err := h.Publish(ctx, stream, delta("t2", 0))
-		if err != nil || id != 1 {
-			t.Fatalf("publish after the delete: id %d %v, want 1", id, err)
+		if err != nil || id != 4 {
+			t.Fatalf("publish after the delete: id %d %v, want 4", id, err)
 		}
 		again, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
 		if err != nil {
@@ -931,8 +936,97 @@ func TestDeleteEndsTheSubscribers(t *testing.T) {
 		}
 		defer again.Close()
 		it, err := again.Next(ctx)
-		if err != nil || it.ID != 1 || it.TaskID != "t2" {
-			t.Fatalf("a new subscriber reads %+v %v, want the new event 1", it, err)
+		if err != nil || it.ID != 4 || it.TaskID != "t2" {
+			t.Fatalf("a new subscriber reads %+v %v, want the new event 4", it, err)
+		}
+	})
+}
+
+// TestExpiredStreamIDsGoOn: a stream whose records expired (its writer was
+// done a retention ago: a conversation idle for limits.taskTTL) and that
+// is then written again (the conversation's next turn) continues its ids.
+// A follower that stayed open across the expiry gets the new events, a
+// client resuming with the last id it saw gets them too, and one resuming
+// from an id whose successors expired is told (ErrExpired), never left
+// with nothing.
+func TestExpiredStreamIDsGoOn(t *testing.T) {
+	eachLog(t, func(t *testing.T, newLog func(testing.TB) *spyLog) {
+		log := newLog(t)
+		h := newHub(t, sse.Config{Log: log})
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		const stream = "ctx/c"
+		follower, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer follower.Close()
+		for i := range 3 {
+			if _, err := h.Publish(ctx, stream, delta("t1", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for want := uint64(1); want <= 3; want++ {
+			if it, err := follower.Next(ctx); err != nil || it.ID != want {
+				t.Fatalf("follower: %d, %v; want id %d", it.ID, err, want)
+			}
+		}
+		if err := log.Expire(ctx, stream, 0); err != nil {
+			t.Fatal(err)
+		}
+		if recs, err := log.Read(ctx, stream, 0, 0); err != nil || len(recs) != 0 {
+			t.Fatalf("the expired stream still reads %d records, %v", len(recs), err)
+		}
+		for i := 3; i < 5; i++ {
+			id, err := h.Publish(ctx, stream, delta("t2", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id != uint64(i+1) {
+				t.Fatalf("event published after the expiry got id %d, want %d (ids never go back)", id, i+1)
+			}
+		}
+		// The follower opened before the expiry hears the new events.
+		for want := uint64(4); want <= 5; want++ {
+			it, ok, err := follower.TryNext(ctx)
+			if err != nil || !ok || it.ID != want {
+				t.Fatalf("follower after the expiry: %d, %v, %v; want id %d", it.ID, ok, err, want)
+			}
+		}
+		// A client resuming with the last id it saw before the expiry.
+		resumed, err := h.Subscribe(ctx, stream, 3, sse.Filter{})
+		if err != nil {
+			t.Fatalf("resume after 3: %v", err)
+		}
+		defer resumed.Close()
+		for want := uint64(4); want <= 5; want++ {
+			it, ok, err := resumed.TryNext(ctx)
+			if err != nil || !ok || it.ID != want {
+				t.Fatalf("resumed after 3: %d, %v, %v; want id %d", it.ID, ok, err, want)
+			}
+		}
+		// Once no subscriber keeps the stream's tail in memory, the Hub
+		// answers from the log alone.
+		_ = follower.Close()
+		_ = resumed.Close()
+		// One that had seen only event 1: events 2 and 3 are gone.
+		if _, err := h.Subscribe(ctx, stream, 1, sse.Filter{}); !errors.Is(err, sse.ErrExpired) {
+			t.Fatalf("resume after 1, whose successors expired: err = %v, want ErrExpired", err)
+		}
+		// From the start: what the log keeps.
+		fresh, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fresh.Close()
+		for want := uint64(4); want <= 5; want++ {
+			it, ok, err := fresh.TryNext(ctx)
+			if err != nil || !ok || it.ID != want {
+				t.Fatalf("subscribed from 0: %d, %v, %v; want id %d", it.ID, ok, err, want)
+			}
+		}
+		if it, ok, err := fresh.TryNext(ctx); ok || err != nil {
+			t.Fatalf("subscribed from 0: more after 5: %d, %v, %v", it.ID, ok, err)
 		}
 	})
 }

@@ -96,6 +96,7 @@ type Subscription struct {
 	// readLimit is how many records the next read of the log asks for
 	// (0: ReadBatch), from the size of the last ones.
 	readLimit int
+	resets    uint64 // the stream's resets the subscription has seen
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -130,6 +131,10 @@ func (h *Hub) Subscribe(ctx context.Context, streamName string, after uint64, fi
 		h.release(st)
 		return nil, fmt.Errorf("subscribe to %q after %d: %w (its last event is %d)", streamName, after, ErrAhead, last)
 	}
+	if err := h.kept(ctx, st, after, last); err != nil {
+		h.release(st)
+		return nil, err
+	}
 	s := &Subscription{
 		hub:    h,
 		st:     st,
@@ -139,6 +144,7 @@ func (h *Hub) Subscribe(ctx context.Context, streamName string, after uint64, fi
 		closed: make(chan struct{}),
 	}
 	st.mu.Lock()
+	s.resets = st.resets
 	if st.subs == nil {
 		st.subs = make(map[*Subscription]struct{})
 	}
@@ -146,6 +152,62 @@ func (h *Hub) Subscribe(ctx context.Context, streamName string, after uint64, fi
 	h.startFollow(st)
 	st.mu.Unlock()
 	return s, nil
+}
+
+// CheckResume returns the error Subscribe would for a subscriber resuming
+// stream after an id: ErrAhead past its last event, ErrExpired when the
+// events after it are gone. A server checks with it before it answers,
+// so that the refusal is its answer's status rather than a stream that
+// ends at once.
+func (h *Hub) CheckResume(ctx context.Context, streamName string, after uint64) error {
+	st, err := h.acquire(streamName)
+	if err != nil {
+		return fmt.Errorf("check resume of %q: %w", streamName, err)
+	}
+	defer h.release(st)
+	if err := h.load(ctx, st); err != nil {
+		return fmt.Errorf("check resume: %w", err)
+	}
+	st.mu.RLock()
+	last := st.last
+	st.mu.RUnlock()
+	if after > last {
+		if last, err = h.log.Last(ctx, streamName); err != nil {
+			return fmt.Errorf("check resume: last event of %q: %w", streamName, err)
+		}
+	}
+	if after > last {
+		return fmt.Errorf("subscribe to %q after %d: %w (its last event is %d)", streamName, after, ErrAhead, last)
+	}
+	return h.kept(ctx, st, after, last)
+}
+
+// kept returns ErrExpired when the events right after after (0 < after <
+// last) are no longer in the log: a subscriber resuming there would skip
+// them. The in-memory tail answers when it covers after; else one record
+// is read.
+func (h *Hub) kept(ctx context.Context, st *stream, after, last uint64) error {
+	if after == 0 || after >= last {
+		return nil
+	}
+	st.mu.RLock()
+	covered := after >= st.from && after < st.last
+	st.mu.RUnlock()
+	if covered {
+		return nil
+	}
+	recs, err := h.log.Read(ctx, st.name, after, 1)
+	if err != nil {
+		return fmt.Errorf("subscribe: read %q after %d: %w", st.name, after, err)
+	}
+	if len(recs) == 0 || recs[0].Seq != after+1 {
+		return expired(st.name, after)
+	}
+	return nil
+}
+
+func expired(stream string, after uint64) error {
+	return fmt.Errorf("subscribe to %q after %d: %w", stream, after, ErrExpired)
 }
 
 // Close ends the subscription. It is safe to call more than once.
@@ -260,6 +322,15 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 	}
 	st := s.st
 	st.mu.RLock()
+	if st.resets != s.resets {
+		// The log's ids went back (published): a cursor past its new end
+		// would wait for ids that name other events.
+		if s.cursor > st.last {
+			st.mu.RUnlock()
+			return false, expired(st.name, s.cursor)
+		}
+		s.resets = st.resets
+	}
 	if s.cursor >= st.from {
 		if s.cursor >= st.last {
 			fin := st.finished
@@ -334,10 +405,14 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 		mean := max(n/int64(len(recs)), 1)
 		s.readLimit = int(min(max(h.readBytes/mean, 1), int64(h.batch)))
 	}
+	if s.cursor > 0 && (len(recs) == 0 || recs[0].Seq != s.cursor+1) {
+		// What lay after the cursor has expired: going on would skip it
+		// unsaid. (A subscriber from 0 takes whatever the log keeps.)
+		return false, expired(st.name, s.cursor)
+	}
 	if len(recs) == 0 {
-		// The log holds nothing the tail does not: what lay between the
-		// cursor and the tail has expired. Continue from the tail.
-		h.logger.Warn("event log has no records before the in-memory tail", "stream", st.name, "after", s.cursor, "tail_from", from)
+		// The log holds nothing the tail does not: the stream's records
+		// before it expired. Continue from the tail.
 		s.cursor = from
 		return true, nil
 	}
@@ -376,6 +451,9 @@ func (s *Subscription) takeShared() bool {
 		return false
 	}
 	i := sort.Search(len(sh), func(i int) bool { return sh[i].ID > s.cursor })
+	if s.cursor > 0 && sh[i].ID != s.cursor+1 {
+		return false // a gap: the subscriber's own read reports it
+	}
 	s.buf = append(s.buf, sh[i:]...)
 	return true
 }

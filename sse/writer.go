@@ -523,6 +523,16 @@ func (h *Hub) published(st *stream, batch []pending, first uint64) {
 		// in the log: the tail covers (first-1, …].
 		st.loaded = true
 		st.from = first - 1
+	} else if first <= st.last && !h.follow {
+		// The log's ids went back (a stream of an earlier version whose
+		// head expired started again at 1): the tail follows the log, and
+		// a subscriber past its new end is told (ErrExpired), never left
+		// waiting for ids that now name other events. (With Follow, the
+		// follower may have seen later appends of other processes first.)
+		st.clearTail(last)
+		st.resets++
+		st.notifyAll()
+		return
 	} else if st.last != first-1 {
 		// Another process appended to the stream (a log shared by several
 		// hosts): the tail cannot hold records it never saw, so it starts

@@ -168,7 +168,7 @@ func convDeleteMutations(txn *badger.Txn, contextID string) ([]mutation, error) 
 		return nil, err
 	}
 	if ok {
-		ms = append(ms, set(hk, head{h.b + 1, h.b}.encode()))
+		ms = append(ms, set(hk, head{a: h.b + 1, b: h.b}.encode()))
 		var bound [8]byte
 		binary.BigEndian.PutUint64(bound[:], h.b)
 		ms = append(ms, set(convSweepKey(contextID), bound[:]))

@@ -12,8 +12,10 @@ import (
 )
 
 // BadgerEvents is the event log of a Badger store: evt/<stream>/<seq>
-// records under a head evth/<stream> holding the last seq and the stream's
-// expiry (the head alone carries it: see Expire). Appends from many goroutines, to one stream or many, share synced
+// records under a head evth/<stream> holding the last seq, the stream's
+// expiry (the head alone carries it: see Expire) and the floor below which
+// its records are gone. The head outlives the records: a stream's seqs
+// never go back. Appends from many goroutines, to one stream or many, share synced
 // commits (see Badger).
 type BadgerEvents struct {
 	b       *Badger
@@ -34,7 +36,7 @@ func (e *BadgerEvents) Append(ctx context.Context, stream string, data ...[]byte
 	prefix, hk := evtPrefix(stream), evtHeadKey(stream)
 	var first uint64
 	err := e.b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
-		h, _, err := readHead(txn, hk) // absent (or expired): a new stream
+		h, _, err := readHead(txn, hk) // absent: a new stream
 		if err != nil {
 			return nil, err
 		}
@@ -43,7 +45,7 @@ func (e *BadgerEvents) Append(ctx context.Context, stream string, data ...[]byte
 		for i, d := range data {
 			ms = append(ms, set(msgKey(prefix, first+uint64(i)), d))
 		}
-		hm, err := h.grow(txn, stream, uint64(len(data)))
+		hm, err := h.grow(txn, stream, uint64(len(data)), nowSeconds())
 		return append(ms, hm...), err
 	}})
 	if err != nil {
@@ -79,7 +81,7 @@ func (e *BadgerEvents) AppendStreams(ctx context.Context, appends []loop.StreamA
 		var ms []mutation
 		for i, a := range appends {
 			prefix, hk := evtPrefix(a.Stream), evtHeadKey(a.Stream)
-			h, _, err := readHead(txn, hk) // absent (or expired): a new stream
+			h, _, err := readHead(txn, hk) // absent: a new stream
 			if err != nil {
 				return nil, err
 			}
@@ -87,7 +89,7 @@ func (e *BadgerEvents) AppendStreams(ctx context.Context, appends []loop.StreamA
 			for j, d := range a.Data {
 				ms = append(ms, set(msgKey(prefix, first[i]+uint64(j)), d))
 			}
-			hm, err := h.grow(txn, a.Stream, uint64(len(a.Data)))
+			hm, err := h.grow(txn, a.Stream, uint64(len(a.Data)), nowSeconds())
 			if err != nil {
 				return nil, err
 			}
@@ -117,7 +119,9 @@ func (e *BadgerEvents) Wait(ctx context.Context, stream string, after uint64) (u
 	return e.waiters.wait(ctx, stream, after, e.Last)
 }
 
-// Read implements loop.EventLog: a seek to the first wanted record.
+// Read implements loop.EventLog: a seek to the first wanted record. The
+// records up to the stream's floor (expired) are skipped: a read from
+// before it returns those after it.
 func (e *BadgerEvents) Read(ctx context.Context, stream string, after uint64, limit int) ([]loop.LogRecord, error) {
 	if err := e.b.limits.checkID("stream", stream); err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
@@ -126,8 +130,13 @@ func (e *BadgerEvents) Read(ctx context.Context, stream string, after uint64, li
 	out := []loop.LogRecord{}
 	err := e.b.view(ctx, func(txn *badger.Txn) error {
 		h, ok, err := readHead(txn, hk)
-		if err != nil || !ok || after >= h.a {
+		if err != nil || !ok {
 			return err
+		}
+		h = h.live(nowSeconds())
+		after = max(after, h.c)
+		if after >= h.a {
+			return nil
 		}
 		last := h.a
 		if limit > 0 && last-after > uint64(limit) {
@@ -182,14 +191,29 @@ func (e *BadgerEvents) Last(ctx context.Context, stream string) (uint64, error) 
 	return last, nil
 }
 
+// nowSeconds is the Unix second against which stream deadlines are read.
+func nowSeconds() uint64 { return uint64(max(time.Now().Unix(), 1)) }
+
+// live returns a stream's head as readers see it at now: once its deadline
+// has passed every record so far is gone (the floor is the last seq),
+// whether or not the sweeper has deleted them yet.
+func (h head) live(now uint64) head {
+	if h.b != 0 && h.b <= now {
+		h.c = h.a
+	}
+	return h
+}
+
 // grow returns the writes of a stream's head after n records were appended:
 // the new last seq, and no deadline. An append cancels the stream's expiry
 // (see Expire): the deadline and its expiry index entry go in the append's
 // own write, so a stream written to after its deadline was set is never
-// deleted under its writer, whatever the sweeper does next. A stream whose
-// records carry Badger TTLs of their own (legacyExpiry) keeps its deadline:
-// its records would vanish under a head without one.
-func (h head) grow(txn *badger.Txn, stream string, n uint64) ([]mutation, error) {
+// deleted under its writer, whatever the sweeper does next. An append
+// after the deadline finds the earlier records gone: they stay below the
+// floor, and the index entry stays for the sweeper to delete them. A
+// stream whose records carry Badger TTLs of their own (legacyExpiry) keeps
+// its deadline: its records would vanish under a head without one.
+func (h head) grow(txn *badger.Txn, stream string, n, now uint64) ([]mutation, error) {
 	var ms []mutation
 	hk := evtHeadKey(stream)
 	if h.b != 0 {
@@ -201,22 +225,27 @@ func (h head) grow(txn *badger.Txn, stream string, n uint64) ([]mutation, error)
 			h.a += n
 			return append(ms, mutation{key: hk, value: h.encode(), expiresAt: h.b}), nil
 		}
-		ms = append(ms, del(sweepKey(h.b, stream)))
+		if h.b > now {
+			ms = append(ms, del(sweepKey(h.b, stream)))
+		} else {
+			h.c = h.a
+		}
 	}
 	h.a += n
 	h.b = 0
 	return append(ms, set(hk, h.encode())), nil
 }
 
-// Expire implements loop.EventLog: the stream is gone once ttl has passed
-// (ttl 0: now), unless a record is appended to it before: an append cancels
-// the expiry (the stream's writer sets it again when it is done).
+// Expire implements loop.EventLog: the stream's records are gone once ttl
+// has passed (ttl 0: now), unless a record is appended to it before: an
+// append cancels the expiry (the stream's writer sets it again when it is
+// done). Its last seq is not: the next append continues after it, so an id
+// a client holds never names another event.
 //
 // Expire writes two small records whatever the stream's length: the
-// stream's head with its deadline (as the head's Badger TTL too, so that
-// reads and appends find no head from then on: the stream is gone, and the
-// next append starts it again at seq 1) and an entry of the expiry index,
-// ordered by deadline. The records themselves are deleted later by the
+// stream's head with its deadline (reads see every record up to the last
+// seq gone from then on, see head.live; the head itself stays, with no
+// Badger TTL) and an entry of the expiry index, ordered by deadline. The records themselves are deleted later by the
 // store's sweeper (sweepStreams), off the writes that wait for a sync. It
 // shares its commit with whatever else is queued. It passes below the floor
 // where writes stop (writeOp.frees: a head and an index entry, once per
@@ -250,7 +279,8 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 		}
 		ms = append(ms, set(sweepKey(deadline, stream), nil))
 		if ttl == 0 {
-			return append(ms, del(hk)), nil
+			h.b, h.c = 0, h.a
+			return append(ms, set(hk, h.encode())), nil
 		}
 		if legacy, err := legacyExpiry(txn, prefix); err != nil || (legacy != 0 && legacy < deadline) {
 			if err == nil {
@@ -258,8 +288,9 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 			}
 			return nil, err
 		}
+		h = h.live(nowSeconds())
 		h.b = deadline
-		return append(ms, mutation{key: hk, value: h.encode(), expiresAt: deadline}), nil
+		return append(ms, set(hk, h.encode())), nil
 	}, frees: true})
 	if errors.Is(err, errLegacyExpiry) {
 		err = b.write(ctx, &writeOp{run: func() error { return b.extendLegacy(stream, deadline) }})

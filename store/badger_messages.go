@@ -59,7 +59,7 @@ func appendApply(contextID string, msgs []loop.Message) (func(*badger.Txn) ([]mu
 			return nil, err
 		}
 		if !ok {
-			h = head{1, 0}
+			h = head{a: 1}
 		}
 		es := make([]mutation, 0, len(vals)+1)
 		for i, v := range vals {
@@ -171,14 +171,14 @@ func (b *Badger) Replace(ctx context.Context, contextID string, msgs []loop.Mess
 				return err
 			}
 			if !ok {
-				h = head{1, 0}
+				h = head{a: 1}
 			}
 			for i, v := range vals {
 				if err := txn.Set(msgKey(prefix, h.b+1+uint64(i)), v); err != nil {
 					return err
 				}
 			}
-			h = head{h.b + 1, h.b + uint64(len(vals))}
+			h = head{a: h.b + 1, b: h.b + uint64(len(vals))}
 			bound = h.a
 			return txn.Set(hk, h.encode())
 		})

@@ -10,8 +10,9 @@ import (
 
 // The sweep of expired event streams. Expire writes a stream's deadline
 // into its head and an entry evtx/<deadline>/<stream> into the expiry index;
-// from the deadline on the stream is gone for readers (its head has expired),
-// and its records are garbage. The sweeper deletes them: it takes the due
+// from the deadline on the stream's records are gone for readers (its head
+// says so: head.live), and they are garbage. The head stays, with the
+// stream's last seq: the next append continues after it. The sweeper deletes them: it takes the due
 // entries in deadline order, many streams at a time, and deletes their
 // records in writes of at most sweepChunk keys that share the commit
 // goroutine's batches like any other write. An entry is deleted in the
@@ -20,10 +21,12 @@ import (
 // database: a restart resumes it), and nothing of an expired stream is ever
 // visible again.
 //
-// A stream that was started again after it expired (an append finds no
-// head and begins at seq 1) overwrites the old records from seq 1 on; the
-// old ones above its last seq are never read. For such a stream the sweeper
-// deletes only the records above the new head's last seq.
+// A stream appended to after its deadline keeps its entry: its records up to
+// the floor are garbage, those after it live. The sweeper deletes the
+// records up to the floor. A stream of a store written before the head
+// outlived its records was started again at seq 1 when its head expired,
+// over the old records; the old ones above its last seq are never read,
+// and the sweeper deletes them too.
 
 // sweepChunk bounds the keys one sweep write deletes (tests lower it).
 var sweepChunk = 1024
@@ -122,20 +125,42 @@ func sweepApply(txn *badger.Txn, due [][]byte, now uint64) (ms []mutation, delet
 			finished++
 			continue
 		}
-		from := uint64(1)
-		gone := !ok || (h.b != 0 && h.b <= now)
-		if !gone {
-			from = h.a + 1 // started again, or its deadline moved: only what lies beyond its end
+		if !ok {
+			// No head (a store of an earlier version: its head expired
+			// with a Badger TTL): every record is garbage.
+			n, more := deadRecords(txn, prefix, 1, 0, budget, &ms)
+			budget -= n
+			deleted += n
+			if more {
+				break
+			}
+			ms = append(ms, del(ek))
+			finished++
+			continue
 		}
-		n, more := deadRecords(txn, prefix, from, budget, &ms)
+		lv := h.live(now)
+		if lv != h {
+			// Past its deadline: the head says so for good (the entry
+			// may take more than one write), and keeps the last seq.
+			lv.b = 0
+			ms = append(ms, set(hk, lv.encode()))
+		}
+		// The records up to the floor, then any above the last seq (left
+		// by a stream started again at 1 in an earlier version).
+		var n int
+		var more bool
+		if lv.c > 0 {
+			n, more = deadRecords(txn, prefix, 1, lv.c, budget, &ms)
+		}
+		if !more {
+			var m int
+			m, more = deadRecords(txn, prefix, lv.a+1, 0, budget-n, &ms)
+			n += m
+		}
 		budget -= n
 		deleted += n
 		if more {
 			break
-		}
-		if ok && gone {
-			ms = append(ms, del(hk))
-			deleted++
 		}
 		ms = append(ms, del(ek))
 		finished++
@@ -144,11 +169,20 @@ func sweepApply(txn *badger.Txn, due [][]byte, now uint64) (ms []mutation, delet
 }
 
 // deadRecords appends the deletions of the records under prefix from seq
-// from on, at most max of them; more says some are left.
-func deadRecords(txn *badger.Txn, prefix []byte, from uint64, max int, ms *[]mutation) (n int, more bool) {
+// from on, up to seq to (0: all), at most max of them; more says some are
+// left.
+func deadRecords(txn *badger.Txn, prefix []byte, from, to uint64, max int, ms *[]mutation) (n int, more bool) {
+	if to != 0 && from > to {
+		return 0, false
+	}
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(msgKey(prefix, from)); it.Valid(); it.Next() {
+		if to != 0 {
+			if seq, err := parseSeqKey(it.Item().Key(), string(prefix)); err == nil && seq > to {
+				return n, false
+			}
+		}
 		if n == max {
 			return n, true
 		}

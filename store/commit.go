@@ -140,7 +140,7 @@ func (e *BadgerEvents) AppendCommit(ctx context.Context, appends []loop.CommitAp
 				continue
 			}
 			prefix, hk := evtPrefix(a.Stream), evtHeadKey(a.Stream)
-			h, _, err := readHead(txn, hk) // absent (or expired): a new stream
+			h, _, err := readHead(txn, hk) // absent: a new stream
 			if err != nil {
 				return nil, err
 			}
@@ -156,7 +156,7 @@ func (e *BadgerEvents) AppendCommit(ctx context.Context, appends []loop.CommitAp
 					seq++
 				}
 			}
-			hm, err := h.grow(txn, a.Stream, uint64(n))
+			hm, err := h.grow(txn, a.Stream, uint64(n), nowSeconds())
 			if err != nil {
 				return nil, err
 			}

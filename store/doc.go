@@ -36,7 +36,8 @@
 //
 // TaskRecord.ExpiresAt becomes the Badger TTL of the record and of its index
 // entries. EventLog.Expire writes the stream's deadline into its head alone
-// (as the head's TTL: readers find the stream gone from then on) and an
+// (readers find the stream's records gone from then on; the head itself
+// stays, with the stream's last seq, so its seqs never go back) and an
 // entry of an expiry index ordered by deadline; a sweeper goroutine deletes
 // the records of the streams whose deadline passed, in bounded writes, many
 // streams at a time (badger_sweep.go), so that an expiry costs two keys

@@ -15,6 +15,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/looopy-go/looopy/loop"
+	"github.com/looopy-go/looopy/sse"
 )
 
 // openSweepless opens a store in dir whose sweeper never runs on its own:
@@ -89,6 +90,13 @@ func appendN(t *testing.T, b *Badger, stream string, n int) {
 
 func wantStream(t *testing.T, b *Badger, stream string, want ...string) {
 	t.Helper()
+	wantStreamAt(t, b, stream, 1, uint64(len(want)), want...)
+}
+
+// wantStreamAt: the records of stream are want, from seq first on, and its
+// last seq is last (an expired stream keeps it).
+func wantStreamAt(t *testing.T, b *Badger, stream string, first, last uint64, want ...string) {
+	t.Helper()
 	ctx := context.Background()
 	got, err := b.Events().Read(ctx, stream, 0, 0)
 	if err != nil {
@@ -98,13 +106,28 @@ func wantStream(t *testing.T, b *Badger, stream string, want ...string) {
 		t.Fatalf("%s: %d records, want %d", stream, len(got), len(want))
 	}
 	for i, r := range got {
-		if string(r.Data) != want[i] || r.Seq != uint64(i+1) {
-			t.Fatalf("%s: record %d = %d %q, want %d %q", stream, i, r.Seq, r.Data, i+1, want[i])
+		if string(r.Data) != want[i] || r.Seq != first+uint64(i) {
+			t.Fatalf("%s: record %d = %d %q, want %d %q", stream, i, r.Seq, r.Data, first+uint64(i), want[i])
 		}
 	}
-	if last, err := b.Events().Last(ctx, stream); err != nil || last != uint64(len(want)) {
-		t.Fatalf("%s: Last = %d, %v; want %d", stream, last, err, len(want))
+	if got, err := b.Events().Last(ctx, stream); err != nil || got != last {
+		t.Fatalf("%s: Last = %d, %v; want %d", stream, got, err, last)
 	}
+}
+
+// rawHead returns a stream's head as stored.
+func rawHead(t *testing.T, b *Badger, stream string) head {
+	t.Helper()
+	var h head
+	err := b.db.View(func(txn *badger.Txn) error {
+		var err error
+		h, _, err = readHead(txn, evtHeadKey(stream))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // TestExpireIsOneSmallWrite: the expiry of a long stream writes its head
@@ -126,9 +149,9 @@ func TestExpireIsOneSmallWrite(t *testing.T) {
 	if n := b.Mutations() - muts; n != 2 {
 		t.Fatalf("Expire of 3000 records wrote %d keys, want 2 (head and index entry)", n)
 	}
-	recs, head := recordTTLs(t, b, "long")
-	if len(recs) != 3000 || head < lo || head > hi {
-		t.Fatalf("%d records, head expiry %d", len(recs), head)
+	recs, headTTL := recordTTLs(t, b, "long")
+	if h := rawHead(t, b, "long"); len(recs) != 3000 || headTTL != 0 || h.b < lo || h.b > hi {
+		t.Fatalf("%d records, head deadline %d, head Badger TTL %d (the head outlives the records: none)", len(recs), h.b, headTTL)
 	}
 	for i, e := range recs {
 		if e != 0 {
@@ -215,10 +238,11 @@ func TestExpiriesShareCommit(t *testing.T) {
 	}
 }
 
-// TestSweepDeletesExpiredStreams: once a stream's deadline has passed it
-// is gone for readers at once, its records stay in Badger until the
-// sweep, and the sweep deletes them all (records, head, index entry),
-// many streams per write, and nothing of the streams that live on.
+// TestSweepDeletesExpiredStreams: once a stream's deadline has passed its
+// records are gone for readers at once, they stay in Badger until the
+// sweep, and the sweep deletes them all (records, index entry), many
+// streams per write, and nothing of the streams that live on. The head
+// stays with the stream's last seq.
 func TestSweepDeletesExpiredStreams(t *testing.T) {
 	b := openSweepless(t, t.TempDir(), nil)
 	ctx := context.Background()
@@ -239,7 +263,7 @@ func TestSweepDeletesExpiredStreams(t *testing.T) {
 	if err := b.Events().Expire(ctx, "later", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	wantStream(t, b, "now-3")
+	wantStreamAt(t, b, "now-3", 0, 300)
 	if n := rawKeys(t, b, pfxEvt+"now-3/"); n != 300 {
 		t.Fatalf("before the sweep: %d records of an expired stream in Badger, want 300 (the test would prove nothing)", n)
 	}
@@ -277,9 +301,9 @@ func TestSweepDeletesExpiredStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wantStream(t, b, "soon")
-	if n := rawKeys(t, b, pfxEvtHead+"soon"); n != 0 {
-		t.Fatal("the head of a swept stream is still there")
+	wantStreamAt(t, b, "soon", 0, 50)
+	if h := rawHead(t, b, "soon"); h != (head{a: 50, c: 50}) {
+		t.Fatalf("the head of a swept stream is %+v, want its last seq 50 kept as its floor", h)
 	}
 	if n := rawKeys(t, b, pfxEvt+"later/"); n != 40 {
 		t.Fatalf("a stream expiring in an hour has %d records, want 40", n)
@@ -294,11 +318,10 @@ func TestSweepDeletesExpiredStreams(t *testing.T) {
 	}
 }
 
-// TestSweepSparesStreamStartedAgain: a stream appended to after it
-// expired starts again at seq 1 over the old records; the sweep deletes
-// only the old ones beyond its end, whether the new records were appended
-// before the sweep or in the same batch.
-func TestSweepSparesStreamStartedAgain(t *testing.T) {
+// TestSweepSparesStreamAppendedAgain: a stream appended to after it
+// expired continues after its last seq; the sweep deletes the old records
+// and none of the new.
+func TestSweepSparesStreamAppendedAgain(t *testing.T) {
 	b := openSweepless(t, t.TempDir(), nil)
 	ctx := context.Background()
 	appendN(t, b, "s", 10)
@@ -310,6 +333,69 @@ func TestSweepSparesStreamStartedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	wantStreamAt(t, b, "s", 11, 13, "new-1", "new-2", "new-3")
+	if n, err := b.SweepStreams(ctx); err != nil || n != 10 {
+		t.Fatalf("sweep deleted %d keys, %v; want the 10 old records", n, err)
+	}
+	wantStreamAt(t, b, "s", 11, 13, "new-1", "new-2", "new-3")
+	if n := rawKeys(t, b, pfxEvt+"s/"); n != 3 {
+		t.Fatalf("%d records in Badger, want 3", n)
+	}
+	if _, err := b.Events().Append(ctx, "s", []byte("new-4")); err != nil {
+		t.Fatal(err)
+	}
+	wantStreamAt(t, b, "s", 11, 14, "new-1", "new-2", "new-3", "new-4")
+
+	// Past a deadline and appended to before the sweep: the append keeps
+	// the index entry, and the sweep deletes what lay below.
+	if err := b.Events().Expire(ctx, "s", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	guard := time.Now().Add(30 * time.Second)
+	for rawHead(t, b, "s").live(nowSeconds()).c != 14 {
+		if time.Now().After(guard) {
+			t.Fatal("a stream of ttl 1s not past its deadline after 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := b.Events().Append(ctx, "s", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	wantStreamAt(t, b, "s", 15, 15, "after")
+	if n, err := b.SweepStreams(ctx); err != nil || n != 4 {
+		t.Fatalf("sweep deleted %d keys, %v; want the 4 records below the floor", n, err)
+	}
+	wantStreamAt(t, b, "s", 15, 15, "after")
+	if n := rawKeys(t, b, pfxEvtSweep); n != 0 {
+		t.Fatalf("%d expiry index entries left, want 0", n)
+	}
+}
+
+// TestSweepSparesLegacyStreamStartedAgain: a store of an earlier version
+// started a stream again at seq 1 over its old records once its head had
+// expired; the sweep deletes only the old ones beyond the new end.
+func TestSweepSparesLegacyStreamStartedAgain(t *testing.T) {
+	b := openSweepless(t, t.TempDir(), nil)
+	ctx := context.Background()
+	prefix := evtPrefix("s")
+	err := b.db.Update(func(txn *badger.Txn) error {
+		for i := 1; i <= 10; i++ {
+			v := "old-" + strconv.Itoa(i)
+			if i <= 3 {
+				v = "new-" + strconv.Itoa(i)
+			}
+			if err := txn.Set(msgKey(prefix, uint64(i)), []byte(v)); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(evtHeadKey("s"), head{a: 3}.encode()); err != nil {
+			return err
+		}
+		return txn.Set(sweepKey(nowSeconds()-1, "s"), nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantStream(t, b, "s", "new-1", "new-2", "new-3")
 	if n, err := b.SweepStreams(ctx); err != nil || n != 7 {
 		t.Fatalf("sweep deleted %d keys, %v; want the 7 old records beyond the new end", n, err)
@@ -318,10 +404,6 @@ func TestSweepSparesStreamStartedAgain(t *testing.T) {
 	if n := rawKeys(t, b, pfxEvt+"s/"); n != 3 {
 		t.Fatalf("%d records in Badger, want 3", n)
 	}
-	if _, err := b.Events().Append(ctx, "s", []byte("new-4")); err != nil {
-		t.Fatal(err)
-	}
-	wantStream(t, b, "s", "new-1", "new-2", "new-3", "new-4")
 }
 
 // TestExpireOfLegacyStream: a store written before the expiry index gave
@@ -391,7 +473,7 @@ func legacyStream(t *testing.T, b *Badger, stream string, n int, expiresAt uint6
 				return err
 			}
 		}
-		return txn.SetEntry(&badger.Entry{Key: evtHeadKey(stream), Value: head{uint64(n), expiresAt}.encode(), ExpiresAt: expiresAt})
+		return txn.SetEntry(&badger.Entry{Key: evtHeadKey(stream), Value: head{a: uint64(n), b: expiresAt}.encode(), ExpiresAt: expiresAt})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +504,7 @@ func TestExpireLegacyStreamOfLargeRecords(t *testing.T) {
 		}
 	}
 	if err := b.db.Update(func(txn *badger.Txn) error {
-		return txn.SetEntry(&badger.Entry{Key: evtHeadKey("big"), Value: head{1200, at}.encode(), ExpiresAt: at})
+		return txn.SetEntry(&badger.Entry{Key: evtHeadKey("big"), Value: head{a: 1200, b: at}.encode(), ExpiresAt: at})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -443,10 +525,10 @@ func TestExpireLegacyStreamOfLargeRecords(t *testing.T) {
 const sweepCrashEnv = "LOOOPY_STORE_SWEEP_CRASH"
 
 // TestSweepKilledMidway: a process killed (SIGKILL) between two writes of
-// a sweep leaves an expired stream invisible (no record of it reads, an
-// append starts it again at seq 1), and the next store to open the folder
-// finishes the sweep from the durable index, sparing what was appended
-// since.
+// a sweep leaves an expired stream's records invisible (no record of it
+// reads, an append continues after its last seq), and the next store to
+// open the folder finishes the sweep from the durable index, sparing what
+// was appended since.
 func TestSweepKilledMidway(t *testing.T) {
 	if dir := os.Getenv(sweepCrashEnv); dir != "" {
 		sweepAndDie(dir)
@@ -465,17 +547,17 @@ func TestSweepKilledMidway(t *testing.T) {
 	if left == 0 || left >= 1000 {
 		t.Fatalf("%d of 1000 records left after the kill: the kill did not fall mid-sweep", left)
 	}
-	wantStream(t, b, "long")
+	wantStreamAt(t, b, "long", 0, 1000)
 	if n := rawKeys(t, b, pfxEvtSweep); n != 1 {
 		t.Fatalf("%d expiry index entries after the kill, want 1", n)
 	}
-	if f, err := b.Events().Append(context.Background(), "long", []byte("again")); err != nil || f != 1 {
-		t.Fatalf("append to the half-swept stream: seq %d, %v", f, err)
+	if f, err := b.Events().Append(context.Background(), "long", []byte("again")); err != nil || f != 1001 {
+		t.Fatalf("append to the half-swept stream: seq %d, %v; want 1001", f, err)
 	}
 	if _, err := b.SweepStreams(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	wantStream(t, b, "long", "again")
+	wantStreamAt(t, b, "long", 1001, 1001, "again")
 	if n := rawKeys(t, b, pfxEvt+"long/"); n != 1 {
 		t.Fatalf("%d records after the sweep resumed, want 1", n)
 	}
@@ -535,8 +617,8 @@ func TestExpireThenSweepKeepsContract(t *testing.T) {
 	if _, err := b.SweepStreams(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := l.Append(ctx, "c", []byte("x")); err != nil || f != 1 {
-		t.Fatalf("append after expiry and sweep: %d, %v", f, err)
+	if f, err := l.Append(ctx, "c", []byte("x")); err != nil || f != 3 {
+		t.Fatalf("append after expiry and sweep: %d, %v; want 3", f, err)
 	}
 	if err := l.Expire(ctx, "c", time.Hour); err != nil {
 		t.Fatal(err)
@@ -547,5 +629,73 @@ func TestExpireThenSweepKeepsContract(t *testing.T) {
 	if _, err := b.SweepStreams(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantStream(t, b, "c", "x", "y")
+	wantStreamAt(t, b, "c", 3, 4, "x", "y")
+}
+
+// TestHubFollowsALegacyStreamStartedAgain: a stream of a store written
+// before the head outlived the records (its head carries a Badger TTL)
+// starts again at seq 1 once the head expired. A Hub subscriber past the
+// new end is told (sse.ErrExpired), never left waiting for ids that now
+// name other events.
+func TestHubFollowsALegacyStreamStartedAgain(t *testing.T) {
+	b := openSweepless(t, t.TempDir(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const stream = "ctx/legacy"
+	at := expirySeconds(time.Now().Add(2 * time.Second))
+	prefix := evtPrefix(stream)
+	ev := func(i int) loop.Event {
+		return &loop.ContentDelta{Header: loop.Header{Kind: loop.KindContentDelta, ContextID: "legacy", TaskID: "t"}, Delta: strconv.Itoa(i), Index: i}
+	}
+	err := b.db.Update(func(txn *badger.Txn) error {
+		for i := 1; i <= 3; i++ {
+			data, err := loop.EncodeEvent(ev(i))
+			if err != nil {
+				return err
+			}
+			if err := txn.SetEntry(&badger.Entry{Key: msgKey(prefix, uint64(i)), Value: data, ExpiresAt: at}); err != nil {
+				return err
+			}
+		}
+		return txn.SetEntry(&badger.Entry{Key: evtHeadKey(stream), Value: head{a: 3, b: at}.encode(), ExpiresAt: at})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := sse.New(sse.Config{Log: b.Events()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sub, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for want := uint64(1); want <= 3; want++ {
+		if it, err := sub.Next(ctx); err != nil || it.ID != want {
+			t.Fatalf("Next: %d, %v; want %d", it.ID, err, want)
+		}
+	}
+	guard := time.Now().Add(30 * time.Second)
+	for {
+		last, err := b.Events().Last(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last == 0 {
+			break
+		}
+		if time.Now().After(guard) {
+			t.Fatal("the legacy head did not expire in 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	id, err := h.Publish(ctx, stream, ev(4))
+	if err != nil || id != 1 {
+		t.Fatalf("Publish to the legacy stream after its head expired: id %d, %v; want 1 (the test would prove nothing)", id, err)
+	}
+	if it, ok, err := sub.TryNext(ctx); !errors.Is(err, sse.ErrExpired) {
+		t.Fatalf("subscriber at 3 after the log went back to 1: %d, %v, %v; want sse.ErrExpired", it.ID, ok, err)
+	}
 }

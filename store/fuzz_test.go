@@ -89,7 +89,8 @@ func FuzzDecodeSummary(f *testing.F) {
 }
 
 func FuzzDecodeHead(f *testing.F) {
-	f.Add(head{1, 5}.encode())
+	f.Add(head{a: 1, b: 5}.encode())
+	f.Add(head{a: 9, b: 5, c: 9}.encode())
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		h, err := decodeHead(v)

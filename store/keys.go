@@ -37,24 +37,25 @@ import (
 // History seqs are never reused: Replace writes the new history after the
 // old one and moves the head, so a reader never sees half of a swap.
 const (
-	pfxMsg      = "msg/"
-	pfxMsgHead  = "msgh/"
-	pfxAgent    = "agent/"
-	pfxTask     = "task/"
-	pfxTaskIdx  = "tidx/"
-	pfxEvt      = "evt/"
-	pfxEvtHead  = "evth/"
-	pfxEvtSweep = "evtx/"
-	pfxKV       = "kv/"
-	seqWidth    = 20 // digits of a max uint64
-	timeWidth   = 19 // digits of a max int64
-	idxAll      = "all"
-	idxContext  = "ctx"
-	idxAgent    = "agent"
-	idxOwner    = "owner"
-	idxID       = "id"
-	headSize    = 16
-	maxHeadTime = 1<<63 - 1
+	pfxMsg        = "msg/"
+	pfxMsgHead    = "msgh/"
+	pfxAgent      = "agent/"
+	pfxTask       = "task/"
+	pfxTaskIdx    = "tidx/"
+	pfxEvt        = "evt/"
+	pfxEvtHead    = "evth/"
+	pfxEvtSweep   = "evtx/"
+	pfxKV         = "kv/"
+	seqWidth      = 20 // digits of a max uint64
+	timeWidth     = 19 // digits of a max int64
+	idxAll        = "all"
+	idxContext    = "ctx"
+	idxAgent      = "agent"
+	idxOwner      = "owner"
+	idxID         = "id"
+	headSize      = 16
+	headFloorSize = 24
+	maxHeadTime   = 1<<63 - 1
 )
 
 // escape makes s safe as one component of a key: '%', '/' and control bytes
@@ -235,19 +236,36 @@ func parseTaskIdxKey(key []byte, prefix []byte) (created uint64, id string, err 
 
 // head is the head record of a history or event stream: for a history, the
 // first and last live seqs (empty when first > last); for a stream, the last
-// seq and the Unix second at which the stream expires (0: never).
-type head struct{ a, b uint64 }
+// seq (kept for ever: ids never go back, see BadgerEvents.Expire), the Unix
+// second at which the stream's records expire (0: never) and c, the floor:
+// the records up to it are gone. A head without a floor is 16 bytes (as
+// before streams had one), one with a floor 24.
+type head struct{ a, b, c uint64 }
 
 func (h head) encode() []byte {
-	v := make([]byte, headSize)
+	n := headSize
+	if h.c != 0 {
+		n = headFloorSize
+	}
+	v := make([]byte, n)
 	binary.BigEndian.PutUint64(v, h.a)
 	binary.BigEndian.PutUint64(v[8:], h.b)
+	if h.c != 0 {
+		binary.BigEndian.PutUint64(v[16:], h.c)
+	}
 	return v
 }
 
 func decodeHead(v []byte) (head, error) {
-	if len(v) != headSize {
-		return head{}, fmt.Errorf("head record is %d bytes, want %d", len(v), headSize)
+	switch len(v) {
+	case headSize:
+		return head{a: binary.BigEndian.Uint64(v), b: binary.BigEndian.Uint64(v[8:])}, nil
+	case headFloorSize:
+		h := head{a: binary.BigEndian.Uint64(v), b: binary.BigEndian.Uint64(v[8:]), c: binary.BigEndian.Uint64(v[16:])}
+		if h.c == 0 || h.c > h.a {
+			return head{}, fmt.Errorf("head record with floor %d and last seq %d", h.c, h.a)
+		}
+		return h, nil
 	}
-	return head{binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])}, nil
+	return head{}, fmt.Errorf("head record is %d bytes, want %d or %d", len(v), headSize, headFloorSize)
 }

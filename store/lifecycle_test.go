@@ -39,10 +39,10 @@ func TestMemorySweep(t *testing.T) {
 		t.Fatalf("after the sweep: old kept = %v, %d tasks; want old gone and 2 left", oldKept, n)
 	}
 	m.events.mu.RLock()
-	_, streamKept := m.events.streams["s"]
+	st := m.events.streams["s"]
 	m.events.mu.RUnlock()
-	if streamKept {
-		t.Fatal("expired stream kept by the sweep")
+	if st == nil || len(st.recs) != 0 || st.floor != 1 {
+		t.Fatalf("expired stream after the sweep: %+v; want its records gone and its last seq 1 kept", st)
 	}
 }
 

@@ -10,7 +10,8 @@ import (
 )
 
 // MemoryEvents is the event log of a Memory store: each stream a slice of
-// records, record i having seq i+1.
+// records, record i having seq floor+i+1. A stream whose records expired
+// keeps its last seq (floor): the next append continues after it.
 type MemoryEvents struct {
 	limits  Limits
 	mu      sync.RWMutex
@@ -19,19 +20,41 @@ type MemoryEvents struct {
 }
 
 type memStream struct {
+	floor   uint64 // the records up to it are gone
 	recs    [][]byte
 	expires time.Time // zero: never
 }
 
+func (s *memStream) last() uint64 { return s.floor + uint64(len(s.recs)) }
+
+// drop removes the stream's records, keeping its last seq.
+func (s *memStream) drop() {
+	s.floor, s.recs, s.expires = s.last(), nil, time.Time{}
+}
+
 var _ loop.EventLog = (*MemoryEvents)(nil)
 
-// live returns the stream if it exists and has not expired. Callers hold mu.
+// live returns the stream, its records dropped if they have expired (nil:
+// never written). Callers hold mu for writing.
 func (e *MemoryEvents) live(stream string, now time.Time) *memStream {
 	s := e.streams[stream]
-	if s == nil || expired(s.expires, now) {
-		return nil
+	if s != nil && expired(s.expires, now) {
+		s.drop()
 	}
 	return s
+}
+
+// view returns the stream's last seq and its records not expired at now.
+// Callers hold mu (read).
+func (e *MemoryEvents) view(stream string, now time.Time) (floor uint64, recs [][]byte) {
+	s := e.streams[stream]
+	if s == nil {
+		return 0, nil
+	}
+	if expired(s.expires, now) {
+		return s.last(), nil
+	}
+	return s.floor, s.recs
 }
 
 // Append implements loop.EventLog.
@@ -55,7 +78,7 @@ func (e *MemoryEvents) Append(ctx context.Context, stream string, data ...[]byte
 		s = &memStream{}
 		e.streams[stream] = s
 	}
-	first := uint64(len(s.recs)) + 1
+	first := s.last() + 1
 	s.recs = append(s.recs, cp...)
 	s.expires = time.Time{} // an append cancels the expiry (see Expire)
 	e.mu.Unlock()
@@ -81,11 +104,12 @@ func (e *MemoryEvents) Read(ctx context.Context, stream string, after uint64, li
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	s := e.live(stream, time.Now())
-	if s == nil || after >= uint64(len(s.recs)) {
+	floor, all := e.view(stream, time.Now())
+	after = max(after, floor) // the records up to the floor are gone
+	if after >= floor+uint64(len(all)) {
 		return []loop.LogRecord{}, nil
 	}
-	recs := s.recs[after:]
+	recs := all[after-floor:]
 	if limit > 0 && len(recs) > limit {
 		recs = recs[:limit]
 	}
@@ -106,15 +130,13 @@ func (e *MemoryEvents) Last(ctx context.Context, stream string) (uint64, error) 
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	s := e.live(stream, time.Now())
-	if s == nil {
-		return 0, nil
-	}
-	return uint64(len(s.recs)), nil
+	floor, recs := e.view(stream, time.Now())
+	return floor + uint64(len(recs)), nil
 }
 
 // Expire implements loop.EventLog. An append before the deadline cancels
-// the expiry: the stream's writer sets it again when it is done.
+// the expiry: the stream's writer sets it again when it is done. The
+// stream's last seq outlives its records.
 func (e *MemoryEvents) Expire(ctx context.Context, stream string, ttl time.Duration) error {
 	if err := e.limits.checkID("stream", stream); err != nil {
 		return fmt.Errorf("expire events: %w", err)
@@ -133,7 +155,7 @@ func (e *MemoryEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 		return nil
 	}
 	if ttl == 0 {
-		delete(e.streams, stream)
+		s.drop()
 		return nil
 	}
 	s.expires = now.Add(ttl)
@@ -142,9 +164,9 @@ func (e *MemoryEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 
 func (e *MemoryEvents) sweep(now time.Time) {
 	e.mu.Lock()
-	for name, s := range e.streams {
+	for _, s := range e.streams {
 		if expired(s.expires, now) {
-			delete(e.streams, name)
+			s.drop()
 		}
 	}
 	e.mu.Unlock()

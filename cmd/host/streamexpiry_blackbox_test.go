@@ -14,8 +14,9 @@ import (
 	"time"
 )
 
-// streamHead answers HEAD /events/{contextID}: the stream's last id, 0
-// when it has none (gone, or never written).
+// streamHead answers HEAD /events/{contextID}: the stream's last id (kept
+// when its events expired), 0 when it has none (never written, or its
+// conversation is gone).
 func streamHead(t *testing.T, h *sandboxHost, contextID string) uint64 {
 	t.Helper()
 	resp, err := http.Head(h.base + "/events/" + contextID)
@@ -122,18 +123,25 @@ func contextStreamKeptUnderARunningTurn(t *testing.T, ttl time.Duration) (tooSlo
 	}
 	h.waitFor(t, "the running turn's first events", 2*time.Minute, func() bool { return streamHead(t, h, c1) != before })
 	t.Logf("turn began %v after the first", time.Since(t0))
-	if got := streamHead(t, h, c1); got < before {
-		// Not what is tested: the stream expired before the turn began
-		// (ttl after the first turn: a very slow machine).
+	if code, _ := resumeStatus(t, h, c1, 1); code != http.StatusOK {
+		// Not what is tested: the stream's events expired before the
+		// turn began (ttl after the first turn: a very slow machine).
 		return true
 	}
 	h.waitFor(t, "the follower to hear the running turn", 2*time.Minute, func() bool { return strings.Contains(followed(), r.Task.ID) })
 	mid := streamHead(t, h, c1)
 
-	// Past c1's deadline: c2, given its deadline later, is gone.
-	h.waitFor(t, "the control conversation's stream to expire", ttl+2*time.Minute, func() bool { return streamHead(t, h, c2) == 0 })
+	// Past c1's deadline: c2's events, given their deadline later, are
+	// gone (a resume from its first id is refused).
+	h.waitFor(t, "the control conversation's stream to expire", ttl+2*time.Minute, func() bool {
+		code, _ := resumeStatus(t, h, c2, 1)
+		return code != http.StatusOK
+	})
+	if code, body := resumeStatus(t, h, c1, 1); code != http.StatusOK {
+		t.Fatalf("the stream of %s under a running turn, after its deadline: a resume from id 1 answers %d %s (the turn's first events and the earlier turns' are gone)", c1, code, body)
+	}
 	if got := streamHead(t, h, c1); got < mid {
-		t.Fatalf("the stream of %s under a running turn: last id %d after its deadline, was %d (the turn's first events and the earlier turns' are gone)", c1, got, mid)
+		t.Fatalf("the stream of %s under a running turn: last id %d after its deadline, was %d", c1, got, mid)
 	}
 
 	// The turn ends (canceled): its end follows on, and the follower hears it.

@@ -742,3 +742,58 @@ func TestPageClientToolForm(t *testing.T) {
 		t.Fatalf("a javascript: sign-in URL drawn as %v", bad)
 	}
 }
+
+// The conversation's events expire (limits.taskTTL) under an open page,
+// then the next turn runs in it. The stream's ids go on after the expiry,
+// so the page's open stream draws the new turn, once, with ids above those
+// it had; before, they started at 1 again and the page, waiting for ids
+// above its last one, never drew the turn.
+func TestPageAcrossTheStreamsExpiry(t *testing.T) {
+	ctx := tab(t)
+	cfg := config(t.TempDir(), "127.0.0.1:0", true)
+	cfg.Limits.TaskTTL = host.Duration(2 * time.Second)
+	cfg.Limits.ConversationTTL = host.Retention(time.Hour)
+	m := startHost(t, cfg)
+	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
+		t.Fatal(err)
+	}
+	useKeys(t, ctx, aliceKey, "")
+	say(t, ctx, "calc 2+2")
+	wait(t, ctx, "the first turn", turnsDone(1))
+	wait(t, ctx, "the live stream", `document.getElementById('conn').dataset.state === 'live'`)
+	before := eval[float64](t, ctx, `window.looopyStats.lastEventId`)
+	contextID := eval[string](t, ctx, `decodeURIComponent(location.hash.slice(1))`)
+
+	// The conversation's events expire: a resume from id 1 is refused.
+	guard := time.Now().Add(time.Minute)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, m.URL()+"/events/"+contextID, nil)
+		req.Header.Set("Authorization", "Bearer "+aliceKey)
+		req.Header.Set("Last-Event-ID", "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			break
+		}
+		if time.Now().After(guard) {
+			t.Fatal("the conversation's events did not expire in a minute (taskTTL 2s)")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	say(t, ctx, "calc 3+3")
+	wait(t, ctx, "the second turn", turnsDone(2))
+	wait(t, ctx, "the second answer", `document.getElementById('transcript').textContent.includes('3+3 = 6')`)
+	st := eval[map[string]float64](t, ctx, `window.looopyStats`)
+	if st["duplicates"] != 0 || st["lastEventId"] <= before {
+		t.Fatalf("stream stats %v (last id before the expiry %v): want no event twice, new events", st, before)
+	}
+	n := eval[map[string]float64](t, ctx, `({tools: document.querySelectorAll('.tool').length,
+		second: (document.getElementById('transcript').textContent.match(/3\+3 = 6/g) || []).length})`)
+	if n["tools"] != 2 || n["second"] != 1 {
+		t.Fatalf("after the expiry the page shows %v, want the second turn once", n)
+	}
+}

@@ -35,6 +35,23 @@ func (e *Events) streamKeys(op string, names func(i int) string, n int) ([]strin
 	return keys, nil
 }
 
+// withLastKeys returns the keys of the streams of one of sa or ca, then
+// their last-id keys (the layout of append_streams).
+func (e *Events) withLastKeys(sa []loop.StreamAppend, ca []loop.CommitAppend) []string {
+	names := make([]string, 0, len(sa)+len(ca))
+	for _, a := range sa {
+		names = append(names, a.Stream)
+	}
+	for _, a := range ca {
+		names = append(names, a.Stream)
+	}
+	keys := make([]string, 2*len(names))
+	for i, n := range names {
+		keys[i], keys[len(names)+i] = e.s.evtKey(n), e.s.evtLastKey(n)
+	}
+	return keys
+}
+
 // appendRecords adds to args, for one stream, the counts of its records
 // before and after a turn's end, then the records.
 func appendRecords(args []any, before, after [][]byte) []any {
@@ -91,7 +108,7 @@ func (e *Events) AppendStreams(ctx context.Context, appends []loop.StreamAppend)
 	if err := ctxErr(ctx, op); err != nil {
 		return nil, err
 	}
-	ids, err := appendStreamsScript.Run(ctx, e.s.rdb, keys, args...).Slice()
+	ids, err := appendStreamsScript.Run(ctx, e.s.rdb, e.withLastKeys(appends, nil), args...).Slice()
 	if err != nil {
 		return nil, wrap(op, err)
 	}
@@ -158,7 +175,7 @@ func (e *Events) AppendCommit(ctx context.Context, appends []loop.CommitAppend, 
 	if err := ctxErr(ctx, op); err != nil {
 		return nil, nil, err
 	}
-	res, err := appendCommitScript.Run(ctx, e.s.rdb, keys, args...).Slice()
+	res, err := appendCommitScript.Run(ctx, e.s.rdb, e.withLastKeys(nil, appends), args...).Slice()
 	if err != nil {
 		return nil, nil, wrap(op, err)
 	}

@@ -15,7 +15,8 @@
 //	P tx:<taskId>        hash    the task's index entry (m), keys (c, o, g), status (s) and update time (u, Unix ns), no TTL
 //	P ti:all, P ti:c:<contextId>, P ti:o:<owner>, P ti:g:<agentId>
 //	                     zset    task listings: member <created:19>:<taskId>, score 0
-//	P e:<stream>         stream  the event log; entry id 0-<seq>, field d
+//	P e:<stream>         stream  the event log; entry id 0-<seq>, field d; PEXPIRE from Expire
+//	P el:<stream>        string  the stream's last seq when it was last set to expire, no TTL: the next append after the stream expired continues after it
 //	P cp:<taskId>        string  checkpoint (JSON)
 //	P j:<taskId>         hash    journal: b:<callId> the begun entry, e:<callId> its end
 //	P jo:<taskId>        list    call ids in the order they began

@@ -65,7 +65,7 @@ func (e *Events) Append(ctx context.Context, stream string, data ...[]byte) (uin
 		args[i] = d
 	}
 	key := e.s.evtKey(stream)
-	id, err := appendEventsScript.Run(ctx, e.s.rdb, []string{key}, args...).Text()
+	id, err := appendEventsScript.Run(ctx, e.s.rdb, []string{key, e.s.evtLastKey(stream)}, args...).Text()
 	if err != nil {
 		return 0, wrap(fmt.Sprintf("append events to %q", stream), err)
 	}
@@ -117,19 +117,40 @@ func (e *Events) Last(ctx context.Context, stream string) (uint64, error) {
 	return e.last(ctx, e.s.rdb, stream)
 }
 
+// last reads the stream's last id, or the one kept when its records
+// expired, in one round trip.
 func (e *Events) last(ctx context.Context, c redis.Cmdable, stream string) (uint64, error) {
-	key := e.s.evtKey(stream)
-	msgs, err := c.XRevRangeN(ctx, key, "+", "-", 1).Result()
+	key, lkey := e.s.evtKey(stream), e.s.evtLastKey(stream)
+	var msgs *redis.XMessageSliceCmd
+	var kept *redis.StringCmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		msgs = p.XRevRangeN(ctx, key, "+", "-", 1)
+		kept = p.Get(ctx, lkey)
+		return nil
+	})
+	if err != nil && !isNil(err) {
+		return 0, wrap(fmt.Sprintf("last event of %q", stream), err)
+	}
+	if m := msgs.Val(); len(m) > 0 {
+		return parseSeq(key, m[0].ID)
+	}
+	v, err := kept.Result()
+	if isNil(err) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, wrap(fmt.Sprintf("last event of %q", stream), err)
 	}
-	if len(msgs) == 0 {
-		return 0, nil
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, corrupt(lkey, fmt.Errorf("last id %q: %w", v, err))
 	}
-	return parseSeq(key, msgs[0].ID)
+	return n, nil
 }
 
-// Expire implements loop.EventLog.
+// Expire implements loop.EventLog: the stream key expires with its records
+// (a Redis key TTL); its last id is kept under its own key, for ever, so the
+// next append continues after it.
 func (e *Events) Expire(ctx context.Context, stream string, ttl time.Duration) error {
 	if err := e.s.checkID("stream name", stream); err != nil {
 		return fmt.Errorf("expire events: %w", err)
@@ -140,15 +161,12 @@ func (e *Events) Expire(ctx context.Context, stream string, ttl time.Duration) e
 	if err := ctxErr(ctx, "expire events"); err != nil {
 		return err
 	}
-	key := e.s.evtKey(stream)
-	if ttl == 0 {
-		return wrap("expire events", e.s.rdb.Del(ctx, key).Err())
-	}
 	ms := ttl.Milliseconds()
-	if ms < 1 {
+	if ttl > 0 && ms < 1 {
 		ms = 1
 	}
-	return wrap("expire events", e.s.rdb.PExpire(ctx, key, time.Duration(ms)*time.Millisecond).Err())
+	keys := []string{e.s.evtKey(stream), e.s.evtLastKey(stream)}
+	return wrap("expire events", expireEventsScript.Run(ctx, e.s.rdb, keys, strconv.FormatInt(ms, 10)).Err())
 }
 
 // Wait implements loop.EventLog: it registers with the process's blocking

@@ -214,18 +214,19 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // --- keys ---
 
-func (s *Store) msgKey(ctxID string) string   { return s.p + "m:" + ctxID }
-func (s *Store) agentKey(ctxID string) string { return s.p + "a:" + ctxID }
-func (s *Store) convIdxKey() string           { return s.p + "ca" }
-func (s *Store) taskKey(id string) string     { return s.p + "t:" + id }
-func (s *Store) identKey(id string) string    { return s.p + "tx:" + id }
-func (s *Store) evtKey(stream string) string  { return s.p + "e:" + stream }
-func (s *Store) ckptKey(id string) string     { return s.p + "cp:" + id }
-func (s *Store) jrnlKey(id string) string     { return s.p + "j:" + id }
-func (s *Store) jordKey(id string) string     { return s.p + "jo:" + id }
-func (s *Store) durKey() string               { return s.p + "dur" }
-func (s *Store) leaseKey(k string) string     { return s.p + "l:" + k }
-func (s *Store) leaseSet() string             { return s.p + "ls" }
+func (s *Store) msgKey(ctxID string) string      { return s.p + "m:" + ctxID }
+func (s *Store) agentKey(ctxID string) string    { return s.p + "a:" + ctxID }
+func (s *Store) convIdxKey() string              { return s.p + "ca" }
+func (s *Store) taskKey(id string) string        { return s.p + "t:" + id }
+func (s *Store) identKey(id string) string       { return s.p + "tx:" + id }
+func (s *Store) evtKey(stream string) string     { return s.p + "e:" + stream }
+func (s *Store) evtLastKey(stream string) string { return s.p + "el:" + stream }
+func (s *Store) ckptKey(id string) string        { return s.p + "cp:" + id }
+func (s *Store) jrnlKey(id string) string        { return s.p + "j:" + id }
+func (s *Store) jordKey(id string) string        { return s.p + "jo:" + id }
+func (s *Store) durKey() string                  { return s.p + "dur" }
+func (s *Store) leaseKey(k string) string        { return s.p + "l:" + k }
+func (s *Store) leaseSet() string                { return s.p + "ls" }
 func (s *Store) kvUsageKey(ns string) string {
 	return s.p + "kvu:" + strconv.Itoa(len(ns)) + ":" + ns
 }

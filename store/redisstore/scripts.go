@@ -147,22 +147,41 @@ var commitTurnScript = redis.NewScript(luaLib + commitTurnLua + `
 return commit_turn(0, #ARGV)
 `)
 
+// evtAddLua defines evt_add(key, lkey, d): XADD of record d to the stream
+// key, after the last id lkey kept when the stream's records expired (see
+// expireEvents), so that ids never go back; and PERSIST, since an append
+// cancels the stream's expiry (a stream written to after its deadline was
+// set is never deleted under its writer).
+const evtAddLua = `
+local function evt_add(key, lkey, d)
+  if redis.call('PERSIST', key) == 0 and redis.call('EXISTS', key) == 0 then
+    local last = redis.call('GET', lkey)
+    if last then
+      return redis.call('XADD', key, '0-' .. string.format('%d', tonumber(last) + 1), 'd', d)
+    end
+  end
+  return redis.call('XADD', key, '0-*', 'd', d)
+end
+`
+
 // appendStreamsLua defines append_streams(i, skip_after): for each stream
-// of KEYS, from ARGV[i] on, the number of records before and after (a
-// turn's end), then those records; it appends them all, or only those
-// before when skip_after, and returns the id of each stream's first record
-// (an empty string when none was appended).
-const appendStreamsLua = `
+// of the first half of KEYS (the second half: their last-id keys), from
+// ARGV[i] on, the number of records before and after (a turn's end), then
+// those records; it appends them all, or only those before when
+// skip_after, and returns the id of each stream's first record (an empty
+// string when none was appended).
+const appendStreamsLua = evtAddLua + `
 local function append_streams(i, skip_after)
   local firsts = {}
-  for k = 1, #KEYS do
+  local ns = #KEYS / 2
+  for k = 1, ns do
     local nb, na = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
     i = i + 2
     local n = nb + na
     if skip_after then n = nb end
     local first = ''
     for j = 0, n - 1 do
-      local id = redis.call('XADD', KEYS[k], '0-*', 'd', ARGV[i + j])
+      local id = evt_add(KEYS[k], KEYS[k + ns], ARGV[i + j])
       if j == 0 then first = id end
     end
     i = i + nb + na
@@ -172,13 +191,13 @@ local function append_streams(i, skip_after)
 end
 `
 
-// appendStreams: KEYS the streams; ARGV for each stream the number of its
+// appendStreams: KEYS the streams, then their last-id keys; ARGV for each stream the number of its
 // records, 0, then its records. Returns each stream's first id.
 var appendStreamsScript = redis.NewScript(appendStreamsLua + `
 return append_streams(1, false)
 `)
 
-// appendCommit: KEYS the streams; ARGV[1] the number c of commit_turn's
+// appendCommit: KEYS the streams, then their last-id keys; ARGV[1] the number c of commit_turn's
 // arguments, ARGV[2 .. c+1] those arguments, then append_streams's from
 // c+2. One script, so one step on the server: the records before the end,
 // the commit and the end's records (only when the commit is OK). Returns
@@ -193,17 +212,32 @@ for k = 1, #firsts do out[k + 2] = firsts[k] end
 return out
 `)
 
-// appendEvents: KEYS stream; ARGV records. Returns the id of the first. An
-// append cancels the stream's expiry (PERSIST, in the same script: a stream
-// written to after its deadline was set is never deleted under its writer).
-var appendEventsScript = redis.NewScript(`
-redis.call('PERSIST', KEYS[1])
+// appendEvents: KEYS stream, its last-id key; ARGV records. Returns the id
+// of the first. An append cancels the stream's expiry (evt_add).
+var appendEventsScript = redis.NewScript(evtAddLua + `
 local first
 for i = 1, #ARGV do
-  local id = redis.call('XADD', KEYS[1], '0-*', 'd', ARGV[i])
+  local id = evt_add(KEYS[1], KEYS[2], ARGV[i])
   if i == 1 then first = id end
 end
 return first
+`)
+
+// expireEvents: KEYS stream, its last-id key; ARGV[1] the ttl in ms (0:
+// now). The stream's last id goes to the last-id key, which has no expiry
+// (a few bytes per stream name), and the stream expires with its records:
+// the next append continues after that id (evt_add). Returns 0 when there
+// is no stream.
+var expireEventsScript = redis.NewScript(`
+local m = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #m == 0 then return 0 end
+redis.call('SET', KEYS[2], string.sub(m[1][1], 3))
+if ARGV[1] == '0' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return 1
 `)
 
 // acquireLease: ARGV p, key, owner, data, ttl ms.

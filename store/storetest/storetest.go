@@ -892,22 +892,79 @@ func testEvents(t *testing.T, s Stores) {
 	wantLast(t, l, "s1", 6)
 }
 
+// wantReadSeqs is wantRead for records that start at seq first (a read from
+// below an expired stream's floor).
+func wantReadSeqs(t *testing.T, l loop.EventLog, stream string, after uint64, first uint64, want ...string) {
+	t.Helper()
+	recs, err := l.Read(context.Background(), stream, after, 0)
+	if err != nil {
+		t.Fatalf("Read(%q, %d): %v", stream, after, err)
+	}
+	var got []string
+	for i, r := range recs {
+		if r.Seq != first+uint64(i) {
+			t.Fatalf("Read(%q, %d): record %d has seq %d, want %d", stream, after, i, r.Seq, first+uint64(i))
+		}
+		got = append(got, string(r.Data))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Read(%q, %d) = %q, want %q", stream, after, got, want)
+	}
+}
+
+// testEventExpire: Expire removes a stream's records, never its last seq.
+// A stream's seqs never go back for the life of its name, so an id a
+// client holds (a live follower's cursor, a Last-Event-ID) never names
+// another event: the next append after an expiry continues after the last
+// seq the stream ever had.
 func testEventExpire(t *testing.T, s Stores) {
 	ctx := context.Background()
 	l := s.Events
+	sweep := func() {
+		if s.Sweep != nil {
+			s.Sweep(t)
+		}
+	}
 	mustEvents(t, l, "gone", "a", "b")
 	mustEvents(t, l, "stays", "x")
 	if err := l.Expire(ctx, "gone", 0); err != nil {
 		t.Fatalf("Expire(0): %v", err)
 	}
-	wantLast(t, l, "gone", 0)
 	wantRead(t, l, "gone", 0, 0)
-	if f := mustEvents(t, l, "gone", "new"); f != 1 {
-		t.Fatalf("Append after the stream expired: seq %d, want 1", f)
+	wantLast(t, l, "gone", 2)
+	sweep()
+	wantRead(t, l, "gone", 0, 0)
+	wantLast(t, l, "gone", 2)
+	// A reader waiting after the last id it saw is woken by the next
+	// append, which continues after it.
+	waited := make(chan uint64, 1)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() {
+		n, err := l.Wait(wctx, "gone", 2)
+		if err != nil {
+			n = 0
+		}
+		waited <- n
+	}()
+	if f := mustEvents(t, l, "gone", "new"); f != 3 {
+		t.Fatalf("Append after the stream expired: seq %d, want 3 (after its last seq 2)", f)
 	}
-	wantRead(t, l, "gone", 0, 0, "new")
+	if n := <-waited; n != 3 {
+		t.Fatalf("Wait after 2 across the expiry returned %d, want 3", n)
+	}
+	wantReadSeqs(t, l, "gone", 0, 3, "new")
+	wantReadSeqs(t, l, "gone", 1, 3, "new") // from below the floor: what is kept
+	wantRead(t, l, "gone", 2, 0, "new")
+	sweep()
+	wantRead(t, l, "gone", 2, 0, "new")
+	wantLast(t, l, "gone", 3)
 	if err := l.Expire(ctx, "never-written", time.Second); err != nil {
 		t.Fatalf("Expire of an unknown stream: %v", err)
+	}
+	wantLast(t, l, "never-written", 0)
+	if f := mustEvents(t, l, "never-written", "first"); f != 1 {
+		t.Fatalf("Append to a stream never written: seq %d, want 1", f)
 	}
 	if err := l.Expire(ctx, "stays", -time.Second); !errors.Is(err, loop.ErrInvalid) {
 		t.Fatalf("Expire with a negative ttl: err = %v, want ErrInvalid", err)
@@ -926,38 +983,44 @@ func testEventExpire(t *testing.T, s Stores) {
 		t.Fatalf("Expire(1s): %v", err)
 	}
 	mustEvents(t, l, "ttl", "4") // appended after Expire: the stream stays
-	eventually(t, "stream past its ttl is gone", func() bool {
-		n, err := l.Last(ctx, "ctl")
-		if err != nil {
-			t.Fatalf("Last: %v", err)
+	gone := func(stream string) func() bool {
+		return func() bool {
+			recs, err := l.Read(ctx, stream, 0, 0)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			return len(recs) == 0
 		}
-		return n == 0
-	})
-	if s.Sweep != nil {
-		s.Sweep(t)
 	}
+	eventually(t, "stream past its ttl is gone", gone("ctl"))
+	wantLast(t, l, "ctl", 1)
+	sweep()
 	wantLast(t, l, "ttl", 4)
 	wantRead(t, l, "ttl", 0, 0, "1", "2", "3", "4")
 	if f := mustEvents(t, l, "ttl", "5"); f != 5 {
 		t.Fatalf("Append to a stream whose expiry an append canceled: seq %d, want 5", f)
 	}
-	// Its writer sets the expiry again: then it goes.
+	// Its writer sets the expiry again: then its records go, its last
+	// seq stays.
 	if err := l.Expire(ctx, "ttl", time.Second); err != nil {
 		t.Fatalf("Expire(1s): %v", err)
 	}
-	eventually(t, "stream past its ttl is gone", func() bool {
-		n, err := l.Last(ctx, "ttl")
-		if err != nil {
-			t.Fatalf("Last: %v", err)
-		}
-		return n == 0
-	})
-	wantRead(t, l, "ttl", 0, 0)
+	eventually(t, "stream past its ttl is gone", gone("ttl"))
+	wantLast(t, l, "ttl", 5)
 	wantRead(t, l, "stays", 0, 0, "x")
-	if f := mustEvents(t, l, "ttl", "again"); f != 1 {
-		t.Fatalf("Append after expiry: seq %d, want 1", f)
+	// Appended to after its deadline and before any sweep: the old
+	// records stay gone, the new ones follow on.
+	if f := mustEvents(t, l, "ttl", "again"); f != 6 {
+		t.Fatalf("Append after expiry: seq %d, want 6", f)
 	}
-	wantRead(t, l, "ttl", 0, 0, "again")
+	wantReadSeqs(t, l, "ttl", 0, 6, "again")
+	sweep()
+	wantReadSeqs(t, l, "ttl", 0, 6, "again")
+	wantLast(t, l, "ttl", 6)
+	if f := mustEvents(t, l, "ttl", "more"); f != 7 {
+		t.Fatalf("Append after the sweep: seq %d, want 7", f)
+	}
+	wantReadSeqs(t, l, "ttl", 0, 6, "again", "more")
 }
 
 func testEventsConcurrent(t *testing.T, s Stores) {
