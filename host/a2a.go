@@ -91,6 +91,9 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	if err != nil {
 		return nil, err
 	}
+	if err := s.continueStream(ctx, req.Message.ContextID, contextID); err != nil {
+		return nil, err
+	}
 	// The turn's plugin calls count as this principal's (a fair share of
 	// each plugin's instances).
 	ctx = plugins.WithPrincipal(ctx, auth.Principal)

@@ -319,6 +319,17 @@ type EventLog interface {
 	Wait(ctx context.Context, stream string, after uint64) (last uint64, err error)
 }
 
+// StreamSeeder is an EventLog that can have a stream never written start
+// after a given sequence number: a stream that takes over from another
+// name (a conversation started again under another id) continues the ids
+// its clients hold.
+type StreamSeeder interface {
+	// SeedStream makes the next Append to stream continue after last when
+	// the stream holds no records and its last sequence number is lower;
+	// otherwise it does nothing.
+	SeedStream(ctx context.Context, stream string, last uint64) error
+}
+
 // StreamAppend is one stream's records in an AppendStreams.
 type StreamAppend struct {
 	Stream string

@@ -628,6 +628,13 @@ func (h *Hub) Delete(ctx context.Context, streamName string) error {
 	}
 	st.pub.Lock() // no first load of the stream's last seq meanwhile
 	defer st.pub.Unlock()
+	// The subscribers are marked first: one that reads the log after the
+	// expiry below and finds its next events gone ends as deleted.
+	st.mu.Lock()
+	for s := range st.subs {
+		s.deleted.Store(true)
+	}
+	st.mu.Unlock()
 	if err := h.log.Expire(ctx, streamName, 0); err != nil {
 		return fmt.Errorf("delete %q: %w", streamName, err)
 	}
@@ -645,6 +652,41 @@ func (h *Hub) Delete(ctx context.Context, streamName string) error {
 		s.deleted.Store(true)
 		s.notify()
 	}
+	return nil
+}
+
+// Seed has a stream without records continue after last (the ids its
+// clients hold under another name: a conversation started again under
+// another id), when the log can (loop.StreamSeeder); otherwise it does
+// nothing.
+func (h *Hub) Seed(ctx context.Context, streamName string, last uint64) error {
+	sd, ok := h.log.(loop.StreamSeeder)
+	if !ok {
+		return nil
+	}
+	st, err := h.acquire(streamName)
+	if err != nil {
+		return fmt.Errorf("seed %q: %w", streamName, err)
+	}
+	defer h.release(st)
+	// As Delete: nothing is appended until the log and the state agree.
+	st.qmu.Lock()
+	defer st.qmu.Unlock()
+	for st.writing {
+		st.qcond.Wait()
+	}
+	st.pub.Lock()
+	defer st.pub.Unlock()
+	if err := sd.SeedStream(ctx, streamName, last); err != nil {
+		return fmt.Errorf("seed %q: %w", streamName, err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.n > 0 {
+		clear(st.tail)
+	}
+	st.loaded, st.last, st.from, st.head, st.n, st.tbytes = false, 0, 0, 0, 0, 0
+	st.notifyAll()
 	return nil
 }
 

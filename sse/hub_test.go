@@ -1030,3 +1030,45 @@ func TestExpiredStreamIDsGoOn(t *testing.T) {
 		}
 	})
 }
+
+// TestSeedContinuesIDs: a stream seeded with the ids of another name (a
+// conversation started again under its scoped id) continues after them,
+// for publishers and subscribers alike; a stream with records is left as
+// it is.
+func TestSeedContinuesIDs(t *testing.T) {
+	eachLog(t, func(t *testing.T, newLog func(testing.TB) *spyLog) {
+		h := newHub(t, sse.Config{Log: newLog(t)})
+		ctx := t.Context()
+		const stream = "ctx/scoped"
+		if err := h.Seed(ctx, stream, 8); err != nil {
+			t.Fatal(err)
+		}
+		if last, err := h.Last(ctx, stream); err != nil || last != 8 {
+			t.Fatalf("Last of the seeded stream: %d, %v; want 8", last, err)
+		}
+		if _, err := h.Subscribe(ctx, stream, 8, sse.Filter{}); err != nil {
+			t.Fatalf("resume after the seeded id: %v", err)
+		}
+		sub, err := h.Subscribe(ctx, stream, 0, sse.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		id, err := h.Publish(ctx, stream, delta("t", 0))
+		if err != nil || id != 9 {
+			t.Fatalf("first event of the seeded stream: id %d, %v; want 9", id, err)
+		}
+		if it, ok, err := sub.TryNext(ctx); err != nil || !ok || it.ID != 9 {
+			t.Fatalf("subscriber: %d, %v, %v; want 9", it.ID, ok, err)
+		}
+		if err := h.Seed(ctx, stream, 20); err != nil {
+			t.Fatal(err)
+		}
+		if id, err := h.Publish(ctx, stream, delta("t", 1)); err != nil || id != 10 {
+			t.Fatalf("a stream with records is not seeded: id %d, %v; want 10", id, err)
+		}
+		if it, ok, err := sub.TryNext(ctx); err != nil || !ok || it.ID != 10 {
+			t.Fatalf("subscriber: %d, %v, %v; want 10", it.ID, ok, err)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package sse_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -151,4 +152,13 @@ func badgerMultiLog(t testing.TB) (*multiSpyLog, *store.Badger) {
 	b := openBadger(t, t.TempDir())
 	t.Cleanup(func() { _ = b.Close() })
 	return &multiSpyLog{spyLog: spy(b.Events()), multi: b.Events()}, b
+}
+
+// SeedStream passes a seed on to the log (loop.StreamSeeder).
+func (s *spyLog) SeedStream(ctx context.Context, stream string, last uint64) error {
+	sd, ok := s.EventLog.(loop.StreamSeeder)
+	if !ok {
+		return errors.New("the log is no loop.StreamSeeder")
+	}
+	return sd.SeedStream(ctx, stream, last)
 }

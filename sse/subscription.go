@@ -206,6 +206,15 @@ func (h *Hub) kept(ctx context.Context, st *stream, after, last uint64) error {
 	return nil
 }
 
+// gone is the error of a subscription whose next events are not in the
+// log: the stream was deleted under it (Hub.Delete), or they expired.
+func (s *Subscription) gone() error {
+	if s.deleted.Load() {
+		return ErrDeleted
+	}
+	return expired(s.st.name, s.cursor)
+}
+
 func expired(stream string, after uint64) error {
 	return fmt.Errorf("subscribe to %q after %d: %w", stream, after, ErrExpired)
 }
@@ -327,7 +336,7 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 		// would wait for ids that name other events.
 		if s.cursor > st.last {
 			st.mu.RUnlock()
-			return false, expired(st.name, s.cursor)
+			return false, s.gone()
 		}
 		s.resets = st.resets
 	}
@@ -408,7 +417,7 @@ func (s *Subscription) fill(ctx context.Context) (bool, error) {
 	if s.cursor > 0 && (len(recs) == 0 || recs[0].Seq != s.cursor+1) {
 		// What lay after the cursor has expired: going on would skip it
 		// unsaid. (A subscriber from 0 takes whatever the log keeps.)
-		return false, expired(st.name, s.cursor)
+		return false, s.gone()
 	}
 	if len(recs) == 0 {
 		// The log holds nothing the tail does not: the stream's records

@@ -191,6 +191,35 @@ func (e *BadgerEvents) Last(ctx context.Context, stream string) (uint64, error) 
 	return last, nil
 }
 
+var _ loop.StreamSeeder = (*BadgerEvents)(nil)
+
+// SeedStream implements loop.StreamSeeder: the head of a stream without
+// records gets last as its last seq and floor.
+func (e *BadgerEvents) SeedStream(ctx context.Context, stream string, last uint64) error {
+	if err := e.b.limits.checkID("stream", stream); err != nil {
+		return fmt.Errorf("seed events: %w", err)
+	}
+	hk := evtHeadKey(stream)
+	err := e.b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		h, ok, err := readHead(txn, hk)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if lv := h.live(nowSeconds()); lv.c != lv.a || lv.a >= last {
+				return nil, nil // it has records, or ids up to last already
+			}
+		}
+		// Records below the old last seq still to sweep keep their index
+		// entry: they are below the new floor.
+		return []mutation{set(hk, head{a: last, c: last}.encode())}, nil
+	}})
+	if err != nil {
+		return fmt.Errorf("seed events of %q: %w", stream, err)
+	}
+	return nil
+}
+
 // nowSeconds is the Unix second against which stream deadlines are read.
 func nowSeconds() uint64 { return uint64(max(time.Now().Unix(), 1)) }
 

@@ -24,7 +24,7 @@ import (
 //	tidx/owner/<owner>/<created:19>/<taskId>    tasks of a principal   }
 //	tidx/id/<taskId>                    where the task is indexed (JSON), same TTL
 //	evt/<stream>/<seq:20>               one event log record (raw bytes)
-//	evth/<stream>                       event log head: last seq, expiry (16 bytes); Badger TTL = the expiry
+//	evth/<stream>                       event log head: last seq, expiry, floor (16 or 24 bytes); kept for ever
 //	evtx/<deadline:20>/<stream>         a stream to sweep once its deadline (Unix seconds) passed (empty value)
 //	conva/<lastActive:19>/<contextId>   a conversation by last activity (empty value), written with its agent record
 //	meta/convindex                      present once conva/ holds an entry for every agent record

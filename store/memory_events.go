@@ -86,6 +86,28 @@ func (e *MemoryEvents) Append(ctx context.Context, stream string, data ...[]byte
 	return first, nil
 }
 
+var _ loop.StreamSeeder = (*MemoryEvents)(nil)
+
+// SeedStream implements loop.StreamSeeder.
+func (e *MemoryEvents) SeedStream(ctx context.Context, stream string, last uint64) error {
+	if err := e.limits.checkID("stream", stream); err != nil {
+		return fmt.Errorf("seed events: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("seed events: %w", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.live(stream, time.Now())
+	switch {
+	case s == nil:
+		e.streams[stream] = &memStream{floor: last}
+	case len(s.recs) == 0 && s.floor < last:
+		s.floor = last
+	}
+	return nil
+}
+
 // Wait implements loop.EventLog.
 func (e *MemoryEvents) Wait(ctx context.Context, stream string, after uint64) (uint64, error) {
 	if err := e.limits.checkID("stream", stream); err != nil {

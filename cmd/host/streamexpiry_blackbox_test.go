@@ -123,7 +123,7 @@ func contextStreamKeptUnderARunningTurn(t *testing.T, ttl time.Duration) (tooSlo
 	}
 	h.waitFor(t, "the running turn's first events", 2*time.Minute, func() bool { return streamHead(t, h, c1) != before })
 	t.Logf("turn began %v after the first", time.Since(t0))
-	if code, _ := resumeStatus(t, h, c1, 1); code != http.StatusOK {
+	if code, _ := resumeStatus(t, h, "", c1, 1); code != http.StatusOK {
 		// Not what is tested: the stream's events expired before the
 		// turn began (ttl after the first turn: a very slow machine).
 		return true
@@ -134,10 +134,10 @@ func contextStreamKeptUnderARunningTurn(t *testing.T, ttl time.Duration) (tooSlo
 	// Past c1's deadline: c2's events, given their deadline later, are
 	// gone (a resume from its first id is refused).
 	h.waitFor(t, "the control conversation's stream to expire", ttl+2*time.Minute, func() bool {
-		code, _ := resumeStatus(t, h, c2, 1)
+		code, _ := resumeStatus(t, h, "", c2, 1)
 		return code != http.StatusOK
 	})
-	if code, body := resumeStatus(t, h, c1, 1); code != http.StatusOK {
+	if code, body := resumeStatus(t, h, "", c1, 1); code != http.StatusOK {
 		t.Fatalf("the stream of %s under a running turn, after its deadline: a resume from id 1 answers %d %s (the turn's first events and the earlier turns' are gone)", c1, code, body)
 	}
 	if got := streamHead(t, h, c1); got < mid {

@@ -169,6 +169,21 @@ func (e *Events) Expire(ctx context.Context, stream string, ttl time.Duration) e
 	return wrap("expire events", expireEventsScript.Run(ctx, e.s.rdb, keys, strconv.FormatInt(ms, 10)).Err())
 }
 
+var _ loop.StreamSeeder = (*Events)(nil)
+
+// SeedStream implements loop.StreamSeeder: a stream whose key does not exist
+// (no records) gets last as its kept last id when that is higher.
+func (e *Events) SeedStream(ctx context.Context, stream string, last uint64) error {
+	if err := e.s.checkID("stream name", stream); err != nil {
+		return fmt.Errorf("seed events: %w", err)
+	}
+	if err := ctxErr(ctx, "seed events"); err != nil {
+		return err
+	}
+	keys := []string{e.s.evtKey(stream), e.s.evtLastKey(stream)}
+	return wrap("seed events", seedEvents.Run(ctx, e.s.rdb, keys, strconv.FormatUint(last, 10)).Err())
+}
+
 // Wait implements loop.EventLog: it registers with the process's blocking
 // reader, then checks the stream, then waits to be woken; an append by any
 // host after the check wakes it.

@@ -223,6 +223,15 @@ end
 return first
 `)
 
+// seedEvents: KEYS stream, its last-id key; ARGV[1] the last id a stream
+// without records is to continue after (see evt_add).
+var seedEvents = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[2], ARGV[1]) end
+return 1
+`)
+
 // expireEvents: KEYS stream, its last-id key; ARGV[1] the ttl in ms (0:
 // now). The stream's last id goes to the last-id key, which has no expiry
 // (a few bytes per stream name), and the stream expires with its records:

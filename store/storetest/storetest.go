@@ -1021,6 +1021,42 @@ func testEventExpire(t *testing.T, s Stores) {
 		t.Fatalf("Append after the sweep: seq %d, want 7", f)
 	}
 	wantReadSeqs(t, l, "ttl", 0, 6, "again", "more")
+
+	// A stream that takes over from another name (a conversation started
+	// again under another id) is seeded with the ids its clients hold.
+	sd, ok := l.(loop.StreamSeeder)
+	if !ok {
+		t.Fatalf("the event log %T is no loop.StreamSeeder", l)
+	}
+	if err := sd.SeedStream(ctx, "seeded", 7); err != nil {
+		t.Fatalf("SeedStream: %v", err)
+	}
+	wantLast(t, l, "seeded", 7)
+	wantRead(t, l, "seeded", 0, 0)
+	if f := mustEvents(t, l, "seeded", "s"); f != 8 {
+		t.Fatalf("Append to a stream seeded with 7: seq %d, want 8", f)
+	}
+	if err := sd.SeedStream(ctx, "seeded", 20); err != nil { // it has records: nothing
+		t.Fatalf("SeedStream: %v", err)
+	}
+	wantLast(t, l, "seeded", 8)
+	if err := sd.SeedStream(ctx, "seeded", 3); err != nil {
+		t.Fatalf("SeedStream: %v", err)
+	}
+	wantLast(t, l, "seeded", 8)
+	if err := l.Expire(ctx, "seeded", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := sd.SeedStream(ctx, "seeded", 20); err != nil { // no records left
+		t.Fatalf("SeedStream: %v", err)
+	}
+	wantLast(t, l, "seeded", 20)
+	sweep()
+	wantLast(t, l, "seeded", 20)
+	if f := mustEvents(t, l, "seeded", "t"); f != 21 {
+		t.Fatalf("Append to an expired stream seeded with 20: seq %d, want 21", f)
+	}
+	wantReadSeqs(t, l, "seeded", 0, 21, "t")
 }
 
 func testEventsConcurrent(t *testing.T, s Stores) {
