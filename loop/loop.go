@@ -523,6 +523,10 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	out.Subtasks = append([]string(nil), tr.subtasks...)
 	tr.subMu.Unlock()
 
+	// The final report comes before the end is committed: what the turn
+	// used is known, and a budget that saves it (the host's usage
+	// records) has it written with the commit, not in a sync after it.
+	_ = tr.budget(ctx, &out, true, 0, 0)
 	if err := tr.stored(ctx); err != nil {
 		// The task is not stored: nothing of the turn may be either.
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
@@ -566,7 +570,6 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	if l.metrics != nil {
 		l.metrics.turn(ctx, &out)
 	}
-	_ = tr.budget(ctx, &out, true, 0, 0)
 	sent := out.end != nil && out.end.sent
 	out.end = nil
 	if !sent {

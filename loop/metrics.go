@@ -42,8 +42,9 @@ type TurnUsage struct {
 	// turn's final report settles every reservation it still holds.
 	Call       string
 	Iterations int
-	// Final is set on the last report of a turn, after it ended; an error
-	// returned then is ignored.
+	// Final is set on the last report of a turn: its work is done, its end
+	// is about to be committed (a turn handed on by a shutdown makes none);
+	// an error returned then is ignored.
 	Final bool
 }
 

@@ -108,7 +108,23 @@ type Badger struct {
 	ops    chan *writeOp
 	quit   chan struct{}
 	wg     sync.WaitGroup
+
+	// Writes that ride with the next batch (writeLater): laterMu guards
+	// later; laterKick (one slot) tells the commit goroutine that the
+	// queue is no longer empty; laterDelay is how long they wait for a
+	// batch to ride with before they are committed alone. rides is false
+	// for a store that does not sync: they are ordinary writes there.
+	rides      bool
+	laterMu    sync.Mutex
+	later      []*writeOp
+	laterKick  chan struct{}
+	laterDelay time.Duration // laterMu
 }
+
+// defaultLaterDelay is how long a write made with writeLater waits for a
+// batch to ride with. It bounds what such a write adds to its caller's
+// wait on an idle store; on a busy one the next batch comes sooner.
+const defaultLaterDelay = 2 * time.Millisecond
 
 // DB is the Badger database, for stores that share it (the host keeps its
 // artifacts in it, under keys outside this store's prefixes). Writes to it
@@ -186,6 +202,10 @@ func Open(opts Options) (*Badger, error) {
 		ops:            make(chan *writeOp, 4096),
 		statFree:       freeSpace,
 		quit:           make(chan struct{}),
+		laterKick:      make(chan struct{}, 1),
+	}
+	if !opts.InMemory {
+		b.rides, b.laterDelay = true, defaultLaterDelay
 	}
 	if b.maxBatch <= 0 {
 		b.maxBatch = 1024
@@ -369,6 +389,80 @@ func (b *Badger) write(ctx context.Context, op *writeOp) error {
 	return <-op.res
 }
 
+// writeLater is write for a write nobody waits on to answer a client:
+// the retention of what is finished (a stream's expiry), a lease let go,
+// a record of counters. It is queued to ride with the next batch, whoever
+// submits it, so that it costs no sync of its own; with no batch coming,
+// it is committed alone after laterDelay. It returns, like write, once the
+// write is durable.
+//
+// The commit goroutine applies the queued writes first in a batch (they
+// were submitted before whatever it took after them) and again at its
+// end: a write queued before another is submitted (queueLater, then
+// write) is in the same batch as that write or an earlier one.
+func (b *Badger) writeLater(ctx context.Context, op *writeOp) error {
+	if !b.rides {
+		return b.write(ctx, op)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := b.queueLater(op); err != nil {
+		return err
+	}
+	return <-op.res
+}
+
+// queueLater queues op to ride with the next batch (writeLater) and
+// returns at once; op.res answers it.
+func (b *Badger) queueLater(op *writeOp) error {
+	op.res = make(chan error, 1)
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if !b.rides {
+		b.ops <- op
+		return nil
+	}
+	b.laterMu.Lock()
+	b.later = append(b.later, op)
+	first := len(b.later) == 1
+	b.laterMu.Unlock()
+	if first {
+		select {
+		case b.laterKick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// delayLater is laterDelay, read under laterMu (tests change it).
+func (b *Badger) delayLater() time.Duration {
+	b.laterMu.Lock()
+	defer b.laterMu.Unlock()
+	return b.laterDelay
+}
+
+// laterEmpty reports whether no write is queued to ride with the next
+// batch.
+func (b *Badger) laterEmpty() bool {
+	b.laterMu.Lock()
+	defer b.laterMu.Unlock()
+	return len(b.later) == 0
+}
+
+// takeLater returns the queued writes, emptying the queue.
+func (b *Badger) takeLater() []*writeOp {
+	b.laterMu.Lock()
+	defer b.laterMu.Unlock()
+	ops := b.later
+	b.later = nil
+	return ops
+}
+
 // view runs fn on a read snapshot.
 func (b *Badger) view(ctx context.Context, fn func(txn *badger.Txn) error) error {
 	if err := ctx.Err(); err != nil {
@@ -385,10 +479,35 @@ func (b *Badger) view(ctx context.Context, fn func(txn *badger.Txn) error) error
 
 func (b *Badger) commitLoop() {
 	defer b.wg.Done()
+	// due fires laterDelay after the queue of writes riding with the
+	// next batch stopped being empty: they are committed alone then.
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var due <-chan time.Time
 	for {
 		select {
 		case op := <-b.ops:
 			b.batch(op)
+			if due != nil {
+				timer.Stop()
+				due = nil
+				if !b.laterEmpty() {
+					// Queued since the batch took the others: they
+					// wait for the next one from now.
+					timer.Reset(b.delayLater())
+					due = timer.C
+				}
+			}
+		case <-b.laterKick:
+			// A kick whose writes a batch already took arms nothing.
+			if due == nil && !b.laterEmpty() {
+				timer.Reset(b.delayLater())
+				due = timer.C
+			}
+		case <-due:
+			due = nil
+			b.batch(nil)
 		case <-b.quit:
 			// Close holds no lock now and no submitter can add more:
 			// finish what is queued.
@@ -396,9 +515,11 @@ func (b *Badger) commitLoop() {
 				select {
 				case op := <-b.ops:
 					b.batch(op)
+					continue
 				default:
-					return
 				}
+				b.batch(nil)
+				return
 			}
 		}
 	}
@@ -419,13 +540,24 @@ func (b *Badger) commitLoop() {
 // that only remove data (writeOp.frees) still pass while the reserve for
 // deletes lasts; every other write of the batch is refused.
 func (b *Badger) batch(first *writeOp) {
+	// first is nil when the writes riding with the next batch waited
+	// laterDelay for one: they are the batch.
+	later := b.takeLater()
+	if first == nil && len(later) == 0 {
+		return
+	}
 	full := b.checkSpace()
 	freesOnly := full != nil && b.deletesFit() == nil
 	if full != nil && !freesOnly {
 		b.refused.Add(1)
 		// Refuse the writes waiting now too: each would hit the same
 		// wall, and the check is made once per batch.
-		first.res <- full
+		if first != nil {
+			first.res <- full
+		}
+		for _, op := range later {
+			op.res <- full
+		}
 		for n := 1; n < b.maxBatch; n++ {
 			select {
 			case op := <-b.ops:
@@ -447,7 +579,14 @@ func (b *Badger) batch(first *writeOp) {
 		}
 		c.add(op)
 	}
-	take(first)
+	// The writes riding with this batch were queued before it began: they
+	// go first.
+	for _, op := range later {
+		take(op)
+	}
+	if first != nil {
+		take(first)
+	}
 	runtime.Gosched()
 	for n := 1; n < b.maxBatch; n++ {
 		select {
@@ -457,6 +596,11 @@ func (b *Badger) batch(first *writeOp) {
 		default:
 		}
 		break
+	}
+	// And those queued meanwhile: one queued before a write taken above
+	// was submitted is in its batch.
+	for _, op := range b.takeLater() {
+		take(op)
 	}
 	if refused {
 		b.refused.Add(1)

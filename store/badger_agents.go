@@ -117,6 +117,32 @@ func (b *Badger) KVSet(ctx context.Context, namespace, key string, value []byte)
 	return nil
 }
 
+// KVSetQueued is KVSet for a record written again and again (counters):
+// the write is queued to ride with the next batch of the store's writes,
+// whoever submits it, so that it costs no sync of its own, and
+// KVSetQueued returns at once. wait returns once the write is durable (or
+// refused). Writes queued one after the other are applied in that order;
+// one queued before another write is submitted is durable no later than
+// that write.
+func (b *Badger) KVSetQueued(namespace, key string, value []byte) (wait func() error) {
+	if err := b.limits.checkKV(namespace, key, value, true); err != nil {
+		return func() error { return fmt.Errorf("kv set: %w", err) }
+	}
+	k, v := kvKey(namespace, key), append([]byte{}, value...)
+	op := &writeOp{apply: func(*badger.Txn) ([]mutation, error) {
+		return []mutation{set(k, v)}, nil
+	}}
+	if err := b.queueLater(op); err != nil {
+		return func() error { return fmt.Errorf("kv set %s/%s: %w", namespace, key, err) }
+	}
+	return func() error {
+		if err := <-op.res; err != nil {
+			return fmt.Errorf("kv set %s/%s: %w", namespace, key, err)
+		}
+		return nil
+	}
+}
+
 // KVDelete implements KV.
 func (b *Badger) KVDelete(ctx context.Context, namespace, key string) error {
 	if err := b.limits.checkKV(namespace, key, nil, false); err != nil {

@@ -295,7 +295,14 @@ func (e *BadgerEvents) Expire(ctx context.Context, stream string, ttl time.Durat
 		deadline = expirySeconds(now.Add(ttl))
 	}
 	b := e.b
-	err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+	// A deadline is retention, not something a client waits on: it rides
+	// with the next batch (writeLater). A removal (ttl 0) may be a
+	// client's request (the delete of a conversation): it goes at once.
+	submit := b.writeLater
+	if ttl == 0 {
+		submit = b.write
+	}
+	err := submit(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
 		h, ok, err := readHead(txn, hk)
 		if err != nil || !ok {
 			return nil, err

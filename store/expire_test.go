@@ -179,6 +179,14 @@ func TestExpireIsOneSmallWrite(t *testing.T) {
 
 // TestExpiriesShareCommit: expiries of many streams queued together with
 // appends are made durable by one transaction.
+
+// laterLen is how many writes are queued to ride with the next batch.
+func (b *Badger) laterLen() int {
+	b.laterMu.Lock()
+	defer b.laterMu.Unlock()
+	return len(b.later)
+}
+
 func TestExpiriesShareCommit(t *testing.T) {
 	b := openSweepless(t, t.TempDir(), nil)
 	ctx := context.Background()
@@ -211,10 +219,12 @@ func TestExpiriesShareCommit(t *testing.T) {
 			errs <- err
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(b.ops) < 2*streams {
+	// The appends wait in the queue of writes, the expiries in the queue
+	// of those that ride with the next batch (writeLater).
+	deadline := time.Now().Add(time.Minute)
+	for len(b.ops) < streams || b.laterLen() < streams {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d writes queued", len(b.ops), 2*streams)
+			t.Fatalf("only %d appends and %d expiries of %d queued", len(b.ops), b.laterLen(), streams)
 		}
 		time.Sleep(time.Millisecond)
 	}

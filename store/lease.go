@@ -187,7 +187,9 @@ func (b *Badger) ReleaseLease(ctx context.Context, held loop.Lease) error {
 	if err := b.limits.checkID("lease key", held.Key); err != nil {
 		return fmt.Errorf("release lease: %w", err)
 	}
-	err := b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+	// Letting go rides with the next batch (writeLater): the holder is
+	// done, and a lease still stored a moment longer only says so late.
+	err := b.writeLater(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
 		cur, err := getLease(txn, held.Key)
 		if err != nil || cur == nil || cur.Owner != held.Owner || cur.Token != held.Token {
 			return nil, err

@@ -45,6 +45,15 @@ type UsageKV interface {
 	KVSet(ctx context.Context, namespace, key string, value []byte) error
 }
 
+// UsageKVQueue is a UsageKV that can queue a write to ride with its next
+// batch of writes (store.Badger.KVSetQueued): KVSetQueued returns at once,
+// and wait (called once) when the write is durable. Writes queued one
+// after the other are applied in that order, and one queued before
+// another write is submitted is durable no later than that write.
+type UsageKVQueue interface {
+	KVSetQueued(namespace, key string, value []byte) (wait func() error)
+}
+
 // UsageCounters keep counters in a store several hosts share: an
 // addition is atomic and returns the totals, so that every host sees what
 // all of them counted. A counter never added to reads as zero.
@@ -257,8 +266,10 @@ func (u *Usage) Budget(ctx context.Context, t *loop.Turn, used loop.TurnUsage) e
 		delete(u.last, t.TaskID)
 		pu.Turns++
 		if u.kv != nil {
-			// Saved beside the turn's final events, not before them:
-			// the runtime waits (Saved) before it answers the turn.
+			// The final report comes just before the turn's end is
+			// committed: a store that queues writes (UsageKVQueue)
+			// has this one ride with that commit. The runtime waits
+			// (Saved) before it answers the turn.
 			u.saveLocked(p, *pu)
 		}
 	} else {
@@ -340,6 +351,12 @@ func holdID(task, call string) string {
 // saveLocked has the totals snapshot of p written to kv in the background
 // (the newest snapshot wins: an older one is never written after it).
 // u.mu is held.
+//
+// With a store that queues writes to ride with its next batch
+// (UsageKVQueue), the write of a saver that was idle is queued here, in
+// the caller's step: the turn's final report comes before its end is
+// committed, so the turn's totals ride with its commit and cost no sync
+// of their own.
 func (u *Usage) saveLocked(p string, snapshot PrincipalUsage) {
 	s := u.savers[p]
 	if s == nil {
@@ -353,18 +370,19 @@ func (u *Usage) saveLocked(p string, snapshot PrincipalUsage) {
 		return
 	}
 	s.running = true
+	q, queues := u.kv.(UsageKVQueue)
+	// write writes snap (seq) and waits until it is durable.
+	write := func(snap PrincipalUsage) func() error {
+		b, _ := json.Marshal(snap)
+		if queues {
+			return q.KVSetQueued(usageNamespace, p, b)
+		}
+		return func() error { return u.kv.KVSet(context.Background(), usageNamespace, p, b) }
+	}
+	wait, seq := write(s.latest), s.seq
 	go func() {
 		for {
-			u.mu.Lock()
-			if s.saved >= s.seq {
-				s.running = false
-				u.mu.Unlock()
-				return
-			}
-			snap, seq := s.latest, s.seq
-			u.mu.Unlock()
-			b, _ := json.Marshal(snap)
-			if err := u.kv.KVSet(context.Background(), usageNamespace, p, b); err != nil {
+			if err := wait(); err != nil {
 				u.log.LogAttrs(context.Background(), slog.LevelWarn, "usage record not saved", slog.String("principal", p),
 					slog.String("error", err.Error()))
 			}
@@ -372,6 +390,12 @@ func (u *Usage) saveLocked(p string, snapshot PrincipalUsage) {
 			s.saved = seq
 			close(s.wake)
 			s.wake = make(chan struct{})
+			if s.saved >= s.seq {
+				s.running = false
+				u.mu.Unlock()
+				return
+			}
+			wait, seq = write(s.latest), s.seq
 			u.mu.Unlock()
 		}
 	}()

@@ -28,6 +28,20 @@ func (g *gatedKV) KVSet(ctx context.Context, ns, key string, v []byte) error {
 	return g.Badger.KVSet(ctx, ns, key, v)
 }
 
+// KVSetQueued queues the write at once, as the store does, and holds its
+// completion until the gate opens.
+func (g *gatedKV) KVSetQueued(ns, key string, v []byte) func() error {
+	wait := g.Badger.KVSetQueued(ns, key, v)
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	return func() error {
+		<-g.gate
+		return wait()
+	}
+}
+
 func storedUsage(t *testing.T, db *store.Badger, p string) PrincipalUsage {
 	t.Helper()
 	b, err := db.KVGet(context.Background(), usageNamespace, p)
