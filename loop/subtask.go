@@ -114,6 +114,14 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 			wctx := context.WithoutCancel(ctx)
 			if old, err := ts.LoadTask(wctx, s.ID); err == nil {
 				again = true
+				if old.Status.Interrupted() && old.ParentTaskID == env.TaskID && env.Routed == nil && !env.Resumed {
+					// The call runs again without the answer its sub-task
+					// waited for (the sub-agent above, run again, made
+					// another call under the same id: other arguments):
+					// the wait is abandoned, and what waited below ends
+					// before the call starts anew.
+					tr.endAbandoned(wctx, old)
+				}
 				// A resumed turn runs the call again: the same sub-task
 				// starts over.
 				s.rec.CreatedAt, s.rec.Version = old.CreatedAt, old.Version
@@ -555,6 +563,33 @@ func (tr *turn) endNotTaken(ctx context.Context, rt *InputRoute) {
 			tr.l.log.LogAttrs(ctx, slog.LevelWarn, "a relayed request's sub-agents not all ended", slog.String("task_id", tr.t.TaskID),
 				slog.String("error", err.Error()))
 		}
+	}
+}
+
+// endAbandoned ends what waits below old, the record of a sub-task paused
+// on a request whose call runs again without its answer: its remote task
+// is canceled, and every level below its open requests ends canceled
+// (with their remote tasks). The record itself is left to the call, which
+// starts it over.
+func (tr *turn) endAbandoned(ctx context.Context, old TaskRecord) {
+	const why = "the sub-agent made another call in place of the one this request was about"
+	var errs []error
+	if id, _ := old.Metadata[RemoteTaskKey].(string); id != "" {
+		errs = append(errs, tr.l.cancelRemote(ctx, &InputRoute{SubtaskID: old.ID, AgentID: old.AgentID, RemoteTaskID: id}))
+	}
+	for _, r := range old.OpenRequests() {
+		if r.Route == nil {
+			continue
+		}
+		evs, err := tr.l.endRoute(ctx, old.ID, r.Route, TaskCanceled, why)
+		for _, e := range evs {
+			tr.emit(e)
+		}
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		tr.l.log.LogAttrs(ctx, slog.LevelWarn, "an abandoned request's sub-agents not all ended", slog.String("task_id", old.ID),
+			slog.String("error", err.Error()))
 	}
 }
 

@@ -262,3 +262,54 @@ func artifactsText(tk *a2a.Task) string {
 	}
 	return sb.String()
 }
+
+// otherArgsScript is relayScript once the researcher's model asks peer
+// something else in the same step (the same call id, other arguments).
+const otherArgsScript = `{"rules": [
+ {"name": "relay", "match": "^relay (.+)$", "steps": [
+  {"toolCall": {"name": "researcher", "arguments": {"prompt": "delegate $1"}}},
+  {"text": "researcher said: {{lastToolResult}}"}]},
+ {"name": "delegate", "match": "briefly: delegate (.+)$", "steps": [
+  {"toolCall": {"name": "peer", "arguments": {"prompt": "instead $1"}}},
+  {"text": "peer said: {{lastToolResult}}"}]}
+],"default":{"steps":[{"text":"echo: {{input}}"}]}}`
+
+// TestBlackBoxRelayedCallAgainWithOtherArguments: host A's researcher
+// relays the approval asked by peer's task on B; A restarts with a model
+// whose researcher asks peer something else under the same call id. The
+// client's answer runs the researcher again: its call of peer is a new
+// call (a new remote task on B, which answers it), and B's first task,
+// whose request nothing will answer now, is canceled, not left
+// input-required until B's own expiry.
+func TestBlackBoxRelayedCallAgainWithOtherArguments(t *testing.T) {
+	t.Parallel()
+	b, ledger := startLedgerHost(t, nil)
+	topA := t.TempDir()
+	a := startRelayHostAt(t, topA, b.base)
+	ca, cb := a2aClient(t, a.base, ""), a2aClient(t, b.base, "")
+	task, err := apSend(t, ca, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("relay pay-8"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputID, remote := relayedRequest(t, task)
+	if err := syscall.Kill(a.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+	a = startRelayHostScript(t, topA, b.base, otherArgsScript)
+	ca = a2aClient(t, a.base, "")
+	done, err := apSend(t, ca, apAnswer(task.ID, map[string]any{"inputId": inputID, "decision": "approve"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !done.Status.State.Terminal() {
+		done = leftPause(t, ca, task.ID)
+	}
+	if text := artifactsText(done); done.Status.State != a2a.TaskStateCompleted || !strings.Contains(text, "peer said: echo: instead pay-8") {
+		t.Fatalf("A's task %s %.600q; want completed with peer's answer to the new arguments", done.Status.State, text)
+	}
+	waitRemoteState(t, cb, remote, a2a.TaskStateCanceled)
+	if got, _ := os.ReadFile(ledger); len(got) != 0 {
+		t.Fatalf("B's ledger: %q; want nothing run", got)
+	}
+}
