@@ -1316,20 +1316,31 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 			return
 		}
 		if err != nil {
-			// The turn did not start: the task fails, and says why.
-			rt.log.LogAttrs(context.Background(), slog.LevelError, "turn not started",
-				slog.String("task_id", taskID), slog.String("error", err.Error()))
+			// The turn did not start: the task fails, and says why; or a
+			// client's cancel (CancelTask, here or asked of another
+			// process: the cause context.Canceled) came first, and the
+			// turn stopped on it before it read its task. That is no
+			// failure: the task ends canceled, as the client asked.
 			st := loop.TaskFailed
+			why := err.Error()
 			var stop *loop.StopError
 			if r.ctx.Err() != nil && !errors.As(context.Cause(r.ctx), &stop) && !errors.Is(context.Cause(r.ctx), context.DeadlineExceeded) {
 				st = loop.TaskCanceled // a client's cancel
+			}
+			if st == loop.TaskCanceled && errors.Is(context.Cause(r.ctx), context.Canceled) && errors.Is(err, context.Canceled) {
+				why = "canceled by the client"
+				rt.log.LogAttrs(context.Background(), slog.LevelInfo, "turn canceled by its client before it started",
+					slog.String("task_id", taskID))
+			} else {
+				rt.log.LogAttrs(context.Background(), slog.LevelError, "turn not started",
+					slog.String("task_id", taskID), slog.String("error", err.Error()))
 			}
 			if cur, lerr := rt.st.Tasks.LoadTask(context.Background(), taskID); lerr == nil {
 				rec = cur
 			}
 			if !rec.Status.Terminal() && rec.Version > 0 {
 				rt.releaseContext(r)
-				if ferr := rt.finishStored(context.Background(), rec, st, err.Error()); ferr != nil {
+				if ferr := rt.finishStored(context.Background(), rec, st, why); ferr != nil {
 					rt.log.LogAttrs(context.Background(), slog.LevelError, "task not finished",
 						slog.String("task_id", taskID), slog.String("error", ferr.Error()))
 				}
