@@ -36,7 +36,7 @@ func (s *Server) sendMessage(ctx context.Context, auth *loop.AuthContext, req *a
 	if st.Run == nil || (req.Config != nil && req.Config.ReturnImmediately) {
 		// st.Run nil: answers recorded, the task still waits for others.
 		// The task and its input are durable already (Start saved them).
-		return toA2ATask(st.Task, s.historyLength(hl)), nil
+		return s.answerTask(st.Task, s.historyLength(hl)), nil
 	}
 	if err := s.tasks.Wait(ctx, st.Run); err != nil {
 		return nil, fmt.Errorf("wait for task %s: %w", st.Run.TaskID, err)
@@ -50,7 +50,15 @@ func (s *Server) sendMessage(ctx context.Context, auth *loop.AuthContext, req *a
 			return nil, err
 		}
 	}
-	return toA2ATask(rec, s.historyLength(hl)), nil
+	return s.answerTask(rec, s.historyLength(hl)), nil
+}
+
+// answerTask is the task of an answer: toA2ATask, within maxAnswerBytes
+// (fitTask).
+func (s *Server) answerTask(rec loop.TaskRecord, historyLength int) *a2a.Task {
+	t := toA2ATask(rec, historyLength)
+	fitTask(t, s.cfg.Limits.MaxAnswerBytes)
+	return t
 }
 
 // start starts the turn of an A2A message.
@@ -139,7 +147,7 @@ func (s *Server) getTask(ctx context.Context, auth *loop.AuthContext, req *a2a.G
 	if err != nil {
 		return nil, err
 	}
-	return toA2ATask(rec, s.historyLength(hl)), nil
+	return s.answerTask(rec, s.historyLength(hl)), nil
 }
 
 func (s *Server) cancelTask(ctx context.Context, auth *loop.AuthContext, req *a2a.CancelTaskRequest) (*a2a.Task, error) {
@@ -147,7 +155,7 @@ func (s *Server) cancelTask(ctx context.Context, auth *loop.AuthContext, req *a2
 	if err != nil {
 		return nil, err
 	}
-	return toA2ATask(rec, s.historyLength(-1)), nil
+	return s.answerTask(rec, s.historyLength(-1)), nil
 }
 
 func (s *Server) listTasks(ctx context.Context, auth *loop.AuthContext, req *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
@@ -180,32 +188,70 @@ func (s *Server) listTasks(ctx context.Context, auth *loop.AuthContext, req *a2a
 	if req.StatusTimestampAfter != nil {
 		f.UpdatedAfter = *req.StatusTimestampAfter
 	}
-	all, err := s.stores.Tasks.ListTasks(ctx, f)
-	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
-	}
 	start := 0
 	if req.PageToken != "" {
 		n, err := strconv.Atoi(req.PageToken)
-		if err != nil || n < 0 || n > len(all) {
+		if err != nil || n < 0 {
 			return nil, fmt.Errorf("%w: pageToken %q is not one this server gave", a2a.ErrInvalidParams, req.PageToken)
 		}
 		start = n
 	}
-	end := min(start+size, len(all))
-	resp := &a2a.ListTasksResponse{Tasks: make([]*a2a.Task, 0, end-start), TotalSize: len(all), PageSize: size}
-	for _, rec := range all[start:end] {
-		t := toA2ATask(rec, hl)
-		if !req.IncludeArtifacts {
-			t.Artifacts = nil
+	// The tasks are read a few at a time (a task may hold megabytes), and
+	// the page ends at size tasks or maxAnswerBytes, whichever comes first
+	// (its first task always goes in: a page makes progress). The rest of
+	// the walk only counts.
+	f.Limit = listChunk
+	limit := s.cfg.Limits.MaxAnswerBytes
+	resp := &a2a.ListTasksResponse{Tasks: []*a2a.Task{}, PageSize: size}
+	total, end, used := 0, -1, 0
+	for {
+		recs, err := s.stores.Tasks.ListTasks(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
 		}
-		resp.Tasks = append(resp.Tasks, t)
+		for _, rec := range recs {
+			i := total
+			total++
+			if i < start || end >= 0 {
+				continue
+			}
+			if len(resp.Tasks) == size {
+				end = i
+				continue
+			}
+			t := toA2ATask(rec, hl)
+			if !req.IncludeArtifacts {
+				t.Artifacts = nil
+			}
+			n := encodedSize(t) + 1 // and its comma
+			if len(resp.Tasks) > 0 && limit > 0 && used+n > limit {
+				end = i
+				continue
+			}
+			if len(resp.Tasks) == 0 {
+				n = fitTask(t, limit) + 1
+			}
+			resp.Tasks = append(resp.Tasks, t)
+			used += n
+		}
+		if len(recs) < listChunk {
+			break
+		}
+		f.After = recs[len(recs)-1].ID
 	}
-	if end < len(all) {
+	if start > total {
+		return nil, fmt.Errorf("%w: pageToken %q is not one this server gave", a2a.ErrInvalidParams, req.PageToken)
+	}
+	resp.TotalSize = total
+	if end >= 0 {
 		resp.NextPageToken = strconv.Itoa(end)
 	}
 	return resp, nil
 }
+
+// listChunk is how many task records ListTasks reads from the store at a
+// time.
+const listChunk = 8
 
 // taskStream is a stream of one task's events to serve: the events of its
 // stream after an id, or, for a task waiting on the client with no turn
@@ -275,7 +321,7 @@ func (s *Server) subscribeFrom(ctx context.Context, rec loop.TaskRecord, lastEve
 		}
 		return &taskStream{taskID: rec.ID, after: after}, nil
 	}
-	return &taskStream{taskID: rec.ID, snapshot: toA2ATask(rec, s.historyLength(-1))}, nil
+	return &taskStream{taskID: rec.ID, snapshot: s.answerTask(rec, s.historyLength(-1))}, nil
 }
 
 // turnStart returns the id after which the current turn's events are in a

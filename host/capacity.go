@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -78,7 +79,7 @@ func MemoryLimit() int64 {
 }
 
 // systemMemory is the memory the process's cgroup allows (v2 memory.max,
-// v1 memory.limit_in_bytes), else the machine's (/proc/meminfo); 4 GiB
+// v1 memory.limit_in_bytes, of its own cgroup and its ancestors), else the machine's (/proc/meminfo); 4 GiB
 // when neither can be read.
 func systemMemory() int64 {
 	if l, ok := cgroupMemoryLimit(); ok {
@@ -92,22 +93,64 @@ func systemMemory() int64 {
 
 // cgroupMemoryLimit reads the memory limit of the process's cgroup.
 func cgroupMemoryLimit() (int64, bool) {
-	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		// "max" (v2) or a huge number (v1's no-limit) mean no limit.
-		if err != nil || v <= 0 || v >= 1<<60 {
-			continue
-		}
-		if m, ok := machineMemory(); ok && v > m {
-			return m, true
-		}
-		return v, true
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		self = nil // the roots' own files are still read
 	}
-	return 0, false
+	l, ok := cgroupMemoryLimitAt("/sys/fs/cgroup", string(self))
+	if !ok {
+		return 0, false
+	}
+	if m, mok := machineMemory(); mok && l > m {
+		return m, true
+	}
+	return l, true
+}
+
+// cgroupMemoryLimitAt is the memory limit of the cgroups that self (the
+// text of /proc/self/cgroup) names under the cgroup file system mounted at
+// root: cgroup v2's memory.max (the "0::" line, under root) and v1's
+// memory.limit_in_bytes (the line of the memory controller, under
+// root/memory), each read at the process's cgroup and every ancestor up to
+// the root (a limit binds everything below it; in a container the path may
+// name cgroups outside its view, which are then not found), the lowest
+// found. "max" (v2) and v1's huge no-limit value mean no limit.
+func cgroupMemoryLimitAt(root, self string) (int64, bool) {
+	v2, v1 := "/", "/"
+	for _, line := range strings.Split(self, "\n") {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "memory" {
+				v1 = parts[2]
+			}
+		}
+	}
+	var best int64
+	found := false
+	read := func(dir, path, file string) {
+		for p := filepath.Clean("/" + path); ; p = filepath.Dir(p) {
+			b, err := os.ReadFile(filepath.Join(dir, p, file))
+			if err == nil {
+				v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				if err == nil && v > 0 && v < 1<<60 && (!found || v < best) {
+					best, found = v, true
+				}
+			}
+			if p == "/" {
+				return
+			}
+		}
+	}
+	read(root, v2, "memory.max")
+	read(filepath.Join(root, "memory"), v1, "memory.limit_in_bytes")
+	return best, found
 }
 
 // machineMemory reads MemTotal from /proc/meminfo.

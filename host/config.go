@@ -224,6 +224,12 @@ type LimitsConfig struct {
 	MaxBodyBytes int `json:"maxBodyBytes,omitempty"`
 	// MaxHistoryLength bounds historyLength in GetTask/ListTasks (default 1000).
 	MaxHistoryLength int `json:"maxHistoryLength,omitempty"`
+	// MaxAnswerBytes bounds the encoded size of an answer that carries
+	// stored tasks (default 4 MiB): a ListTasks page ends when it reaches
+	// it, with a nextPageToken; a task that alone passes it is answered
+	// (SendMessage, GetTask, CancelTask, ListTasks) with the oldest messages
+	// of its history left out, counted in its metadata's historyTrimmed.
+	MaxAnswerBytes int `json:"maxAnswerBytes,omitempty"`
 	// TurnTimeout bounds one turn (default 10m).
 	TurnTimeout Duration `json:"turnTimeout,omitempty"`
 	// ShutdownGrace is how long running turns may go on after a shutdown
@@ -402,6 +408,8 @@ const (
 	DefaultMaxBodyBytes  = 1 << 20
 	DefaultPrincipal     = "local"
 	defaultHistoryLength = 1000
+	// DefaultMaxAnswerBytes is limits.maxAnswerBytes's default.
+	DefaultMaxAnswerBytes = 4 << 20
 )
 
 // LoadConfig reads a JSON config file strictly: an unknown field is an error.
@@ -468,7 +476,7 @@ func (c Config) Validate() error {
 		}
 		seen[k.Key] = true
 	}
-	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxPageSize < 0 || c.Limits.MaxAgents < 0 ||
+	if c.Limits.MaxBodyBytes < 0 || c.Limits.MaxHistoryLength < 0 || c.Limits.MaxAnswerBytes < 0 || c.Limits.MaxPageSize < 0 || c.Limits.MaxAgents < 0 ||
 		c.Limits.LeaseTTL < 0 || c.Limits.StreamQueueBytes < 0 || c.Limits.StreamTailBytes < 0 {
 		return errors.New("config: limits must not be negative")
 	}
@@ -551,6 +559,9 @@ func (c Config) withDefaults() Config {
 	}
 	if l.MaxHistoryLength == 0 {
 		l.MaxHistoryLength = defaultHistoryLength
+	}
+	if l.MaxAnswerBytes == 0 {
+		l.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
 	if l.TurnTimeout == 0 {
 		l.TurnTimeout = Duration(10 * time.Minute)

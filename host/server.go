@@ -820,7 +820,7 @@ func (s *Server) startStream(ctx context.Context, auth *loop.AuthContext, p *a2a
 	if st.Run == nil {
 		// Answers recorded; the task still waits for others: it is sent
 		// as it is.
-		return &taskStream{taskID: st.Task.ID, snapshot: toA2ATask(st.Task, s.historyLength(-1))}, nil
+		return &taskStream{taskID: st.Task.ID, snapshot: s.answerTask(st.Task, s.historyLength(-1))}, nil
 	}
 	level, _ := thoughtChoice(st.Task.Metadata)
 	return &taskStream{taskID: st.Run.TaskID, after: st.Run.After, thoughts: level}, nil
