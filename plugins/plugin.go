@@ -31,6 +31,10 @@ import (
 var (
 	// ErrTimeout: a call ran past the plugin's call timeout.
 	ErrTimeout = errors.New("plugin call timed out")
+	// ErrNoInstance: a call's caller ended (its turn's deadline) while the
+	// call waited for a free instance, before the call ran. The call
+	// timeout counts the call's run only, not this wait.
+	ErrNoInstance = errors.New("no free plugin instance")
 	// ErrTrap: the guest trapped, exited or ran out of memory; its
 	// instance was discarded.
 	ErrTrap = errors.New("plugin trapped")
@@ -727,13 +731,23 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	ctx, span := p.startCall(ctx, op)
 	discarded := false
 	defer func() { p.endCall(ctx, span, op, began, discarded, err) }()
+	if p.retired.Err() != nil {
+		return p.failed(ctx, op, fmt.Errorf("plugin %q: %s refused: %w", p.Name(), op, context.Cause(p.retired)))
+	}
+	// The wait for a free instance is not the call's run: the call
+	// timeout starts once the call has its instance. The wait is bounded
+	// by the caller (its cancel, its turn's deadline), by an unload of
+	// the version, and shared out fairly by the pool.
+	principal := PrincipalOf(ctx)
+	waited := time.Now()
+	inst, err := p.pool.acquire(ctx, p.retired.Done())
+	if err != nil {
+		return p.failed(ctx, op, p.waitError(ctx, op, err, time.Since(waited)))
+	}
 	// The cause names the limit, so that whatever the deadline cuts off
 	// (a host function, an HTTP read) says which one it was.
 	cctx, cancel := context.WithTimeoutCause(ctx, p.grant.CallTimeout, p.timedOut)
 	defer cancel()
-	if p.retired.Err() != nil {
-		return p.failed(ctx, op, fmt.Errorf("plugin %q: %s refused: %w", p.Name(), op, context.Cause(p.retired)))
-	}
 	// Unloading the version stops the call at once (the guest is
 	// interrupted as at its timeout), whatever its call timeout. It ends
 	// the call's own context rather than one more layered on it (a layer
@@ -741,10 +755,11 @@ func (p *Plugin) invokeWith(ctx context.Context, op pdk.Op, input func(*callStat
 	// call was stopped for is told by classify, which looks at p.retired.
 	unhook := context.AfterFunc(p.retired, cancel)
 	defer unhook()
-	principal := PrincipalOf(cctx)
-	inst, err := p.pool.get(cctx)
-	if err != nil {
-		return p.failed(ctx, op, p.classify(ctx, cctx, op, err, ""))
+	if inst == nil {
+		// A slot to make an instance in: making it is part of the run.
+		if inst, err = p.pool.create(cctx, principal); err != nil {
+			return p.failed(ctx, op, p.classify(ctx, cctx, op, err, ""))
+		}
 	}
 	st := inst.state()
 	if setup != nil {
@@ -817,6 +832,23 @@ func (p *Plugin) failed(ctx context.Context, op pdk.Op, err error) error {
 		p.log.WarnContext(ctx, "plugin call failed", "op", op.String(), "err", err)
 	}
 	return err
+}
+
+// waitError says why a call ended while it waited for a free instance,
+// before it ran: never the call timeout, which had not started.
+func (p *Plugin) waitError(ctx context.Context, op pdk.Op, err error, waited time.Duration) error {
+	name := p.Name()
+	switch {
+	case errors.Is(err, errPoolClosed):
+		return fmt.Errorf("plugin %q: %w", name, ErrUnloaded)
+	case errors.Is(err, errStopped):
+		return fmt.Errorf("plugin %q: %s stopped: %w", name, op, context.Cause(p.retired))
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		_, _, size := p.pool.stats()
+		return fmt.Errorf("plugin %q: %s got no free instance (all %d busy) within its caller's deadline; waited %s, it did not run: %w: %w",
+			name, op, size, waited.Round(time.Millisecond), ErrNoInstance, ctx.Err())
+	}
+	return fmt.Errorf("plugin %q: %s cancelled: %w", name, op, ctx.Err())
 }
 
 // classify turns a failed call into an error that says what happened.

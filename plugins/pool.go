@@ -103,6 +103,23 @@ func (p *pool) takeLocked(principal string) (instance, bool) {
 // get returns an idle instance, a new one while the pool is below its size,
 // or waits for one to come back.
 func (p *pool) get(ctx context.Context) (instance, error) {
+	in, err := p.acquire(ctx, nil)
+	if err != nil || in != nil {
+		return in, err
+	}
+	return p.create(ctx, PrincipalOf(ctx))
+}
+
+// errStopped is returned by acquire when its stop channel closed while the
+// caller waited.
+var errStopped = errors.New("stopped while waiting for an instance")
+
+// acquire is get without making the instance: it returns an idle instance,
+// or nil when the caller holds a slot to make one in (with create, under
+// whatever deadline the call runs with). It waits while every instance is
+// busy, until ctx ends or stop closes (errStopped): the wait is not the
+// call's run, and no call timeout bounds it.
+func (p *pool) acquire(ctx context.Context, stop <-chan struct{}) (instance, error) {
 	principal := PrincipalOf(ctx)
 	p.mu.Lock()
 	if p.closed {
@@ -110,12 +127,9 @@ func (p *pool) get(ctx context.Context) (instance, error) {
 		return nil, errPoolClosed
 	}
 	if len(p.ring) == 0 && p.mayTakeLocked(principal) {
-		in, ok := p.takeLocked(principal)
+		in, _ := p.takeLocked(principal)
 		p.mu.Unlock()
-		if ok {
-			return in, nil
-		}
-		return p.create(ctx, principal)
+		return in, nil
 	}
 	w := &waiter{principal: principal, ch: make(chan handoff, 1)}
 	p.enqueueLocked(w)
@@ -126,23 +140,17 @@ func (p *pool) get(ctx context.Context) (instance, error) {
 
 	select {
 	case h := <-w.ch:
-		return p.take(ctx, h)
+		return h.in, nil
 	case <-ctx.Done():
 		p.abandon(w)
 		return nil, ctx.Err()
+	case <-stop:
+		p.abandon(w)
+		return nil, errStopped
 	case <-p.done:
 		p.abandon(w)
 		return nil, errPoolClosed
 	}
-}
-
-// take turns a handoff into an instance: the instance itself, or a new one
-// made in the slot handed over.
-func (p *pool) take(ctx context.Context, h handoff) (instance, error) {
-	if !h.create {
-		return h.in, nil
-	}
-	return p.create(ctx, PrincipalOf(ctx))
 }
 
 // create makes an instance in a slot already counted in live and in the
