@@ -44,6 +44,13 @@ type Subtask struct {
 	// cut it off (ToolEnv.Resumed, and a record found): what that run
 	// noted (Note) is in its Metadata. Nil otherwise.
 	Previous *TaskRecord
+	// Attempt counts the times the call started over as a new call
+	// under its id (run again without the answer its sub-task waited
+	// for: other arguments), recorded in the sub-task's metadata
+	// (SubtaskAttemptKey): 0 for the first. A sub-agent whose calls carry
+	// an identity elsewhere (a remote agent's message and context ids)
+	// tells the attempts apart with it.
+	Attempt int
 
 	tr     *turn // nil: the env belongs to no turn (a tool called directly)
 	env    ToolEnv
@@ -114,13 +121,18 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 			wctx := context.WithoutCancel(ctx)
 			if old, err := ts.LoadTask(wctx, s.ID); err == nil {
 				again = true
+				s.Attempt = attemptOf(old)
 				if old.Status.Interrupted() && old.ParentTaskID == env.TaskID && env.Routed == nil && !env.Resumed {
 					// The call runs again without the answer its sub-task
 					// waited for (the sub-agent above, run again, made
 					// another call under the same id: other arguments):
 					// the wait is abandoned, and what waited below ends
-					// before the call starts anew.
+					// before the call starts anew, as a new attempt.
 					tr.endAbandoned(wctx, old)
+					s.Attempt++
+				}
+				if s.Attempt > 0 {
+					s.rec.Metadata = withMeta(s.rec.Metadata, SubtaskAttemptKey, strconv.Itoa(s.Attempt))
 				}
 				// A resumed turn runs the call again: the same sub-task
 				// starts over.
@@ -129,12 +141,7 @@ func (env *ToolEnv) StartSubtask(ctx context.Context, spec SubtaskSpec) (*Subtas
 					// Run again with the answer to its remote task's
 					// request: the same remote task goes on, and the
 					// record keeps naming it (an orphan's end cancels it).
-					md := make(map[string]any, len(s.rec.Metadata)+1)
-					for k, v := range s.rec.Metadata {
-						md[k] = v
-					}
-					md[RemoteTaskKey] = id
-					s.rec.Metadata = md
+					s.rec.Metadata = withMeta(s.rec.Metadata, RemoteTaskKey, id)
 				}
 				if env.Resumed {
 					prev := old
@@ -564,6 +571,30 @@ func (tr *turn) endNotTaken(ctx context.Context, rt *InputRoute) {
 				slog.String("error", err.Error()))
 		}
 	}
+}
+
+// SubtaskAttemptKey is the metadata key of a sub-task that records its
+// Attempt (a decimal string), once above 0.
+const SubtaskAttemptKey = "callAttempt"
+
+// attemptOf is the Attempt rec records.
+func attemptOf(rec TaskRecord) int {
+	s, _ := rec.Metadata[SubtaskAttemptKey].(string)
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// withMeta returns a copy of md with k set to v.
+func withMeta(md map[string]any, k string, v any) map[string]any {
+	out := make(map[string]any, len(md)+1)
+	for key, val := range md {
+		out[key] = val
+	}
+	out[k] = v
+	return out
 }
 
 // endAbandoned ends what waits below old, the record of a sub-task paused

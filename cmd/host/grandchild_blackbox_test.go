@@ -312,4 +312,16 @@ func TestBlackBoxRelayedCallAgainWithOtherArguments(t *testing.T) {
 	if got, _ := os.ReadFile(ledger); len(got) != 0 {
 		t.Fatalf("B's ledger: %q; want nothing run", got)
 	}
+	// The new call's task is in a context of its own on B: it does not
+	// see the abandoned call's history.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old, err := cb.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(remote)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cb.ListTasks(ctx, &a2a.ListTasksRequest{ContextID: old.ContextID})
+	if err != nil || len(list.Tasks) != 1 || list.Tasks[0].ID != old.ID {
+		t.Fatalf("B's tasks in the first call's context: %+v (%v); want that call's task alone", list, err)
+	}
 }

@@ -809,12 +809,23 @@ func callKey(subtaskID string) string {
 	return "looopy-sub-" + hex.EncodeToString(sum[:16])
 }
 
+// key is the call's callKey: a call that started over as a new call under
+// its id (Subtask.Attempt) gets its own, so that its remote task is in a
+// context of its own, without the abandoned call's history, and a resumed
+// call finds only its own task there.
+func (r *run) key() string {
+	if r.st.Attempt == 0 {
+		return callKey(r.st.ID)
+	}
+	return callKey(r.st.ID + "#" + strconv.Itoa(r.st.Attempt))
+}
+
 // stream sends the prompt and forwards the remote task's events as the
 // sub-task's until the task ends or pauses. It returns the answer (or the
 // status message of a task that did not complete) and the final status.
 func (r *run) stream(ctx context.Context, prompt string) (string, loop.TaskStatus, error) {
 	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(prompt))
-	key := callKey(r.st.ID)
+	key := r.key()
 	msg.ID, msg.ContextID = key, key
 	// The remote task's thoughts come along, every level it records: the
 	// parent's readers choose theirs.
@@ -868,7 +879,7 @@ func (r *run) resume(ctx context.Context) (string, loop.TaskStatus, error) {
 		// Killed between sending and recording: the task, if the agent
 		// took it, is the one in the call's context.
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		list, err := r.client.ListTasks(lctx, &a2a.ListTasksRequest{ContextID: callKey(r.st.ID)})
+		list, err := r.client.ListTasks(lctx, &a2a.ListTasksRequest{ContextID: r.key()})
 		cancel()
 		if err != nil || len(list.Tasks) != 1 {
 			return "", "", errUnknownOutcome
