@@ -231,3 +231,106 @@ func quiet(t *testing.T, h *sandboxHost) {
 		}
 	}
 }
+
+// nestRemoteScript: "nest X" goes to researcher, then scout (both local
+// agent plugins), whose model asks the remote agent peer, whose task
+// needs an approval (staleScript on the remote host).
+const nestRemoteScript = `{"rules": [
+ {"name": "nest", "match": "^nest (.+)$", "steps": [
+  {"toolCall": {"name": "researcher", "arguments": {"prompt": "outer $1"}}},
+  {"text": "top: {{lastToolResult}}"}]},
+ {"name": "outer", "match": "briefly: outer (.+)$", "steps": [
+  {"toolCall": {"name": "scout", "arguments": {"prompt": "inner $1"}}},
+  {"text": "outer: {{lastToolResult}}"}]},
+ {"name": "inner", "match": "briefly: inner (.+)$", "steps": [
+  {"toolCall": {"name": "peer", "arguments": {"prompt": "lchain $1"}}},
+  {"text": "inner: {{lastToolResult}}"}]},
+ {"name": "other", "match": "briefly: other (.+)$", "steps": [
+  {"text": "scout did not ask peer"}]}
+],"default":{"steps":[{"text":"echo: {{input}}"}]}}`
+
+// startNestRemoteHost runs, on the folder top, a host whose researcher
+// and scout agent plugins may call the remote agent peer at url.
+func startNestRemoteHost(t *testing.T, top, url, script string) *sandboxHost {
+	t.Helper()
+	pluginDir := filepath.Join(top, "plugins")
+	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
+		map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"}}, map[string]any{"script": script})
+	for _, name := range []string{"researcher", "scout"} {
+		installPlugin(t, pluginDir, name, "agent", readExample(t, "researcher"),
+			map[string]any{"hostFunctions": []string{"model_call", "tool_call", "result_read", "emit"}}, map[string]any{"maxRounds": 3})
+	}
+	return startSandboxHostWith(t, top, pluginDir, nil, map[string]any{
+		"remoteAgents": []map[string]any{{"name": "peer", "url": url, "allowPrivateNetwork": true, "watchEvery": "200ms"}},
+	})
+}
+
+// TestBlackBoxRelayedThroughTwoLevelsCalledAgainWithOtherArguments: peer's
+// approval on host B is relayed by scout, then by researcher (both local
+// on A). A restarts with a model whose researcher asks scout something
+// else under the same call id, which scout answers without asking peer.
+// The answer runs researcher again: its call of scout is a new call, and
+// what waited below the old one (the sub-task of scout's call of peer,
+// and B's task) ends canceled: when scout's call starts over (the levels
+// below the old call's request), and at the latest at the turn's end (an
+// unfinished sub-task under an ended one is an orphan); B's task is not
+// left input-required until B's own expiry.
+func TestBlackBoxRelayedThroughTwoLevelsCalledAgainWithOtherArguments(t *testing.T) {
+	t.Parallel()
+	b, ledger := startLedgerHost(t, nil)
+	topA := t.TempDir()
+	a := startNestRemoteHost(t, topA, b.base, nestRemoteScript)
+	ca, cb := a2aClient(t, a.base, ""), a2aClient(t, b.base, "")
+	task, err := apSend(t, ca, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("nest pay-7"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Status.State != a2a.TaskStateInputRequired {
+		t.Fatalf("A's task is %s, want input-required", task.Status.State)
+	}
+	var inputID, remote, low string
+	for _, p := range task.Status.Message.Parts {
+		d, _ := p.Content.(a2a.Data)
+		m, _ := d.Value.(map[string]any)
+		rs, _ := m["requests"].([]any)
+		if len(rs) != 1 {
+			continue
+		}
+		req, _ := rs[0].(map[string]any)
+		inputID, _ = req["inputId"].(string)
+		r1, _ := req["route"].(map[string]any)
+		r2, _ := r1["inner"].(map[string]any)
+		r3, _ := r2["inner"].(map[string]any)
+		remote, _ = r3["remoteTaskId"].(string)
+		low, _ = r3["subtaskId"].(string)
+		if r1["agentId"] != "researcher" || r2["agentId"] != "scout" || r3["agentId"] != "peer" || remote == "" || low == "" {
+			t.Fatalf("the request's route: %v; want researcher, scout, then peer with its remote task", req)
+		}
+	}
+	if inputID == "" {
+		t.Fatalf("the paused task has no request: %+v", task.Status.Message)
+	}
+	if err := syscall.Kill(a.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+	a = startNestRemoteHost(t, topA, b.base, strings.Replace(nestRemoteScript, `"prompt": "inner $1"`, `"prompt": "other $1"`, 1))
+	ca = a2aClient(t, a.base, "")
+	done, err := apSend(t, ca, apAnswer(task.ID, map[string]any{"inputId": inputID, "decision": "approve"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !done.Status.State.Terminal() {
+		done = leftPause(t, ca, task.ID)
+	}
+	if text := artifactsText(done); done.Status.State != a2a.TaskStateCompleted || !strings.Contains(text, "top: outer: scout did not ask peer") {
+		t.Fatalf("A's task %s %.600q; want completed with scout's new answer", done.Status.State, text)
+	}
+	waitRemoteState(t, cb, remote, a2a.TaskStateCanceled)
+	if s := taskState(t, ca, low); s != a2a.TaskStateCanceled {
+		t.Fatalf("the sub-task of scout's old call of peer is %s, want canceled", s)
+	}
+	if got, _ := os.ReadFile(ledger); len(got) != 0 {
+		t.Fatalf("B's ledger: %q; want nothing run", got)
+	}
+}
