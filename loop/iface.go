@@ -66,6 +66,16 @@ type ToolEnv struct {
 	sub  *Subtask // the sub-task this env is the sub-agent's env of
 }
 
+// SelfTimed is implemented by toolsets whose calls bound their own run
+// (a plugin's call timeout, which starts once the call has an instance to
+// run on): the loop's ToolTimeout does not apply to a tool for which
+// TimesCalls reports true. Applied on top, it would count a call's wait
+// for a free instance as its run and cut short a call its toolset allows
+// longer. The turn's deadline and cancel still end such a call.
+type SelfTimed interface {
+	TimesCalls(tool string) bool
+}
+
 // CallResumer is implemented by toolsets whose calls can be taken up
 // again after a crash without repeating their effect (a remote agent
 // re-subscribes to the task the first run started). A call of such a tool

@@ -66,7 +66,7 @@ type Config struct {
 	SystemPrompt    string // injected at call time, never stored in history
 	MaxIterations   int
 	ToolConcurrency int
-	ToolTimeout     time.Duration
+	ToolTimeout     time.Duration // bounds a tool call (default 30s), except a SelfTimed toolset's
 	Retry           RetryPolicy
 	Tracer          trace.Tracer // nil: no spans
 	Logger          *slog.Logger // nil: discard
@@ -1469,7 +1469,15 @@ func (tr *turn) callTool(parent context.Context, call ToolCall, sub *Subtask) (r
 	if !ok {
 		return ToolResult{IsError: true, Content: fmt.Sprintf("tool %q does not exist; available tools: %s", call.Name, tr.toolNames())}, nil
 	}
-	ctx, cancel := context.WithTimeout(parent, tr.l.toolTimeout)
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+	)
+	if st, ok := ts.(SelfTimed); ok && st.TimesCalls(call.Name) {
+		ctx, cancel = context.WithCancel(parent)
+	} else {
+		ctx, cancel = context.WithTimeout(parent, tr.l.toolTimeout)
+	}
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {

@@ -635,3 +635,41 @@ func TestNewRequiresModel(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// selfTimed is a toolset whose calls bound their own time (loop.SelfTimed).
+type selfTimed struct{ toolsMap }
+
+func (selfTimed) TimesCalls(string) bool { return true }
+
+// A toolset that times its own calls (a plugin's call timeout counts the
+// run, not the wait for a free instance) is not cut by the loop's
+// ToolTimeout: a call that takes longer than it completes. Any other
+// toolset's call still is (TestToolFailuresBecomeResults, "sleepy").
+func TestSelfTimedToolsetIsNotCutByToolTimeout(t *testing.T) {
+	const toolTimeout = 20 * time.Millisecond
+	tools := selfTimed{toolsMap{
+		"queued": func(ctx context.Context, _ loop.ToolCall, _ *loop.ToolEnv) (loop.ToolResult, error) {
+			// as a call waiting for a free instance: not a measurement,
+			// it takes at least this long
+			time.Sleep(10 * toolTimeout)
+			if err := ctx.Err(); err != nil {
+				return loop.ToolResult{}, err
+			}
+			return loop.ToolResult{Content: "ran"}, nil
+		},
+	}}
+	m := &fakeModel{fn: func(n int, _ *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+		if n == 1 {
+			return calls(call("c1", "queued", `{}`)), nil
+		}
+		return text("done"), nil
+	}}
+	out := newLoop(t, loop.Config{Model: m, Toolsets: []loop.Toolset{tools}, ToolTimeout: toolTimeout}).
+		Run(context.Background(), userTurn("go", nil))
+	if out.Status != loop.TaskCompleted {
+		t.Fatalf("turn: %+v", out)
+	}
+	if res := out.Messages[1]; res.Role != loop.RoleTool || res.Content != "ran" || res.Metadata["isError"] == true {
+		t.Fatalf("tool result = %+v, want the call's own answer", res)
+	}
+}

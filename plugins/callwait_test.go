@@ -147,3 +147,48 @@ func (c *endingContext) Err() error {
 		return nil
 	}
 }
+
+// echoCaller is a model that calls the echo tool once, then ends.
+type echoCaller struct{}
+
+func (echoCaller) Generate(_ context.Context, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+	if last := req.Messages[len(req.Messages)-1]; last.Role == loop.RoleTool {
+		return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: "tool said " + last.Content}}, nil
+	}
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant,
+		ToolCalls: []loop.ToolCall{{ID: "c1", Name: "echo", Arguments: []byte(`{"text":"hi"}`)}}}}, nil
+}
+
+// In a turn, a tool plugin's call that waits for a free instance longer
+// than the loop's own tool timeout is not cut by it: the plugin's call
+// timeout bounds the run (loop.SelfTimed), and the call completes.
+func TestTurnsToolPluginCallWaitsPastTheToolTimeout(t *testing.T) {
+	r, _ := waitingPlugins(t)
+	const toolTimeout = time.Second
+	l, err := loop.New(loop.Config{Model: echoCaller{}, Toolsets: []loop.Toolset{r}, ToolTimeout: toolTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.plugins["echo"]
+	held, err := p.pool.get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan loop.Outcome, 1)
+	go func() {
+		done <- l.Run(context.Background(), loop.Turn{ContextID: "ctx", TaskID: "task-1",
+			Messages: []loop.Message{{Role: loop.RoleUser, Content: "go"}}})
+	}()
+	waitFor(t, "the tool call to wait for the instance", func() bool { return p.pool.waiting() == 1 })
+	time.Sleep(2 * toolTimeout) // not a measurement: the call waits at least this long
+	p.pool.put("", held, true)
+	out := hangGuard(t, done, "the turn")
+	if out.Status != loop.TaskCompleted {
+		t.Fatalf("turn: %+v", out)
+	}
+	for _, m := range out.Messages {
+		if m.Role == loop.RoleTool && m.Metadata["isError"] == true {
+			t.Fatalf("the tool call that waited for an instance: %q", m.Content)
+		}
+	}
+}

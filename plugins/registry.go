@@ -771,7 +771,19 @@ func (r *Registry) PinToolset() (loop.Toolset, func()) {
 
 type pinnedToolset struct{ idx *toolIndex }
 
-var _ loop.Toolset = (*pinnedToolset)(nil)
+var (
+	_ loop.Toolset   = (*pinnedToolset)(nil)
+	_ loop.SelfTimed = (*pinnedToolset)(nil)
+	_ loop.SelfTimed = (*Registry)(nil)
+)
+
+// TimesCalls reports true: a plugin's call is bounded by its own call
+// timeout, which counts its run, not its wait for a free instance.
+func (t *pinnedToolset) TimesCalls(string) bool { return true }
+
+// TimesCalls reports true: a plugin's call is bounded by its own call
+// timeout, which counts its run, not its wait for a free instance.
+func (r *Registry) TimesCalls(string) bool { return true }
 
 func (t *pinnedToolset) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
 	return slices.Clone(t.idx.defs), nil
