@@ -328,21 +328,31 @@ func (s *Server) subscribeFrom(ctx context.Context, rec loop.TaskRecord, lastEve
 // task's stream: the end (task-complete) of its previous turn, 0 for its
 // first.
 func (s *Server) turnStart(ctx context.Context, taskID string) (uint64, error) {
-	recs, err := s.stores.Events.Read(ctx, sse.TaskStream(taskID), 0, 0)
-	if err != nil {
-		return 0, err
-	}
-	for i := len(recs) - 1; i >= 0; i-- {
-		e, err := loop.DecodeEvent(recs[i].Data)
+	// Read a batch at a time: a task's stream holds every turn's events.
+	var start, after uint64
+	for {
+		recs, err := s.stores.Events.Read(ctx, sse.TaskStream(taskID), after, turnStartBatch)
 		if err != nil {
-			return 0, fmt.Errorf("stream of task %q: %w", taskID, err)
+			return 0, err
 		}
-		if e.Head().Kind == loop.KindTaskComplete {
-			return recs[i].Seq, nil
+		if len(recs) == 0 {
+			return start, nil
 		}
+		for _, r := range recs {
+			e, err := loop.DecodeEvent(r.Data)
+			if err != nil {
+				return 0, fmt.Errorf("stream of task %q: %w", taskID, err)
+			}
+			if e.Head().Kind == loop.KindTaskComplete {
+				start = r.Seq
+			}
+		}
+		after = recs[len(recs)-1].Seq
 	}
-	return 0, nil
 }
+
+// turnStartBatch is how many events turnStart reads at a time.
+const turnStartBatch = 64
 
 // lastEventAhead is the answer to a Last-Event-ID beyond the end of its
 // stream: an id this server never gave, or a stream that expired. The

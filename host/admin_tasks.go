@@ -110,17 +110,27 @@ func (s *Server) adminListTasks(c *fiber.Ctx) error {
 		}
 		f.Limit = min(n, s.cfg.Limits.MaxPageSize)
 	}
-	recs, err := s.stores.Tasks.ListTasks(c.UserContext(), f)
-	if err != nil {
-		return fmt.Errorf("list tasks: %w", err)
-	}
-	out := make([]AdminTask, len(recs))
-	for i, rec := range recs {
-		out[i] = s.adminTask(rec)
+	// The records are read a few at a time: each may hold megabytes of
+	// history, and the listing keeps only their summaries.
+	limit := f.Limit
+	out := []AdminTask{}
+	for len(out) < limit {
+		f.Limit = min(listChunk, limit-len(out))
+		recs, err := s.stores.Tasks.ListTasks(c.UserContext(), f)
+		if err != nil {
+			return fmt.Errorf("list tasks: %w", err)
+		}
+		for _, rec := range recs {
+			out = append(out, s.adminTask(rec))
+		}
+		if len(recs) < f.Limit {
+			break
+		}
+		f.After = recs[len(recs)-1].ID
 	}
 	res := fiber.Map{"tasks": out}
-	if len(recs) == f.Limit {
-		res["next"] = recs[len(recs)-1].ID
+	if len(out) == limit {
+		res["next"] = out[len(out)-1].ID
 	}
 	return c.JSON(res)
 }

@@ -85,3 +85,48 @@ func jsonSize(t *testing.T, v any) int {
 	}
 	return len(b)
 }
+
+// TestAdminTasksPagesAcrossStoreReads: /admin/tasks reads the store a few
+// records at a time (each may hold megabytes of history); its pages still
+// hold limit tasks, each once, with "next" while more may follow.
+func TestAdminTasksPagesAcrossStoreReads(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(t.TempDir())
+	cfg.Admin.Token = "root-token"
+	h := startHost(t, cfg)
+	c := client10(t, h.URL(), "")
+	const n = 21
+	for range n {
+		send(t, c, context.Background(), &a2a.SendMessageRequest{Message: userMsg("hello")})
+	}
+	seen, after, pages := map[string]bool{}, "", 0
+	for {
+		var l struct {
+			adminTaskList
+			Next string `json:"next"`
+		}
+		if st := adminCall(t, "GET", h.URL()+"/admin/tasks?limit=10&after="+after, "root-token", &l); st != 200 {
+			t.Fatalf("list: %d %s", st, l.Error)
+		}
+		pages++
+		if want := min(10, n-len(seen)); len(l.Tasks) != want {
+			t.Fatalf("page %d: %d tasks, want %d", pages, len(l.Tasks), want)
+		}
+		for _, tk := range l.Tasks {
+			if seen[tk.ID] {
+				t.Fatalf("task %s listed twice", tk.ID)
+			}
+			seen[tk.ID] = true
+		}
+		if l.Next == "" {
+			break
+		}
+		if pages > n {
+			t.Fatal("more pages than tasks")
+		}
+		after = l.Next
+	}
+	if len(seen) != n || pages != 3 {
+		t.Fatalf("%d pages listed %d tasks, want %d on 3", pages, len(seen), n)
+	}
+}
