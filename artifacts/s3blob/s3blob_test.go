@@ -150,3 +150,59 @@ func (o orderedKV) View(fn func(artifacts.KVTxn) error) error {
 func (o orderedKV) Update(fn func(artifacts.KVTxn) error) error {
 	return o.k.Update(func(t *redisstore.Txn) error { return fn(t) })
 }
+
+// The per-owner budget on shared engines: two stores on one Redis (two
+// hosts) share one count, large parts in S3 included; a write past it is
+// refused on either, and a delete on one gives the bytes back to both.
+func TestOwnerBudgetRedisS3(t *testing.T) {
+	minio := miniotest.Start(t)
+	redis := redistest.Start(t, redistest.Options{})
+	blobs := open(t, minio)
+	host := func() *artifacts.DB {
+		rs, err := redisstore.Open(context.Background(), redisstore.Options{Addr: redis.Addr, Prefix: "budget:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		db, err := artifacts.OpenKV(orderedKV{rs.OrderedKV("artifacts")}, blobs, artifacts.Config{InlineMax: 1 << 10, OwnerBudget: 4 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	ctx := context.Background()
+	a, b := host(), host()
+	spec := artifacts.Spec{Kind: artifacts.KindFile, Binary: true, TaskID: "t", ContextID: "c", Owner: "bob"}
+	f, err := a.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AppendChunk(ctx, f.ID, bytes.Repeat([]byte("x"), 3<<10), true); err != nil { // a part in S3
+		t.Fatal(err)
+	}
+	g, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AppendChunk(ctx, g.ID, bytes.Repeat([]byte("y"), 2<<10), false); !errors.Is(err, artifacts.ErrBudget) {
+		t.Fatalf("the other host's write past the shared budget: %v", err)
+	}
+	other := spec
+	other.Owner = "carol"
+	h, err := b.Create(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AppendChunk(ctx, h.ID, bytes.Repeat([]byte("z"), 3<<10), true); err != nil {
+		t.Fatalf("another owner: %v", err)
+	}
+	if err := a.Delete(ctx, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.Usage("bob"); err != nil || n != 0 {
+		t.Fatalf("bob's usage seen by the other host after the delete: %d, %v", n, err)
+	}
+	if _, err := b.AppendChunk(ctx, g.ID, bytes.Repeat([]byte("y"), 2<<10), true); err != nil {
+		t.Fatalf("after the delete: %v", err)
+	}
+}
