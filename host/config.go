@@ -280,10 +280,19 @@ type LimitsConfig struct {
 	StreamTailBytes int64 `json:"streamTailBytes,omitempty"`
 	// MaxConnections bounds the HTTP connections open at once (default 0:
 	// three eighths of the process's open-file limit, which is also the
-	// most it may be); a connection past it is closed at once, so that a
-	// client opening connections cannot take the descriptors the store
-	// and the plugins need.
+	// most it may be), so that a client opening connections cannot take
+	// the descriptors the store and the plugins need. At the cap a new
+	// connection takes the place of the oldest idle one (no request in a
+	// handler, no response going); it is closed at once only when every
+	// connection has a request in flight or an event stream.
 	MaxConnections int `json:"maxConnections,omitempty"`
+	// HeaderTimeout bounds how long a connection may take to send a
+	// request's line and headers, counted from its first byte, or from its
+	// connection when it is new (default 10s; at most the 30 s the body
+	// then has): a client that connects and sends nothing, or trickles its
+	// headers, is closed then. A kept-alive connection may wait 2 minutes
+	// for its next request's first byte; event streams are not bounded.
+	HeaderTimeout Duration `json:"headerTimeout,omitempty"`
 	// ResumeConcurrency bounds how many tasks left working by a crash are
 	// resumed at once when the host starts (default 64).
 	ResumeConcurrency int `json:"resumeConcurrency,omitempty"`
@@ -586,6 +595,10 @@ func (c Config) withDefaults() Config {
 	if l.Heartbeat == 0 {
 		l.Heartbeat = Duration(15 * time.Second)
 	}
+	if l.HeaderTimeout <= 0 {
+		l.HeaderTimeout = Duration(DefaultHeaderTimeout)
+	}
+	l.HeaderTimeout = min(l.HeaderTimeout, Duration(bodyReadTimeout))
 	if l.ResumeConcurrency <= 0 {
 		l.ResumeConcurrency = 64
 	}

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"container/list"
 	"errors"
 	"log/slog"
 	"net"
@@ -17,9 +18,23 @@ import (
 //     connection aborted before it was taken) never reaches the server,
 //     which would stop for good on it: Accept backs off (5 ms doubling to
 //     1 s) and tries again, and logs once per burst of such errors;
-//   - at most max connections are open at once: one past the cap is
-//     closed at once, never queued, so the process keeps descriptors for
-//     its store, its plugins and their egress whatever the clients do.
+//   - at most max connections are open at once, so the process keeps
+//     descriptors for its store, its plugins and their egress whatever
+//     the clients do;
+//   - at the cap, a new connection takes the place of the oldest idle
+//     one: a connection with no request in flight (nothing sent yet, a
+//     request's head or body still arriving, or a kept-alive connection
+//     between requests). Only when every connection has a request in a
+//     handler or a response (an event stream) going is the new one closed
+//     at once, never queued. A client that connects and sends nothing, or
+//     trickles, therefore holds no place another client needs: it keeps
+//     its connection only as long as the connections opened after it
+//     leave it alone.
+//
+// A request is in flight from its handler's start (requestStarted, the
+// server's first middleware) to the end of its response (requestEnded,
+// the server's connection-state hook); connections of a server that does
+// not report these (a caller's own Fiber application) are all idle.
 type connListener struct {
 	net.Listener
 	max  int64
@@ -27,7 +42,9 @@ type connListener struct {
 	live atomic.Int64
 
 	mu       sync.Mutex
-	refused  int64 // connections closed over the cap in the current burst
+	idle     list.List // *countedConn with no request in flight, the oldest idle first
+	refused  int64     // connections closed over the cap in the current burst
+	evicted  int64     // idle connections closed for new ones in the current burst
 	lastWarn time.Time
 }
 
@@ -59,27 +76,66 @@ func (l *connListener) Accept() (net.Conn, error) {
 			l.log.Info("accepting connections again")
 			delay = 0
 		}
+		cc := &countedConn{Conn: c, l: l, released: make(chan struct{})}
 		if l.live.Add(1) > l.max {
-			l.live.Add(-1)
-			_ = c.Close()
-			l.noteRefused()
-			continue
+			victim := l.oldestIdle()
+			if victim == nil {
+				l.live.Add(-1)
+				_ = c.Close()
+				continue
+			}
+			// Its descriptor is free at once; the server, reading from it,
+			// lets it go (closes it) a moment later, and only then has a
+			// place for cc. The wait is bounded: a server that does not
+			// let go in time leaves the count over the cap until it does.
+			_ = victim.Conn.Close()
+			t := time.NewTimer(releaseWait)
+			select {
+			case <-victim.released:
+			case <-t.C:
+			}
+			t.Stop()
 		}
-		return &countedConn{Conn: c, l: l}, nil
+		l.mu.Lock()
+		cc.elem = l.idle.PushBack(cc)
+		l.mu.Unlock()
+		return cc, nil
 	}
 }
 
-// noteRefused logs the connections closed over the cap, at most once a
-// minute.
-func (l *connListener) noteRefused() {
+// DefaultHeaderTimeout is limits.headerTimeout's default: how long a
+// connection may take to send a request's line and headers. bodyReadTimeout
+// bounds the reading of its body once they are in.
+const (
+	DefaultHeaderTimeout = 10 * time.Second
+	bodyReadTimeout      = 30 * time.Second
+)
+
+// releaseWait bounds how long Accept waits for the server to let go of an
+// idle connection it closed for a new one.
+const releaseWait = time.Second
+
+// oldestIdle takes the oldest idle connection out of the idle list,
+// marked evicted (no request starts on it any more), or nil with none;
+// either way it counts and logs the connection closed over the cap, at
+// most once a minute.
+func (l *connListener) oldestIdle() *countedConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refused++
-	if time.Since(l.lastWarn) < time.Minute {
-		return
+	var victim *countedConn
+	if e := l.idle.Front(); e != nil {
+		victim = l.idle.Remove(e).(*countedConn)
+		victim.elem, victim.evicted = nil, true
+		l.evicted++
+	} else {
+		l.refused++
 	}
-	l.log.Warn("connection cap reached: closing new connections", "max_connections", l.max, "closed", l.refused)
-	l.lastWarn, l.refused = time.Now(), 0
+	if time.Since(l.lastWarn) >= time.Minute {
+		l.log.Warn("connection cap reached: closing the oldest idle connections for new ones, new ones when none is idle",
+			"max_connections", l.max, "idle_closed", l.evicted, "new_closed", l.refused)
+		l.lastWarn, l.refused, l.evicted = time.Now(), 0, 0
+	}
+	return victim
 }
 
 // temporaryAcceptError says whether an accept error passes: the process or
@@ -103,6 +159,43 @@ type countedConn struct {
 	net.Conn
 	l    *connListener
 	once sync.Once
+	// released is closed once the server has closed the connection.
+	released chan struct{}
+
+	// Under l.mu: the connection's place in l.idle (nil while a request
+	// is in flight, and once closed); evicted: closed for a new
+	// connection, no request may start on it.
+	elem    *list.Element
+	evicted bool
+	closed  bool
+}
+
+// requestStarted marks a request in flight on c, which is then never
+// closed for a new connection until requestEnded. It reports false when
+// c was closed for a new connection already: the request must not run
+// (its client sees the connection closed, and nothing was done for it).
+func (c *countedConn) requestStarted() bool {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.evicted || c.closed {
+		return false
+	}
+	if c.elem != nil {
+		c.l.idle.Remove(c.elem)
+		c.elem = nil
+	}
+	return true
+}
+
+// requestEnded marks c idle again once a response is written: the
+// youngest idle connection.
+func (c *countedConn) requestEnded() {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.evicted || c.closed || c.elem != nil {
+		return
+	}
+	c.elem = c.l.idle.PushBack(c)
 }
 
 // NetConn returns the connection it counts (a stream's client watch reads
@@ -110,8 +203,18 @@ type countedConn struct {
 func (c *countedConn) NetConn() net.Conn { return c.Conn }
 
 func (c *countedConn) Close() error {
+	c.l.mu.Lock()
+	if c.elem != nil {
+		c.l.idle.Remove(c.elem)
+		c.elem = nil
+	}
+	c.closed = true
+	c.l.mu.Unlock()
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.live.Add(-1) })
+	c.once.Do(func() {
+		c.l.live.Add(-1)
+		close(c.released)
+	})
 	return err
 }
 
@@ -137,7 +240,11 @@ func connectionCap(configured int) (limit int, nofile uint64) {
 	return configured, nofile
 }
 
+// concurrencyCap is the server's own bound on connections served at once:
+// twice the listener's, as a connection the listener closed for a new one
+// is still being let go by the server when the new one arrives (the
+// listener holds the descriptors to its cap).
 func concurrencyCap(configured int) int {
 	limit, _ := connectionCap(configured)
-	return limit
+	return 2 * limit
 }

@@ -1,10 +1,12 @@
 package host
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -26,8 +28,10 @@ func (l *flakyListener) Accept() (net.Conn, error) {
 }
 
 // TestConnListenerRetriesAndCaps: an accept that fails with EMFILE is
-// retried rather than returned (the server would stop on it), and a
-// connection past the cap is closed at once while the ones under it stay.
+// retried rather than returned (the server would stop on it); at the cap a
+// new connection takes the place of the oldest idle one (no request in
+// flight), and is closed at once only when every connection has a request
+// in flight; a connection closed for a newer one starts no request.
 func TestConnListenerRetriesAndCaps(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -38,7 +42,9 @@ func TestConnListenerRetriesAndCaps(t *testing.T) {
 	ln := newConnListener(fl, 2, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer ln.Close()
 
-	accepted := make(chan net.Conn, 8)
+	// The server's part: each connection is read until it fails, then
+	// closed, as fasthttp does.
+	accepted := make(chan *countedConn, 8)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -46,7 +52,11 @@ func TestConnListenerRetriesAndCaps(t *testing.T) {
 				close(accepted)
 				return
 			}
-			accepted <- c
+			go func() {
+				_, _ = io.Copy(io.Discard, c)
+				_ = c.Close()
+			}()
+			accepted <- c.(*countedConn)
 		}
 	}()
 	dial := func() net.Conn {
@@ -55,10 +65,11 @@ func TestConnListenerRetriesAndCaps(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
 		return c
 	}
 	guard := time.After(time.Minute)
-	next := func() net.Conn {
+	next := func() *countedConn {
 		select {
 		case c, ok := <-accepted:
 			if !ok {
@@ -70,22 +81,45 @@ func TestConnListenerRetriesAndCaps(t *testing.T) {
 		}
 		return nil
 	}
-	dial()
+	closedByHost := func(what string, c net.Conn) {
+		t.Helper()
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s was kept open (%v)", what, err)
+		}
+	}
+	aClient := dial()
 	a := next() // after three EMFILE failures
 	dial()
-	next()
+	b := next()
 	if got := ln.Live(); got != 2 {
 		t.Fatalf("live connections %d, want 2", got)
 	}
-	// The third is over the cap: the host closes it at once.
-	over := dial()
-	_ = over.SetReadDeadline(time.Now().Add(time.Minute))
-	if _, err := over.Read(make([]byte, 1)); err == nil {
-		t.Fatal("a connection past the cap was kept open")
+	if !b.requestStarted() {
+		t.Fatal("a request could not start on a live connection")
 	}
-	// One closed under the cap makes room for a new one.
-	a.Close()
-	a.Close() // a second close counts once
+	// The third is over the cap: a, idle, gives it its place; b, with a
+	// request in flight, stays.
+	dial()
+	c := next()
+	closedByHost("the oldest idle connection at the cap", aClient)
+	if a.requestStarted() {
+		t.Fatal("a request started on a connection closed for a newer one")
+	}
+	if !c.requestStarted() {
+		t.Fatal("a request could not start on the new connection")
+	}
+	// Every connection busy: the next one is closed at once.
+	closedByHost("a connection past a cap of busy ones", dial())
+	if got := ln.Live(); got != 2 {
+		t.Fatalf("live connections %d, want 2", got)
+	}
+	// b's request ended: b is idle, the next connection takes its place.
+	b.requestEnded()
+	dial()
+	next()
+	// One closed under the cap makes room for a new one, counted once.
+	c.Close()
+	c.Close()
 	if got := ln.Live(); got != 1 {
 		t.Fatalf("live connections %d after a close, want 1", got)
 	}

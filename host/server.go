@@ -16,6 +16,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -255,10 +256,13 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		AppName:      "looopy",
 		BodyLimit:    cfg.Limits.MaxBodyBytes,
 		ErrorHandler: s.errorHandler,
-		ReadTimeout:  30 * time.Second,
-		IdleTimeout:  2 * time.Minute,
-		// The listener closes connections past the cap; the server's own
-		// bound is the same.
+		// The deadline of a request's line and headers; the body's is
+		// set once they are in (HeaderReceived below).
+		ReadTimeout: time.Duration(cfg.Limits.HeaderTimeout),
+		IdleTimeout: 2 * time.Minute,
+		// The listener holds the connections to the cap; the server's own
+		// bound leaves room for those it closed and the server still lets
+		// go (concurrencyCap).
 		Concurrency:           concurrencyCap(cfg.Limits.MaxConnections),
 		DisableStartupMessage: true,
 		// Every string a handler reads from the request (route parameters,
@@ -266,6 +270,24 @@ func NewServer(cfg Config, opts Options) (*Server, error) {
 		// memory once the handler returns, and event streams keep such
 		// values in callbacks that run after that.
 		Immutable: true,
+	})
+	// A request's body has its own deadline, set once its head is in.
+	s.app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		return fasthttp.RequestConfig{ReadTimeout: bodyReadTimeout}
+	}
+	// A connection's request is in flight from its handler's start to
+	// its response's end: the listener never closes such a connection for
+	// a new one (listener.go).
+	s.app.Server().ConnState = func(c net.Conn, st fasthttp.ConnState) {
+		if cc, ok := c.(*countedConn); ok && st == fasthttp.StateIdle {
+			cc.requestEnded()
+		}
+	}
+	s.app.Use(func(c *fiber.Ctx) error {
+		if cc, ok := c.Context().Conn().(*countedConn); ok && !cc.requestStarted() {
+			return nil // closed for a newer connection: do nothing for it
+		}
+		return c.Next()
 	})
 	s.routes()
 	s.ready.Store(true)
