@@ -268,7 +268,7 @@ func (m *Main) start(ctx context.Context, listen bool) (err error) {
 			return fmt.Errorf("listen on %s: %w", dc.Addr, err)
 		}
 		limit, nofile := connectionCap(cfg.Limits.MaxConnections)
-		m.log.Info("connection cap", "max_connections", limit, "open_file_limit", nofile, "max_streams", cfg.Limits.MaxStreams)
+		m.log.Info("connection cap", "max_connections", limit, "open_file_limit", nofile, "max_streams", dc.Limits.MaxStreams, "header_timeout", time.Duration(dc.Limits.HeaderTimeout).String())
 		m.ln = newConnListener(ln, limit, m.log)
 		m.maxConns = limit
 		m.closers = append(m.closers, func() error { return ignoreClosed(ln.Close()) })
