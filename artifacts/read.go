@@ -204,7 +204,10 @@ func Export(ctx context.Context, s Reader, id string, f Format) (io.ReadCloser, 
 	}
 	if f != FormatNative && info.Kind != KindDataset {
 		_ = rc.Close()
-		return nil, "", Info{}, fmt.Errorf("export artifact %q as %s: %w: it is a %s", id, f, ErrWrongKind, info.Kind)
+		// The client's error (a format that applies to datasets only):
+		// ErrInvalid, which the host answers 400.
+		return nil, "", Info{}, fmt.Errorf("export artifact %q as %s: %w: %w: it is a %s; csv and jsonl apply to datasets only",
+			id, f, ErrInvalid, ErrWrongKind, info.Kind)
 	}
 	switch f {
 	case FormatCSV:

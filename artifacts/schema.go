@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -242,13 +243,27 @@ func (e *rowEncoder) append(dst []byte, row Row) ([]byte, error) {
 func csvHeader(w *csv.Writer, schema *loop.DatasetSchema) error {
 	rec := make([]string, len(schema.Columns))
 	for i, c := range schema.Columns {
-		rec[i] = c.Name
+		rec[i] = csvCell(c.Name)
 	}
 	return w.Write(rec)
 }
 
+// csvCell neutralizes text a spreadsheet would run as a formula: a cell
+// starting with = + - @, a tab or a carriage return gets a leading ' (the
+// spreadsheet shows the text, without the quote). The content is a plugin's
+// or the model's, the download is opened on the user's machine. Numbers and
+// booleans are written in JSON notation and left alone (-5 is a number, not
+// a formula); text that merely starts with - gets the quote too.
+func csvCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
 // csvRecord turns one JSON line of a stored dataset into a CSV record:
-// strings and dates as they are, numbers and booleans in JSON notation,
+// strings and dates as they are (one a spreadsheet would run as a formula
+// neutralized, csvCell), numbers and booleans in JSON notation,
 // null as an empty field, json columns as JSON text. m is reused between
 // calls.
 func csvRecord(schema *loop.DatasetSchema, line []byte, rec []string, m map[string]json.RawMessage) error {
@@ -266,7 +281,7 @@ func csvRecord(schema *loop.DatasetSchema, line []byte, rec []string, m map[stri
 			if err := json.Unmarshal(raw, &s); err != nil {
 				return fmt.Errorf("stored row: column %q: %w", c.Name, err)
 			}
-			rec[i] = s
+			rec[i] = csvCell(s)
 		default:
 			rec[i] = string(raw)
 		}

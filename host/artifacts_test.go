@@ -79,3 +79,36 @@ func TestPluginArtifactDownload(t *testing.T) {
 		t.Fatalf("unknown format: status %d, want 400", status)
 	}
 }
+
+// CSV and JSON lines apply to datasets: asked of a file artifact they are
+// the client's error (400 naming why), not a server fault (it was 500).
+func TestArtifactFormatOfAFileIs400(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(t.TempDir())
+	cfg.Plugins.Only = []string{"scripted-model", "dataset-writer"}
+	h := startHost(t, cfg)
+	c := client10(t, h.URL(), "")
+	var id string
+	for ev, err := range c.SendStreamingMessage(context.Background(), &a2a.SendMessageRequest{Message: userMsg("file 100")}) {
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		if au, ok := ev.(*a2a.TaskArtifactUpdateEvent); ok && !strings.HasPrefix(string(au.Artifact.ID), "content-") {
+			id = string(au.Artifact.ID)
+		}
+	}
+	if id == "" {
+		t.Fatal("no file artifact streamed")
+	}
+	for _, f := range []string{"csv", "jsonl"} {
+		resp, err := http.Get(h.URL() + "/artifacts/" + id + "?format=" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "apply to datasets only") {
+			t.Fatalf("?format=%s of a file: %d %s, want 400 saying why", f, resp.StatusCode, b)
+		}
+	}
+}
