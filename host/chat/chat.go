@@ -19,6 +19,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 	"github.com/a2aproject/a2a-go/v2/a2aext"
+	"github.com/a2aproject/a2a-go/v2/errordetails"
 )
 
 // ExtensionURI names Looopy's humans-in-the-loop extension
@@ -427,7 +428,7 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	items := pump(tctx, s.client.SendStreamingMessage(tctx, &a2a.SendMessageRequest{Message: msg}))
-	resubscribed := 0
+	tries, lastEvent := 0, time.Now() // following the task again: tries since the last event
 	st := &turnState{taskID: msg.TaskID}
 	events := 0
 	// Against a Looopy host the turn is drawn from its event stream (one
@@ -467,19 +468,20 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 			}
 			kept = nil
 		case it, ok := <-items:
-			var a2aErr *a2a.Error
-			if (!ok || (it.err != nil && !errors.As(it.err, &a2aErr) && !errors.Is(it.err, a2a.ErrTaskNotFound))) &&
-				events > 0 && !st.ended && st.taskID != "" && resubscribed < maxResubscribe {
-				// The stream broke off before the task ended or paused:
-				// follow the task again.
-				resubscribed++
+			if (!ok || brokeOff(it.err)) && events > 0 && !st.ended && st.taskID != "" && time.Since(lastEvent) < followFor {
+				// The stream broke off before the task ended or paused
+				// (a dropped connection, the host stopping or not back
+				// yet): follow the task again.
+				tries++
 				why := "ended"
 				if ok {
 					why = sanitize(it.err.Error())
 				}
-				s.p.line(styleDim, "(the stream broke off: %s; following task %s again)", why, st.taskID)
+				if tries == 1 {
+					s.p.line(styleDim, "(the stream broke off: %s; following task %s again)", why, st.taskID)
+				}
 				select {
-				case <-time.After(time.Duration(resubscribed) * 500 * time.Millisecond):
+				case <-time.After(min(time.Duration(tries)*500*time.Millisecond, 5*time.Second)):
 				case <-ctx.Done():
 					return true
 				}
@@ -494,6 +496,9 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 				return false
 			}
 			events++
+			if it.err == nil {
+				tries, lastEvent = 0, time.Now()
+			}
 			if it.err != nil {
 				if refused(it.err) {
 					s.refusedLine(it.err)
@@ -520,9 +525,56 @@ func (s *session) turn(ctx context.Context, msg *a2a.Message) bool {
 	}
 }
 
-// maxResubscribe bounds how often one turn follows its task again after
-// its stream broke off.
-const maxResubscribe = 5
+// followFor bounds how long a turn whose stream broke off tries to follow
+// its task again without getting an event (a host restarting takes a few
+// seconds; one that does not come back is given up on).
+const followFor = 2 * time.Minute
+
+// brokeOff reports whether a stream's error means it broke off while its
+// task may go on: a failed connection, or the host stopping (SHUTTING_DOWN,
+// whose message says to subscribe again; a task it stops is resumed when
+// it comes back). Any other error the agent answered is the turn's.
+func brokeOff(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ae *a2a.Error
+	if !errors.As(err, &ae) {
+		return !errors.Is(err, a2a.ErrTaskNotFound)
+	}
+	return reasonOf(ae) == reasonShuttingDown
+}
+
+// reasonShuttingDown is a Looopy host's reason for refusing while it
+// stops.
+const reasonShuttingDown = "SHUTTING_DOWN"
+
+// reasonOf is the reason a Looopy host gave for an error: its ErrorInfo
+// metadata's (A2A 1.0), or the one leading the message of a 0.3 server
+// error ("SHUTTING_DOWN: ..."); "" when it says none.
+func reasonOf(ae *a2a.Error) string {
+	for _, d := range ae.TypedDetails {
+		if d == nil || d.TypeURL != errordetails.ErrorInfoType {
+			continue
+		}
+		switch m := d.Value["metadata"].(type) {
+		case map[string]string:
+			if r := m["reason"]; r != "" {
+				return r
+			}
+		case map[string]any:
+			if r, _ := m["reason"].(string); r != "" {
+				return r
+			}
+		}
+	}
+	if errors.Is(ae.Err, a2a.ErrServerError) {
+		if r, _, ok := strings.Cut(ae.Message, ": "); ok && r == reasonShuttingDown {
+			return r
+		}
+	}
+	return ""
+}
 
 // pump forwards a stream's events to a channel, closed after the last (or
 // after an error).
