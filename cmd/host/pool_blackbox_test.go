@@ -110,3 +110,66 @@ func TestBlackBoxTurnTimeoutFailsTheTurn(t *testing.T) {
 		t.Fatalf("a turn past its turn timeout ended %s %q; want failed, naming limits.turnTimeout", state, text)
 	}
 }
+
+// A model call's callTimeout counts its run, not its wait for a free
+// instance. The model has one instance and a call timeout of 3s: two
+// hanging calls hold it one after the other (each stopped by its timeout),
+// and a one-line turn queued behind both waits longer than 3s, then gets
+// the instance and answers at once, without a retry. Before, its wait ran
+// out its call timeout: the call failed "ran past its timeout" (and was
+// retried, or failed the task when it had streamed), so under load one
+// principal's turns failed others'.
+func TestBlackBoxCallTimeoutCountsTheRunNotTheWait(t *testing.T) {
+	t.Parallel()
+	top := t.TempDir()
+	pluginDir := filepath.Join(top, "plugins")
+	script := `{"rules":[{"match":"^hang$","steps":[{"delayMs":600000,"text":"late"}]}],"default":{"steps":[{"text":"ok"}]}}`
+	installPlugin(t, pluginDir, "scripted-model", "model", readExample(t, "scripted-model"),
+		map[string]any{"hostFunctions": []string{"emit", "kv_get", "kv_set", "kv_delete", "result_read"},
+			"instances": 1, "callTimeout": "3s"}, map[string]any{"script": script})
+	h := startSandboxHostWith(t, top, pluginDir, nil,
+		authConfig(map[string]any{"shutdownGrace": "2s", "turnTimeout": "10m"}))
+	sendHang(t, h, "alice-key")
+	h.waitFor(t, "the first hanging call to hold the instance", 3*time.Minute, func() bool {
+		return h.plugins(t)["scripted-model"].Busy == 1
+	})
+	sendHang(t, h, "alice-key")
+	h.waitFor(t, "the second hanging call to queue", 3*time.Minute, func() bool {
+		return h.plugins(t)["scripted-model"].Waiting == 1
+	})
+	type answer struct {
+		task *a2a.Task
+		err  error
+	}
+	quick := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		r, err := a2aClient(t, h.base, "alice-key").SendMessage(ctx, &a2a.SendMessageRequest{
+			Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("hi"))})
+		task, _ := r.(*a2a.Task)
+		quick <- answer{task, err}
+	}()
+	h.waitFor(t, "the one-line turn to queue behind the second", 3*time.Minute, func() bool {
+		return h.plugins(t)["scripted-model"].Waiting == 2
+	})
+	var a answer
+	select {
+	case a = <-quick:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the one-line turn never ended")
+	}
+	if a.err != nil || a.task == nil {
+		t.Fatalf("the one-line turn: %v", a.err)
+	}
+	var text strings.Builder
+	for _, art := range a.task.Artifacts {
+		for _, p := range art.Parts {
+			text.WriteString(p.Text())
+		}
+	}
+	if a.task.Status.State != a2a.TaskStateCompleted || !strings.Contains(text.String(), "ok") || a.task.Metadata["retries"] != nil {
+		t.Fatalf("the turn that waited past the call timeout for the instance: %s %q, metadata %v; want completed at its first call",
+			a.task.Status.State, text.String(), a.task.Metadata)
+	}
+}
