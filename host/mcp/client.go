@@ -709,6 +709,12 @@ func (t *Toolset) Tools(ctx context.Context) ([]loop.ToolDefinition, error) {
 	return slices.Clone(t.tools), nil
 }
 
+var _ loop.SelfTimed = (*Toolset)(nil)
+
+// TimesCalls reports true: a call is bounded by CallTimeout (and counted
+// toward taking the server for hung), not by the loop's tool timeout.
+func (t *Toolset) TimesCalls(string) bool { return true }
+
 // Call calls a tool on the server, within CallTimeout. A server that is
 // down, exits during the call, or does not answer in time gives a tool
 // error (IsError) that says so; the call never waits for a restart.
