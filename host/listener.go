@@ -21,8 +21,9 @@ import (
 //   - at most max connections are open at once, so the process keeps
 //     descriptors for its store, its plugins and their egress whatever
 //     the clients do;
-//   - at the cap, a new connection takes the place of the oldest idle
-//     one: a connection with no request in flight (nothing sent yet, a
+//   - at the cap, a new connection takes the place of an idle one, the
+//     oldest of the client address (IP) with the most connections: a
+//     connection with no request in flight (nothing sent yet, a
 //     request's head or body still arriving, or a kept-alive connection
 //     between requests). Only when every connection has a request in a
 //     handler or a response (an event stream) going is the new one closed
@@ -42,9 +43,10 @@ type connListener struct {
 	live atomic.Int64
 
 	mu       sync.Mutex
-	idle     list.List // *countedConn with no request in flight, the oldest idle first
-	refused  int64     // connections closed over the cap in the current burst
-	evicted  int64     // idle connections closed for new ones in the current burst
+	byAddr   map[string]*addrConns // the open connections by client address (connaddr.go)
+	addrs    addrHeap              // the same, the address to take an idle connection from first
+	refused  int64                 // connections closed over the cap in the current burst
+	evicted  int64                 // idle connections closed for new ones in the current burst
 	lastWarn time.Time
 }
 
@@ -78,7 +80,7 @@ func (l *connListener) Accept() (net.Conn, error) {
 		}
 		cc := &countedConn{Conn: c, l: l, released: make(chan struct{})}
 		if l.live.Add(1) > l.max {
-			victim := l.oldestIdle()
+			victim := l.idleToClose()
 			if victim == nil {
 				l.live.Add(-1)
 				_ = c.Close()
@@ -97,7 +99,7 @@ func (l *connListener) Accept() (net.Conn, error) {
 			t.Stop()
 		}
 		l.mu.Lock()
-		cc.elem = l.idle.PushBack(cc)
+		l.admit(cc)
 		l.mu.Unlock()
 		return cc, nil
 	}
@@ -115,17 +117,17 @@ const (
 // idle connection it closed for a new one.
 const releaseWait = time.Second
 
-// oldestIdle takes the oldest idle connection out of the idle list,
-// marked evicted (no request starts on it any more), or nil with none;
+// idleToClose takes the idle connection to close for a new one out of the
+// idle ones (takeIdle: the oldest of the client address with the most
+// connections), marked evicted (no request starts on it any more), or nil with none;
 // either way it counts and logs the connection closed over the cap, at
 // most once a minute.
-func (l *connListener) oldestIdle() *countedConn {
+func (l *connListener) idleToClose() *countedConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var victim *countedConn
-	if e := l.idle.Front(); e != nil {
-		victim = l.idle.Remove(e).(*countedConn)
-		victim.elem, victim.evicted = nil, true
+	if victim = l.takeIdle(); victim != nil {
+		victim.evicted = true
 		l.evicted++
 	} else {
 		l.refused++
@@ -162,9 +164,10 @@ type countedConn struct {
 	// released is closed once the server has closed the connection.
 	released chan struct{}
 
-	// Under l.mu: the connection's place in l.idle (nil while a request
-	// is in flight, and once closed); evicted: closed for a new
-	// connection, no request may start on it.
+	// Under l.mu: its client address; its place in the address's idle
+	// connections (nil while a request is in flight, and once closed);
+	// evicted: closed for a new connection, no request may start on it.
+	addr    *addrConns
 	elem    *list.Element
 	evicted bool
 	closed  bool
@@ -180,22 +183,19 @@ func (c *countedConn) requestStarted() bool {
 	if c.evicted || c.closed {
 		return false
 	}
-	if c.elem != nil {
-		c.l.idle.Remove(c.elem)
-		c.elem = nil
-	}
+	c.l.setIdle(c, false)
 	return true
 }
 
 // requestEnded marks c idle again once a response is written: the
-// youngest idle connection.
+// youngest idle connection of its address.
 func (c *countedConn) requestEnded() {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
-	if c.evicted || c.closed || c.elem != nil {
+	if c.evicted || c.closed {
 		return
 	}
-	c.elem = c.l.idle.PushBack(c)
+	c.l.setIdle(c, true)
 }
 
 // NetConn returns the connection it counts (a stream's client watch reads
@@ -204,11 +204,10 @@ func (c *countedConn) NetConn() net.Conn { return c.Conn }
 
 func (c *countedConn) Close() error {
 	c.l.mu.Lock()
-	if c.elem != nil {
-		c.l.idle.Remove(c.elem)
-		c.elem = nil
+	if !c.closed {
+		c.closed = true
+		c.l.release(c)
 	}
-	c.closed = true
 	c.l.mu.Unlock()
 	err := c.Conn.Close()
 	c.once.Do(func() {

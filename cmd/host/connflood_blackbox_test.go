@@ -20,7 +20,10 @@ import (
 // opens them again as fast as the host closes them. Another client is
 // served at once each time, without waiting for any timeout: at the cap
 // the host closes the oldest connection with no request in flight to
-// admit the new one. Two /events streams open before the flood are never
+// admit the new one, taken from the client address with the most
+// connections: a slow upload from another address (127.0.0.2), its head
+// sent and its body still to come when the flood starts, is served once
+// its body comes. Two /events streams open before the flood are never
 // taken for idle: they still carry the events of a turn started after it.
 func TestBlackBoxIdleConnectionsCannotLockClientsOut(t *testing.T) {
 	t.Parallel()
@@ -56,6 +59,17 @@ func TestBlackBoxIdleConnectionsCannotLockClientsOut(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b), err
 	}
+	// The slow upload: the oldest idle connection when the flood starts,
+	// from its own address.
+	slowDialer := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	slow, err := slowDialer.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("a connection from 127.0.0.2: %v", err)
+	}
+	defer slow.Close()
+	slowBody := `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"slow-upload"}}`
+	fmt.Fprintf(slow, "POST /a2a/v1 HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		addr, len(slowBody), slowBody[:10])
 	for round := 1; round <= 3; round++ {
 		// Twice the cap: half send nothing, half the start of a request
 		// line and headers they never finish. The host takes them in the
@@ -74,6 +88,20 @@ func TestBlackBoxIdleConnectionsCannotLockClientsOut(t *testing.T) {
 		if err != nil || status != http.StatusOK || !strings.Contains(body, `"error"`) {
 			t.Fatalf("round %d: a client during the flood was not served: %d %q %v", round, status, body, err)
 		}
+	}
+
+	if _, err := io.WriteString(slow, slowBody[10:]); err != nil {
+		t.Fatalf("the slow upload's connection was closed during the flood: %v", err)
+	}
+	_ = slow.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
+	resp, err := http.ReadResponse(bufio.NewReader(slow), nil)
+	if err != nil {
+		t.Fatalf("the slow upload from another address was not served after the flood: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "slow-upload") {
+		t.Fatalf("the slow upload: %d %s", resp.StatusCode, b)
 	}
 
 	// The streams opened before the flood still carry the conversation's
