@@ -118,9 +118,6 @@ func (d *DB) abandon(ctx context.Context, id, reason string, dead func(Info) boo
 		}
 		cur.Status, cur.Error, cur.UpdatedAt, cur.CompletedAt = StatusFailed, reason, now, now
 		cur.Parts, cur.Size, cur.Rows = 0, 0, 0
-		if err := d.account(tx, &cur, 0, false); err != nil {
-			return err
-		}
 		return d.save(tx, cur)
 	})
 	if errors.Is(err, errStop) || errors.Is(err, ErrNotFound) {

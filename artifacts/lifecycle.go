@@ -103,16 +103,8 @@ func (d *DB) deleteWith(ctx context.Context, k kv, id string) error {
 		if m, err = d.loadRaw(tx, id); err != nil {
 			return err
 		}
-		if m.Deleting && m.Charged == 0 {
-			return nil
-		}
-		// The bytes go back as the artifact becomes invisible (also for
-		// one whose deletion began without giving them back).
-		if err := d.account(tx, &m, 0, false); err != nil {
-			return err
-		}
 		if m.Deleting {
-			return d.save(tx, m)
+			return nil
 		}
 		m.Deleting = true
 		if err := tx.set(delKey(id), nil); err != nil {

@@ -16,7 +16,6 @@ import (
 //	arttask/<taskId>/<artifactId>         index by task (empty value)
 //	artexp/<unix nanoseconds>/<artifactId> expiry index (empty value)
 //	artdel/<artifactId>                   deletion begun, not finished (empty value)
-//	artuse/<owner>                        bytes the owner's artifacts hold (decimal; budget.go)
 //
 // Context and task ids are path-escaped, so a "/" in them cannot make one
 // prefix match another's keys.
@@ -50,10 +49,6 @@ type metaRecord struct {
 	// Deleting marks an artifact whose deletion has begun: it is invisible
 	// and the next DeleteTask, Delete or Sweep finishes the job.
 	Deleting bool `json:"deleting,omitempty"`
-	// Charged is what the artifact adds to its owner's usage (budget.go):
-	// its size when last written, 0 once deleted, and 0 for an artifact
-	// written before the budget was kept.
-	Charged int64 `json:"charged,omitempty"`
 }
 
 const metaVersion = 1
@@ -78,7 +73,7 @@ func decodeMeta(b []byte) (metaRecord, error) {
 		return m, fmt.Errorf("bad kind %q", m.Kind)
 	case !m.Status.valid():
 		return m, fmt.Errorf("bad status %q", m.Status)
-	case m.Parts < 0 || m.Size < 0 || m.Rows < 0 || m.Version < 0 || m.Charged < 0:
+	case m.Parts < 0 || m.Size < 0 || m.Rows < 0 || m.Version < 0:
 		return m, errors.New("negative count")
 	case m.Kind == KindDataset:
 		if err := validateSchema(m.Schema); err != nil {

@@ -113,11 +113,6 @@ type Config struct {
 	// Writable refuses, while a reserve lasts, so a full disk can free
 	// itself. Other deletes (a client's, a tool's) still ask Writable.
 	Deletable func() error
-	// OwnerBudget bounds the bytes one owner's stored artifacts hold
-	// together (their sizes, counted durably with the records until they
-	// are deleted or swept; see budget.go): a write past it is refused
-	// with a *BudgetError. 0 or less: no bound.
-	OwnerBudget int64
 }
 
 // BlobCheckEvery is how many bytes of a blob are written between two
@@ -139,7 +134,6 @@ type DB struct {
 	blobs     BlobStore
 	inlineMax int64
 	maxPart   int64
-	budget    int64
 	log       *slog.Logger
 	now       func() time.Time
 	seed      maphash.Seed
@@ -210,7 +204,7 @@ func newDB(k kv, blobs BlobStore, cfg Config) *DB {
 			sweep = guardedKV{kv: raw, check: cfg.Deletable}
 		}
 	}
-	d := &DB{kv: k, raw: raw, sweepKV: sweep, blobs: blobs, inlineMax: cfg.InlineMax, maxPart: cfg.MaxPartSize, budget: cfg.OwnerBudget, log: cfg.Logger, now: cfg.Now, seed: maphash.MakeSeed()}
+	d := &DB{kv: k, raw: raw, sweepKV: sweep, blobs: blobs, inlineMax: cfg.InlineMax, maxPart: cfg.MaxPartSize, log: cfg.Logger, now: cfg.Now, seed: maphash.MakeSeed()}
 	if d.inlineMax <= 0 {
 		d.inlineMax = defaultInlineMax
 	}
@@ -314,14 +308,6 @@ func (d *DB) Create(ctx context.Context, spec Spec) (Info, error) {
 		if _, err := tx.get(metaKey(m.ID), nil); err == nil {
 			return invalid("artifact %q exists already", m.ID)
 		} else if !errors.Is(err, errNoKey) {
-			return err
-		}
-		if used, err := usage(tx, m.Owner); err != nil {
-			return err
-		} else if d.budget > 0 && used >= d.budget {
-			return &BudgetError{Owner: m.Owner, Used: used, Need: m.Size, Budget: d.budget}
-		}
-		if err := d.account(tx, &m, m.Size, true); err != nil {
 			return err
 		}
 		if err := d.save(tx, m); err != nil {

@@ -81,9 +81,6 @@ func (d *DB) appendPart(ctx context.Context, id string, kind Kind, last bool, bu
 		if last {
 			m.Status, m.CompletedAt = StatusComplete, now
 		}
-		if err := d.account(tx, &m, m.Size, true); err != nil {
-			return err
-		}
 		return d.save(tx, m)
 	}
 	err := d.kv.update(func(tx kvTxn) error {
@@ -101,9 +98,6 @@ func (d *DB) appendPart(ctx context.Context, id string, kind Kind, last bool, bu
 			return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(data), d.maxPart)
 		}
 		if int64(len(data)) > d.inlineMax {
-			if err := d.fits(tx, m, int64(len(data))); err != nil {
-				return err
-			}
 			return errSpill
 		}
 		return commit(tx, part{Inline: data, Size: int64(len(data)), Rows: rows})
@@ -203,20 +197,9 @@ func (d *DB) replacePart(ctx context.Context, id string, kind Kind, index int, d
 			return err
 		}
 		if check != nil {
-			if err := check(m); err != nil {
-				return err
-			}
+			return check(m)
 		}
-		if int64(len(data)) <= d.inlineMax {
-			return nil // checked at the commit, before anything is written
-		}
-		var oldSize int64
-		if prev, err := tx.get(partKey(id, index), nil); err == nil {
-			if p, err := decodePart(prev); err == nil {
-				oldSize = p.Size
-			}
-		}
-		return d.fits(tx, m, int64(len(data))-oldSize)
+		return nil
 	})
 	if err != nil {
 		return Info{}, err
@@ -256,9 +239,6 @@ func (d *DB) replacePart(ctx context.Context, id string, kind Kind, index int, d
 		m.Size += p.Size
 		m.Version++
 		m.UpdatedAt = now
-		if err := d.account(tx, &m, m.Size, true); err != nil {
-			return err
-		}
 		return d.save(tx, m)
 	})
 	if err != nil {

@@ -136,8 +136,7 @@ func (m *Main) openBackend(ctx context.Context, cfg Config, dataDir string) (b b
 	if err != nil {
 		return nil, nil, nil, false, err
 	}
-	artCfg := artifacts.Config{InlineMax: inlineMax, Logger: m.log.With("component", "artifacts"),
-		OwnerBudget: cfg.Limits.ArtifactBytesPerPrincipal}
+	artCfg := artifacts.Config{InlineMax: inlineMax, Logger: m.log.With("component", "artifacts")}
 	if cfg.InMemory && cfg.Store.Backend != "redis" {
 		// Nothing is to survive a restart: the stores are maps, with the
 		// same contract as Badger's (store/storetest) and none of the

@@ -243,17 +243,6 @@ type LimitsConfig struct {
 	// TaskTTL: finished tasks and their event logs expire after this
 	// (default 7 days).
 	TaskTTL Duration `json:"taskTTL,omitempty"`
-	// ArtifactBytesPerPrincipal bounds the bytes one principal's stored
-	// artifacts hold together, all its conversations and tasks, written
-	// by tools, plugins or over MCP (default
-	// DefaultArtifactBytesPerPrincipal, 1 GiB; with auth off every client
-	// is the one principal; -1: no bound). A write past it is refused
-	// (ARTIFACT_BUDGET_EXCEEDED, naming this setting) and nothing of it is
-	// kept; the bytes come back when an artifact is deleted (with its
-	// conversation, or abandoned unfinished) or removed at its expiry
-	// (taskTTL). The count is kept with the artifacts, so it survives a
-	// restart and hosts sharing a store share it.
-	ArtifactBytesPerPrincipal int64 `json:"artifactBytesPerPrincipal,omitempty"`
 	// ConversationTTL: a conversation idle (no new turn) for longer, with
 	// no unfinished task (working, input-required, auth-required), is
 	// deleted with its history and agent record (default 30 days, and
@@ -509,9 +498,6 @@ func (c Config) Validate() error {
 	if c.Limits.MaxStreams < -1 || c.Limits.MaxStreamsPerPrincipal < -1 || c.Limits.MaxStreamsPerStream < -1 {
 		return errors.New("config: limits.maxStreams, limits.maxStreamsPerPrincipal and limits.maxStreamsPerStream must not be negative (-1 is no bound)")
 	}
-	if c.Limits.ArtifactBytesPerPrincipal < -1 {
-		return errors.New("config: limits.artifactBytesPerPrincipal must not be negative (0 is the default, -1 is no bound)")
-	}
 	if c.Limits.MaxAgentBytes < -1 || c.Agent.HistoryBytes < -1 || c.Agent.HistoryLimit < 0 {
 		return errors.New("config: agent.historyLimit, agent.historyBytes and limits.maxAgentBytes must not be negative (-1 is no bound for the bytes)")
 	}
@@ -608,9 +594,6 @@ func (c Config) withDefaults() Config {
 	if l.TaskTTL == 0 {
 		l.TaskTTL = Duration(7 * 24 * time.Hour)
 	}
-	if l.ArtifactBytesPerPrincipal == 0 {
-		l.ArtifactBytesPerPrincipal = DefaultArtifactBytesPerPrincipal
-	}
 	if l.ConversationTTL == 0 {
 		l.ConversationTTL = Retention(max(DefaultConversationTTL, time.Duration(l.TaskTTL)))
 	}
@@ -657,10 +640,6 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
-
-// DefaultArtifactBytesPerPrincipal is limits.artifactBytesPerPrincipal's
-// default.
-const DefaultArtifactBytesPerPrincipal = 1 << 30
 
 // The defaults of the bounds on live event streams (LimitsConfig).
 const (

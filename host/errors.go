@@ -9,7 +9,6 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/errordetails"
 
-	"github.com/looopy-go/looopy/artifacts"
 	"github.com/looopy-go/looopy/host/taskrt"
 	"github.com/looopy-go/looopy/loop"
 	"github.com/looopy-go/looopy/sse"
@@ -76,7 +75,6 @@ var errorTable = []errorCode{
 	{taskrt.ErrHostBusy, -32000, http.StatusTooManyRequests, "HOST_BUSY"},
 	{ErrTooManyStreams, -32000, http.StatusTooManyRequests, "TOO_MANY_STREAMS"},
 	{store.ErrNoSpace, -32000, http.StatusInsufficientStorage, "STORAGE_FULL"},
-	{artifacts.ErrBudget, -32000, http.StatusInsufficientStorage, "ARTIFACT_BUDGET_EXCEEDED"},
 	{a2a.ErrUnauthenticated, -31401, http.StatusUnauthorized, "UNAUTHENTICATED"},
 	{a2a.ErrUnauthorized, -31403, http.StatusForbidden, "UNAUTHORIZED"},
 	{context.DeadlineExceeded, -32000, http.StatusGatewayTimeout, "TIMEOUT"},
