@@ -102,6 +102,11 @@ type RunInput struct {
 	// be stored (the turn then ends without writing anything, the agent
 	// ready for the next).
 	Stored func() (*Lease, error)
+	// Queued, optional with Stored, returns once the caller has queued
+	// Task's write ahead of every write the turn makes after it, with the
+	// lease that write stores (loop.LeasedTaskSubmitter): a turn that runs
+	// no tool then commits its end without waiting for Stored (Turn.Queued).
+	Queued func() (*Lease, error)
 	// Resumed says the task ran before (in a process that stopped): the
 	// turn continues from its checkpoint, or from its first model call
 	// without one, and says so in its events. Otherwise the turn starts.
@@ -516,11 +521,39 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 		}
 		return nil
 	}
-	out := a.runLeased(ctx, &rec, input, t, func() *Lease { l, _ := stored(); return l })
-	if _, err := stored(); err != nil {
-		// Not stored, nothing saved: the agent takes the next turn.
+	lease := func() *Lease { l, _ := stored(); return l }
+	var before AgentMetadata
+	if in.Queued != nil {
+		queued := sync.OnceValues(in.Queued)
+		t.Queued = func(context.Context) error {
+			if _, err := queued(); err != nil {
+				return fmt.Errorf("task %q not stored: %w", taskID, err)
+			}
+			return nil
+		}
+		lease = func() *Lease {
+			if t.Queued(ctx) != nil {
+				return nil
+			}
+			l, _ := queued()
+			return l
+		}
 		a.mu.Lock()
-		if a.meta.Status == AgentBusy {
+		before = a.meta
+		a.mu.Unlock()
+	}
+	out := a.runLeased(ctx, &rec, input, t, lease)
+	if _, err := stored(); err != nil {
+		// Not stored, nothing saved: the agent takes the next turn. A
+		// commit made on Queued was refused by its fence; the agent is
+		// as it was before the turn (finishTurn took back the messages
+		// it cached).
+		a.mu.Lock()
+		switch {
+		case in.Queued != nil && (a.meta.Status == AgentBusy || a.meta.Status == AgentFailed):
+			a.meta = before
+			a.meta.Status = AgentReady
+		case a.meta.Status == AgentBusy:
 			a.meta.Status = AgentReady
 		}
 		a.mu.Unlock()

@@ -441,6 +441,21 @@ type LeasedTaskSaver interface {
 	SaveTaskLeased(ctx context.Context, t TaskRecord, agent *AgentMetadata, owner, data string, ttl time.Duration) (Lease, error)
 }
 
+// LeasedTaskSubmitter is a LeasedTaskSaver that can queue the write of a
+// new task (one whose lease nobody holds) and return before it is durable:
+// SubmitTaskLeased returns the lease the write stores and wait, which
+// returns the write's outcome once it is durable (as SaveTaskLeased would
+// have; an error matching ErrLeaseHeld when a lease of the task's id is
+// stored already). Every write the store takes after SubmitTaskLeased
+// returns is applied after it, and the lease's token names this write
+// alone: a write fenced by the lease (TurnCommit.Lease) is stored only if
+// the task's write was, and once it is durable, so is the task's. A turn
+// whose model answers before the task's write is out thus commits its end
+// behind it, without waiting for it first.
+type LeasedTaskSubmitter interface {
+	SubmitTaskLeased(ctx context.Context, t TaskRecord, agent *AgentMetadata, owner, data string, ttl time.Duration) (l Lease, wait func() error, err error)
+}
+
 // CancelSignals carry cancel requests between processes sharing the
 // stores: a process asked to cancel a task whose turn runs elsewhere
 // records the request; the process running the turn hears of it and

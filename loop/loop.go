@@ -242,6 +242,16 @@ type Turn struct {
 	// already called while that write syncs. An error ends the turn with
 	// that error and without OnFinish: nothing of it is written.
 	Stored func(ctx context.Context) error
+	// Queued, when set with Stored, stands for Stored before OnFinish in a
+	// turn that ran no tool: it returns once the task's write is queued
+	// ahead of every write the turn makes after it, and the lease that
+	// fences the turn's commit names that write (loop.LeasedTaskSubmitter):
+	// the commit is stored only if the task is, and durable only once the
+	// task is. So a turn whose model answered before the task's write was
+	// out commits its end right behind it, without waiting for it first.
+	// Its events still wait for Stored in the caller's sink. An error ends
+	// the turn as Stored's does.
+	Queued func(ctx context.Context) error
 	// Resume continues a turn from its checkpoint instead of starting it:
 	// Messages must then be the same history and input the turn started
 	// with. The turn's events continue; task-created is not sent again.
@@ -420,6 +430,9 @@ type turn struct {
 	// storedOnce and storedErr: Turn.Stored, waited for once.
 	storedOnce sync.Once
 	storedErr  error
+	// ranTools: a tool call of the turn was stored (Stored waited for);
+	// its end commits only after Stored, not on Queued.
+	ranTools bool
 	// planned: the turn's strategy thought was sent.
 	planned bool
 	// started names the turn in its responses' names (ContentDelta.Response);
@@ -527,7 +540,7 @@ func (l *Loop) Run(ctx context.Context, t Turn) (out Outcome) {
 	// used is known, and a budget that saves it (the host's usage
 	// records) has it written with the commit, not in a sync after it.
 	_ = tr.budget(ctx, &out, true, 0, 0)
-	if err := tr.stored(ctx); err != nil {
+	if err := tr.queued(ctx); err != nil {
 		// The task is not stored: nothing of the turn may be either.
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
 	} else if t.OnFinish != nil {
@@ -585,6 +598,15 @@ func (tr *turn) stored(ctx context.Context) error {
 	}
 	tr.storedOnce.Do(func() { tr.storedErr = tr.t.Stored(context.WithoutCancel(ctx)) })
 	return tr.storedErr
+}
+
+// queued waits for Turn.Queued before the turn's end is committed, when
+// the turn ran no tool and has Queued; otherwise for Turn.Stored.
+func (tr *turn) queued(ctx context.Context) error {
+	if tr.t.Queued == nil || tr.ranTools {
+		return tr.stored(ctx)
+	}
+	return tr.t.Queued(context.WithoutCancel(ctx))
 }
 
 func (tr *turn) finish(out *Outcome) {
@@ -676,6 +698,7 @@ func (tr *turn) run(ctx context.Context) Outcome {
 	}
 	if tr.t.Resume != nil || len(tr.t.Continue) > 0 {
 		// Such a turn may run tools before it calls the model.
+		tr.ranTools = true
 		if err := tr.stored(ctx); err != nil {
 			out.Status, out.Reason, out.Err = TaskFailed, ReasonError, err
 			return out
@@ -820,7 +843,15 @@ func (tr *turn) iterate(ctx context.Context, iter int, conv []Message, out *Outc
 		MessageCount: len(conv), ToolCount: len(tr.defs)})
 	tr.planThoughts(iter, conv, out)
 	resp, err := tr.callModel(ctx, iter, req)
-	if serr := tr.stored(ctx); serr != nil {
+	wait := tr.stored
+	if err == nil && len(resp.Message.ToolCalls) == 0 {
+		// An answer without tool calls: what follows is the turn's end,
+		// which may be committed once the task's write is queued.
+		wait = tr.queued
+	} else {
+		tr.ranTools = true
+	}
+	if serr := wait(ctx); serr != nil {
 		out.Status, out.Reason, out.Err = TaskFailed, ReasonError, serr
 		return nil, true
 	}

@@ -375,18 +375,28 @@ type writeOp struct {
 // submission only: once submitted, the write completes (a caller that gave
 // up would not know whether it happened).
 func (b *Badger) write(ctx context.Context, op *writeOp) error {
+	if err := b.submit(ctx, op); err != nil {
+		return err
+	}
+	return <-op.res
+}
+
+// submit queues op for the commit goroutine and returns; op.res answers
+// it once it is durable (or refused). The queue is first in, first out:
+// a write submitted after submit returns is applied after op, in its
+// batch or a later one.
+func (b *Badger) submit(ctx context.Context, op *writeOp) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	op.res = make(chan error, 1)
 	b.mu.RLock()
+	defer b.mu.RUnlock()
 	if b.closed {
-		b.mu.RUnlock()
 		return ErrClosed
 	}
 	b.ops <- op
-	b.mu.RUnlock()
-	return <-op.res
+	return nil
 }
 
 // writeLater is write for a write nobody waits on to answer a client:

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -156,6 +158,66 @@ func (b *Badger) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, agent *l
 		return loop.Lease{}, err
 	}
 	return l, nil
+}
+
+var _ loop.LeasedTaskSubmitter = (*Badger)(nil)
+
+// SubmitTaskLeased implements loop.LeasedTaskSubmitter: SaveTaskLeased for
+// a task whose lease nobody holds (a new task), queued without waiting for
+// it. The lease's token is drawn at random rather than counted from the
+// stored one (there is none), so that it names this write alone: a write
+// fenced by it, which the commit goroutine applies after this one (the
+// queue is first in, first out, and a batch applies in order), passes its
+// fence only if this write was applied and committed. When a lease is
+// stored already the write is refused (loop.ErrLeaseHeld).
+func (b *Badger) SubmitTaskLeased(ctx context.Context, t loop.TaskRecord, agent *loop.AgentMetadata, owner, data string, ttl time.Duration) (loop.Lease, func() error, error) {
+	if err := checkLease(b.limits, t.ID, owner, ttl); err != nil {
+		return loop.Lease{}, nil, fmt.Errorf("acquire lease: %w", err)
+	}
+	saveTask, err := b.saveTaskApply(&t)
+	if err != nil {
+		return loop.Lease{}, nil, err
+	}
+	var saveAgent func(*badger.Txn) ([]mutation, error)
+	if agent != nil {
+		if saveAgent, err = b.saveAgentApply(agent); err != nil {
+			return loop.Lease{}, nil, err
+		}
+	}
+	// Below 2^53, so that a client reading it as a JSON number keeps it
+	// whole; never 0 or 1 (1 is the first token of a counted lease).
+	l := loop.Lease{Key: t.ID, Owner: owner, Token: 2 + rand.Uint64N(1<<53-2), Expires: time.Now().Add(ttl), Data: data}
+	v, err := json.Marshal(&l)
+	if err != nil {
+		return loop.Lease{}, nil, err
+	}
+	op := &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+		cur, err := getLease(txn, t.ID)
+		if err != nil {
+			return nil, err
+		}
+		if cur != nil {
+			return nil, fmt.Errorf("acquire lease %q: %w (a new task's lease is stored already, owner %q)", t.ID, loop.ErrLeaseHeld, cur.Owner)
+		}
+		ms := []mutation{set(leaseKey(t.ID), v)}
+		ts, err := saveTask(txn)
+		if err != nil {
+			return nil, fmt.Errorf("save task %q: %w", t.ID, err)
+		}
+		ms = append(ms, ts...)
+		if saveAgent != nil {
+			as, err := saveAgent(txn)
+			if err != nil {
+				return nil, fmt.Errorf("save agent %q: %w", agent.ContextID, err)
+			}
+			ms = append(ms, as...)
+		}
+		return ms, nil
+	}}
+	if err := b.submit(ctx, op); err != nil {
+		return loop.Lease{}, nil, err
+	}
+	return l, sync.OnceValue(func() error { return <-op.res }), nil
 }
 
 // AcquireLease implements loop.LeaseStore.

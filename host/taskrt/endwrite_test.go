@@ -182,11 +182,19 @@ func TestTurnEndIsOneWriteWithItsCommit(t *testing.T) {
 			for _, r := range recs {
 				atEnding = append(atEnding, kindsOf(t, [][]byte{r.Data})...)
 			}
+			// A new task's end may be written right behind the task's
+			// own write (its model answered before that write was out):
+			// the task is then not stored yet, which also says nothing
+			// of the end is.
 			rec, err := db.LoadTask(context.Background(), taskID)
-			if err != nil {
+			switch {
+			case errors.Is(err, loop.ErrNotFound):
+				recAtEnding = loop.TaskWorking
+			case err != nil:
 				t.Error(err)
+			default:
+				recAtEnding = rec.Status
 			}
-			recAtEnding = rec.Status
 		}
 	}
 	rt, err := New(cfg)
@@ -263,8 +271,10 @@ func TestTurnEndIsOneWriteWithItsCommit(t *testing.T) {
 			}
 			withCommit++
 			for _, stream := range []string{sse.TaskStream(id), sse.ContextStream(ctxID)} {
+				// The end, after the events the turn's task held back
+				// while its own write was under way (when it ended first).
 				a := c.after[stream]
-				if len(a) != 2 || a[0] != "task-status:completed" || a[1] != string(loop.KindTaskComplete) {
+				if len(a) < 2 || a[len(a)-2] != "task-status:completed" || a[len(a)-1] != string(loop.KindTaskComplete) {
 					t.Fatalf("turn %d: the commit's write appended %v to %s, want the completed status and task-complete", i, a, stream)
 				}
 			}

@@ -684,17 +684,25 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err
 // Only a new task's turn starts this way: it begins with its model call,
 // which has no effect a failed write would have to undo.
 func (rt *Runtime) startStoring(ctx context.Context, r *Run, rec loop.TaskRecord, agent *loop.Agent, auth *loop.AuthContext) (*Started, error) {
-	g := &startGate{decided: make(chan struct{})}
+	g := &startGate{decided: make(chan struct{}), queued: make(chan struct{}), taskID: r.TaskID}
 	run := rec
 	run.Version++ // as it will be stored
+	in := loop.RunInput{TaskID: rec.ID, Auth: auth, Task: &run,
+		Stored: func() (*loop.Lease, error) {
+			<-g.decided
+			return r.lease, g.err
+		}}
+	if _, ok := rt.st.TaskLeases.(loop.LeasedTaskSubmitter); ok {
+		in.Queued = func() (*loop.Lease, error) {
+			<-g.queued
+			return g.lease, g.qerr
+		}
+	}
 	rt.launch(r, rec, g, func(ctx context.Context, sink loop.EventSink) (loop.Outcome, error) {
-		return agent.RunTask(ctx, loop.RunInput{TaskID: rec.ID, Auth: auth, Sink: sink, Task: &run,
-			Stored: func() (*loop.Lease, error) {
-				<-g.decided
-				return r.lease, g.err
-			}})
+		in.Sink = sink
+		return agent.RunTask(ctx, in)
 	})
-	err := rt.save(ctx, r, rec, agent)
+	err := rt.saveQueued(ctx, r, rec, agent, g)
 	if err == nil {
 		rt.crashpoint(PointTaskSaved)
 		g.stopRenew = rt.renew(r)
@@ -716,11 +724,35 @@ type startGate struct {
 	err       error         // the write's error; set before decided closes
 	stopRenew func()        // the lease's renewal, when stored; set before decided closes
 
+	// queued is closed once the task's write is queued in the store
+	// (loop.LeasedTaskSubmitter) or could not be: lease is the lease it
+	// stores, qerr why it could not be queued. Set before queued closes.
+	queued chan struct{}
+	lease  *loop.Lease
+	qerr   error
+	taskID string
+	// keep says whether the turn's sink passes an event on to the log
+	// (launch sets it): the held events a merged end carries are those.
+	keep func(loop.Event) bool
+
 	mu      sync.Mutex
 	settled bool
 	held    []loop.Event
 	emit    loop.EventSink
 }
+
+// queue records that the task's write is queued with lease l, or could
+// not be (err).
+func (g *startGate) queue(l *loop.Lease, err error) {
+	g.lease, g.qerr = l, err
+	close(g.queued)
+}
+
+// maxMergedHeld bounds the held events a turn's end carries in its own
+// write (startGate.mergeEnd): a turn that emitted more waits for its
+// task's write, and its end is written as usual. A fast model's turn
+// holds a handful.
+const maxMergedHeld = 64
 
 // sink holds events until the task is stored, then passes them on (or
 // drops them all when it could not be).
@@ -744,13 +776,80 @@ func (g *startGate) sink(next loop.EventSink) loop.EventSink {
 	}
 	return endSink{SinkFunc: f, end: func(ctx context.Context, tc loop.TurnCommitter, c loop.TurnCommit, end []loop.Event) (bool, error) {
 		g.mu.Lock()
-		open := g.settled && g.err == nil && len(g.held) == 0
+		if !g.settled {
+			if held, ok := g.mergeable(); ok {
+				g.held = nil
+				g.mu.Unlock()
+				return g.mergeEnd(ctx, es, tc, c, held, end)
+			}
+			// The end goes after what the gate holds, once the task is
+			// stored.
+			g.mu.Unlock()
+			<-g.decided
+			g.mu.Lock()
+		}
+		open := g.err == nil && len(g.held) == 0
 		g.mu.Unlock()
 		if !open {
 			return false, nil // the end goes after what the gate holds
 		}
 		return es.CommitEnd(ctx, tc, c, end)
 	}}
+}
+
+// mergeable returns the held events a turn's end may carry in its own
+// write while the task's write is still under way (g.mu held): those the
+// sink passes on, when the task's write is queued and none of them is
+// one the sink treats apart (an end of a task), and they are few.
+func (g *startGate) mergeable() ([]loop.Event, bool) {
+	select {
+	case <-g.queued:
+	default:
+		return nil, false
+	}
+	if g.qerr != nil || g.lease == nil || g.keep == nil || len(g.held) > maxMergedHeld {
+		return nil, false
+	}
+	held := make([]loop.Event, 0, len(g.held))
+	for _, e := range g.held {
+		if !g.keep(e) {
+			continue
+		}
+		if _, ok := e.(*loop.TaskComplete); ok {
+			return nil, false
+		}
+		if st, ok := e.(*loop.TaskStatusEvent); ok && st.Status != loop.TaskWorking && st.Status != loop.TaskSubmitted {
+			return nil, false
+		}
+		held = append(held, e)
+	}
+	return held, true
+}
+
+// mergeEnd writes the end of a turn that ended before its task's write was
+// out, behind that write: the held events and the end in one write with
+// the turn's commit, fenced by the task's lease, so that all of it is
+// stored (and published) only if the task is, and once it is. If that
+// write is not made or is refused, the held events go back ahead of
+// whatever comes later, and are let out (or dropped) with the task's
+// write's outcome as before.
+func (g *startGate) mergeEnd(ctx context.Context, es loop.EndSink, tc loop.TurnCommitter, c loop.TurnCommit, held, end []loop.Event) (bool, error) {
+	all := make([]loop.Event, 0, len(held)+len(end))
+	all = append(append(all, held...), end...)
+	handled, err := es.CommitEnd(ctx, tc, c, all)
+	if handled && err == nil {
+		return true, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.settled {
+		g.held = append(held, g.held...)
+	} else if g.err == nil {
+		for _, e := range held {
+			g.emit.Emit(e)
+		}
+	}
+	return handled, err
 }
 
 // decide records the write's outcome and lets the held events out (in
@@ -868,6 +967,61 @@ func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord, agent 
 	r.lease = &l
 	return nil
 }
+
+// saveQueued is save for a new task's first turn (startStoring), whose
+// write is queued with the store's LeasedTaskSubmitter when it has one: g
+// learns when it is queued, with its lease (g.queue, called once whatever
+// happens, so that the turn never waits for it in vain), and saveQueued
+// returns once it is durable.
+func (rt *Runtime) saveQueued(ctx context.Context, r *Run, rec loop.TaskRecord, agent *loop.Agent, g *startGate) (err error) {
+	sub, ok := rt.st.TaskLeases.(loop.LeasedTaskSubmitter)
+	if !ok || rt.st.Leases == nil {
+		err = rt.save(ctx, r, rec, agent)
+		g.queue(nil, errNotQueued)
+		return err
+	}
+	queued := false
+	defer func() {
+		if !queued {
+			g.queue(nil, err)
+		}
+	}()
+	if rt.cfg.Shared {
+		if err := rt.ownContext(ctx, r); err != nil {
+			return err
+		}
+		rt.crashpoint(PointLeaseTaken)
+	}
+	var meta *loop.AgentMetadata
+	if m, ok := agent.PendingMetadata(); ok {
+		meta = &m
+	}
+	l, wait, err := sub.SubmitTaskLeased(ctx, rec, meta, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
+	if err == nil {
+		queued = true
+		g.queue(&l, nil)
+		err = wait()
+	}
+	if err != nil {
+		rt.releaseContextLease(r)
+		if errors.Is(err, loop.ErrLeaseHeld) {
+			return fmt.Errorf("task %q runs on another host: %w", r.TaskID, loop.ErrBusy)
+		}
+		if errors.Is(err, loop.ErrConflict) {
+			return fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
+		}
+		return fmt.Errorf("start task %q: %w", rec.ID, err)
+	}
+	if meta != nil {
+		agent.MetadataSaved()
+	}
+	r.lease = &l
+	return nil
+}
+
+// errNotQueued is what Queued answers when the store queues no task's
+// write (it is not a LeasedTaskSubmitter): Queued is not offered then.
+var errNotQueued = errors.New("the store does not queue a task's write")
 
 // ownContext takes the lease of r's context (stores shared by several
 // processes): a context whose turn runs on another process answers busy,
@@ -1206,9 +1360,14 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 		rt.log.LogAttrs(context.Background(), slog.LevelError, "event not logged",
 			slog.String("task_id", taskID), slog.String("kind", string(e.Head().Kind)), slog.String("error", err.Error()))
 	})
+	keep := func(e loop.Event) bool {
+		// Internal events are for tracing, not for the log clients read.
+		k := e.Head().Kind
+		return !k.Internal() || (rt.cfg.KeepDebugThoughts && k == loop.KindInternalThoughtProcess)
+	}
 	emit := loop.SinkFunc(func(e loop.Event) {
-		if k := e.Head().Kind; k.Internal() && !(rt.cfg.KeepDebugThoughts && k == loop.KindInternalThoughtProcess) {
-			return // internal events are for tracing, not for the log clients read
+		if !keep(e) {
+			return
 		}
 		final := isFinal(r, e)
 		if final && !r.lost() {
@@ -1262,6 +1421,7 @@ func (rt *Runtime) launch(r *Run, rec loop.TaskRecord, g *startGate, turn func(c
 	if g == nil {
 		stopRenew = rt.renew(r)
 	} else {
+		g.keep = keep
 		run = g.sink(sink)
 	}
 	rt.wg.Add(1)
