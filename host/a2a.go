@@ -25,7 +25,10 @@ func (s *Server) sendMessage(ctx context.Context, auth *loop.AuthContext, req *a
 	if err := checkSendConfig(req); err != nil {
 		return nil, err
 	}
-	st, err := s.start(ctx, auth, req)
+	// A blocking send tells its client of the task only at the turn's end:
+	// the task's write may go with the end's.
+	atEnd := req.Config == nil || !req.Config.ReturnImmediately
+	st, err := s.start(ctx, auth, req, atEnd)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +65,7 @@ func (s *Server) answerTask(rec loop.TaskRecord, historyLength int) *a2a.Task {
 }
 
 // start starts the turn of an A2A message.
-func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.SendMessageRequest) (*taskrt.Started, error) {
+func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.SendMessageRequest, answerAtEnd bool) (*taskrt.Started, error) {
 	if req == nil || req.Message == nil {
 		return nil, fmt.Errorf("%w: message is required", a2a.ErrInvalidParams)
 	}
@@ -107,7 +110,8 @@ func (s *Server) start(ctx context.Context, auth *loop.AuthContext, req *a2a.Sen
 	ctx = plugins.WithPrincipal(ctx, auth.Principal)
 	return s.tasks.Start(ctx, taskrt.StartRequest{Auth: auth, ContextID: contextID,
 		TaskID: string(req.Message.TaskID), Message: msg, Metadata: md,
-		Answers: answers, CheckAnswers: checkAnswers(creds), OnAnswered: s.keepCredentials(creds), ClientTools: tools})
+		Answers: answers, CheckAnswers: checkAnswers(creds), OnAnswered: s.keepCredentials(creds), ClientTools: tools,
+		AnswerAtEnd: answerAtEnd})
 }
 
 func checkSendConfig(req *a2a.SendMessageRequest) error {

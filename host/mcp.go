@@ -276,7 +276,7 @@ func (a mcpAgent) Ask(ctx context.Context, auth *loop.AuthContext, contextID, pr
 	s := a.s
 	req := &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(prompt))}
 	req.Message.ContextID = contextID
-	st, err := s.start(ctx, auth, req)
+	st, err := s.start(ctx, auth, req, false)
 	if err != nil {
 		return mcp.AgentAnswer{}, err
 	}

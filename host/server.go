@@ -835,7 +835,7 @@ func (s *Server) startStream(ctx context.Context, auth *loop.AuthContext, p *a2a
 	if err := checkSendConfig(p); err != nil {
 		return nil, err
 	}
-	st, err := s.start(ctx, auth, p)
+	st, err := s.start(ctx, auth, p, false)
 	if err != nil {
 		return nil, err
 	}

@@ -456,6 +456,18 @@ type LeasedTaskSubmitter interface {
 	SubmitTaskLeased(ctx context.Context, t TaskRecord, agent *AgentMetadata, owner, data string, ttl time.Duration) (l Lease, wait func() error, err error)
 }
 
+// TaskWriteDeferrer holds a new task's write (as LeasedTaskSubmitter
+// queues it) back until the commit of its turn's end, for within at most:
+// a write fenced by the returned lease takes it along, first, in one
+// durable write, so that a turn that ends quickly makes one write, not
+// two. flush sends it alone at once (before a tool runs); the deadline
+// does the same. wait returns its outcome once it is durable. For a
+// caller that tells its client nothing before the turn's end (a blocking
+// SendMessage): until the write goes, the task is nowhere in the store.
+type TaskWriteDeferrer interface {
+	DeferTaskLeased(ctx context.Context, t TaskRecord, agent *AgentMetadata, owner, data string, ttl, within time.Duration) (l Lease, flush func(), wait func() error, err error)
+}
+
 // CancelSignals carry cancel requests between processes sharing the
 // stores: a process asked to cancel a task whose turn runs elsewhere
 // records the request; the process running the turn hears of it and

@@ -119,6 +119,17 @@ type Badger struct {
 	later      []*writeOp
 	laterKick  chan struct{}
 	laterDelay time.Duration // laterMu
+
+	// New tasks' writes held back for the commit of their turn's end
+	// (DeferTaskLeased), by the lease they store: heldMu guards held.
+	heldMu sync.Mutex
+	held   map[heldKey]*writeOp
+}
+
+// heldKey names a held task write by the lease it stores.
+type heldKey struct {
+	key   string
+	token uint64
 }
 
 // defaultLaterDelay is how long a write made with writeLater waits for a
@@ -264,6 +275,9 @@ func Open(opts Options) (*Badger, error) {
 // next Open replays that log. Badger's goroutines are left behind; the
 // process is about to end.
 func (b *Badger) Close() error {
+	// Held task writes go now, before the queue closes (each was to go
+	// within its deadline anyway).
+	b.flushAllHeld()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -369,6 +383,10 @@ type writeOp struct {
 	run   func() error
 	frees bool
 	res   chan error
+	// then is applied right after op, in the same batch, nothing between
+	// them: a turn's commit behind the held write of its task
+	// (DeferTaskLeased).
+	then *writeOp
 }
 
 // write submits op and waits until it is durable. ctx is checked before
@@ -389,7 +407,11 @@ func (b *Badger) submit(ctx context.Context, op *writeOp) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	op.res = make(chan error, 1)
+	for o := op; o != nil; o = o.then {
+		if o.res == nil {
+			o.res = make(chan error, 1)
+		}
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
@@ -397,6 +419,83 @@ func (b *Badger) submit(ctx context.Context, op *writeOp) error {
 	}
 	b.ops <- op
 	return nil
+}
+
+// refuse answers op, and the writes chained to it, with err.
+func refuse(op *writeOp, err error) {
+	for ; op != nil; op = op.then {
+		op.res <- err
+	}
+}
+
+// hold keeps op (a new task's write, storing the lease l) back until the
+// commit of its turn's end comes (writeBehind) or flush submits it alone.
+func (b *Badger) hold(l loop.Lease, op *writeOp) {
+	op.res = make(chan error, 1)
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	if b.held == nil {
+		b.held = make(map[heldKey]*writeOp)
+	}
+	b.held[heldKey{l.Key, l.Token}] = op
+}
+
+// takeHeld returns the write held for the lease l, no longer held, or nil.
+func (b *Badger) takeHeld(l loop.Lease) *writeOp {
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	k := heldKey{l.Key, l.Token}
+	op := b.held[k]
+	delete(b.held, k)
+	return op
+}
+
+// flushHeld submits the write held for l alone, unless it was taken.
+func (b *Badger) flushHeld(l loop.Lease) {
+	if op := b.takeHeld(l); op != nil {
+		if err := b.submit(context.Background(), op); err != nil {
+			refuse(op, err)
+		}
+	}
+}
+
+// flushAllHeld submits every held write alone (Close).
+func (b *Badger) flushAllHeld() {
+	b.heldMu.Lock()
+	ops := b.held
+	b.held = nil
+	b.heldMu.Unlock()
+	for _, op := range ops {
+		if err := b.submit(context.Background(), op); err != nil {
+			refuse(op, err)
+		}
+	}
+}
+
+// writeBehind is write for a turn's commit fenced by l: when the write of
+// l's new task is held (DeferTaskLeased), both go as one, the task's
+// first, in one batch (one sync); each is answered on its own.
+func (b *Badger) writeBehind(ctx context.Context, l *loop.Lease, op *writeOp) error {
+	if l == nil {
+		return b.write(ctx, op)
+	}
+	h := b.takeHeld(*l)
+	if h == nil {
+		return b.write(ctx, op)
+	}
+	if err := ctx.Err(); err != nil {
+		// The task's write goes whatever becomes of this one.
+		if serr := b.submit(context.Background(), h); serr != nil {
+			refuse(h, serr)
+		}
+		return err
+	}
+	h.then = op
+	if err := b.submit(ctx, h); err != nil {
+		refuse(h, err)
+		return <-op.res
+	}
+	return <-op.res
 }
 
 // writeLater is write for a write nobody waits on to answer a client:
@@ -563,7 +662,7 @@ func (b *Badger) batch(first *writeOp) {
 		// Refuse the writes waiting now too: each would hit the same
 		// wall, and the check is made once per batch.
 		if first != nil {
-			first.res <- full
+			refuse(first, full)
 		}
 		for _, op := range later {
 			op.res <- full
@@ -571,7 +670,7 @@ func (b *Badger) batch(first *writeOp) {
 		for n := 1; n < b.maxBatch; n++ {
 			select {
 			case op := <-b.ops:
-				op.res <- full
+				refuse(op, full)
 				continue
 			default:
 			}
@@ -582,12 +681,14 @@ func (b *Badger) batch(first *writeOp) {
 	c := committer{b: b, txn: b.db.NewTransaction(true)}
 	refused := false
 	take := func(op *writeOp) {
-		if freesOnly && !op.frees {
-			refused = true
-			op.res <- full
-			return
+		for ; op != nil; op = op.then {
+			if freesOnly && !op.frees {
+				refused = true
+				op.res <- full
+				continue
+			}
+			c.add(op)
 		}
-		c.add(op)
 	}
 	// The writes riding with this batch were queued before it began: they
 	// go first.

@@ -22,7 +22,7 @@ func (b *Badger) CommitTurn(ctx context.Context, c loop.TurnCommit) error {
 	if err != nil {
 		return fmt.Errorf("commit turn: %w", err)
 	}
-	if err := b.write(ctx, &writeOp{apply: apply}); err != nil {
+	if err := b.writeBehind(ctx, c.Lease, &writeOp{apply: apply}); err != nil {
 		return fmt.Errorf("commit turn of %q: %w", c.ContextID, err)
 	}
 	return nil
@@ -118,7 +118,7 @@ func (e *BadgerEvents) AppendCommit(ctx context.Context, appends []loop.CommitAp
 	}
 	apply, cerr := e.b.commitApply(c)
 	first = make([]uint64, len(appends))
-	err = e.b.write(ctx, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+	err = e.b.writeBehind(ctx, c.Lease, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
 		// Called again when its batch filled up: each call starts anew.
 		commitErr = cerr
 		var ms []mutation

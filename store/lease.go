@@ -171,6 +171,51 @@ var _ loop.LeasedTaskSubmitter = (*Badger)(nil)
 // fence only if this write was applied and committed. When a lease is
 // stored already the write is refused (loop.ErrLeaseHeld).
 func (b *Badger) SubmitTaskLeased(ctx context.Context, t loop.TaskRecord, agent *loop.AgentMetadata, owner, data string, ttl time.Duration) (loop.Lease, func() error, error) {
+	l, op, err := b.newTaskOp(t, agent, owner, data, ttl)
+	if err != nil {
+		return loop.Lease{}, nil, err
+	}
+	if err := b.submit(ctx, op); err != nil {
+		return loop.Lease{}, nil, err
+	}
+	return l, sync.OnceValue(func() error { return <-op.res }), nil
+}
+
+var _ loop.TaskWriteDeferrer = (*Badger)(nil)
+
+// DeferTaskLeased implements loop.TaskWriteDeferrer: SubmitTaskLeased whose
+// write is held back, for within at most, for the commit of its turn's
+// end: a commit fenced by the returned lease (CommitTurn, AppendCommit)
+// takes it along, first, in its own batch, so that a turn answered before
+// within costs one sync, not two. flush submits it alone now (a turn about
+// to run a tool); so does the deadline, and Close.
+func (b *Badger) DeferTaskLeased(ctx context.Context, t loop.TaskRecord, agent *loop.AgentMetadata, owner, data string, ttl, within time.Duration) (loop.Lease, func(), func() error, error) {
+	if err := ctx.Err(); err != nil {
+		return loop.Lease{}, nil, nil, err
+	}
+	l, op, err := b.newTaskOp(t, agent, owner, data, ttl)
+	if err != nil {
+		return loop.Lease{}, nil, nil, err
+	}
+	b.mu.RLock()
+	closed := b.closed
+	b.mu.RUnlock()
+	if closed {
+		return loop.Lease{}, nil, nil, ErrClosed
+	}
+	b.hold(l, op)
+	flush := func() { b.flushHeld(l) }
+	deadline := time.AfterFunc(within, flush)
+	return l, flush, sync.OnceValue(func() error {
+		err := <-op.res
+		deadline.Stop()
+		return err
+	}), nil
+}
+
+// newTaskOp is the write of a new task with its lease (a drawn token) and
+// agent (when not nil): SubmitTaskLeased.
+func (b *Badger) newTaskOp(t loop.TaskRecord, agent *loop.AgentMetadata, owner, data string, ttl time.Duration) (loop.Lease, *writeOp, error) {
 	if err := checkLease(b.limits, t.ID, owner, ttl); err != nil {
 		return loop.Lease{}, nil, fmt.Errorf("acquire lease: %w", err)
 	}
@@ -191,7 +236,7 @@ func (b *Badger) SubmitTaskLeased(ctx context.Context, t loop.TaskRecord, agent 
 	if err != nil {
 		return loop.Lease{}, nil, err
 	}
-	op := &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
+	return l, &writeOp{apply: func(txn *badger.Txn) ([]mutation, error) {
 		cur, err := getLease(txn, t.ID)
 		if err != nil {
 			return nil, err
@@ -213,11 +258,7 @@ func (b *Badger) SubmitTaskLeased(ctx context.Context, t loop.TaskRecord, agent 
 			ms = append(ms, as...)
 		}
 		return ms, nil
-	}}
-	if err := b.submit(ctx, op); err != nil {
-		return loop.Lease{}, nil, err
-	}
-	return l, sync.OnceValue(func() error { return <-op.res }), nil
+	}}, nil
 }
 
 // AcquireLease implements loop.LeaseStore.

@@ -156,3 +156,118 @@ func TestSubmitTaskLeasedFencesWhatFollows(t *testing.T) {
 		t.Fatalf("commit fenced by token 1 under a drawn lease: %v; want ErrLeaseLost", err)
 	}
 }
+
+// A new task's write held back with DeferTaskLeased goes with the commit
+// of its turn's end, fenced by its lease: one write (one sync), the task's
+// first, each answered on its own; not in the store before. Alone, it
+// goes when flushed, at its deadline, or at Close (it is then found after
+// the store opens again). Refused (another's lease), the commit behind it
+// is refused too and writes nothing.
+func TestDeferTaskLeasedGoesWithItsCommit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	newTask := func(id, ctxID string) loop.TaskRecord {
+		now := time.Now().UTC()
+		return loop.TaskRecord{ID: id, ContextID: ctxID, Owner: "alice", Status: loop.TaskWorking,
+			History: []loop.Message{{Role: loop.RoleUser, Content: "hi"}}, TurnInput: 1, CreatedAt: now, UpdatedAt: now}
+	}
+	end := func(rec loop.TaskRecord, l loop.Lease) loop.TurnCommit {
+		done := rec
+		done.Version, done.Status = 1, loop.TaskCompleted
+		return loop.TurnCommit{ContextID: rec.ContextID, Lease: &l, Task: &done,
+			Messages: []loop.Message{{Role: loop.RoleUser, Content: "hi"}, {Role: loop.RoleAssistant, Content: "hello"}},
+			Agent:    loop.AgentMetadata{ContextID: rec.ContextID, Owner: "alice", Status: loop.AgentReady}}
+	}
+
+	rec := newTask("t-one", "c-one")
+	l, _, wait, err := b.DeferTaskLeased(ctx, rec, nil, "host-a", "c-one", time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.LoadTask(ctx, "t-one"); !errors.Is(err, loop.ErrNotFound) {
+		t.Fatalf("a held task write is in the store before its commit: %v", err)
+	}
+	before := b.Commits()
+	if err := b.CommitTurn(ctx, end(rec, l)); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Commits() - before; n != 1 {
+		t.Fatalf("the task and its turn's commit took %d commits, want 1", n)
+	}
+	if got, err := b.LoadTask(ctx, "t-one"); err != nil || got.Status != loop.TaskCompleted || got.Version != 2 {
+		t.Fatalf("task %+v, %v; want completed at version 2", got, err)
+	}
+
+	// Flushed, and at its deadline: alone.
+	_, flush, wait, err := b.DeferTaskLeased(ctx, newTask("t-flushed", "c-two"), nil, "host-a", "c-two", time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, wait, err = b.DeferTaskLeased(ctx, newTask("t-deadline", "c-three"), nil, "host-a", "c-three", time.Minute, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"t-flushed", "t-deadline"} {
+		if got, err := b.LoadTask(ctx, id); err != nil || got.Status != loop.TaskWorking {
+			t.Fatalf("task %s: %+v, %v; want stored, working", id, got, err)
+		}
+	}
+
+	// Refused: the commit behind it writes nothing.
+	if _, err := b.AcquireLease(ctx, "t-held", "host-b", "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	rec = newTask("t-held", "c-held")
+	l, _, wait, err = b.DeferTaskLeased(ctx, rec, nil, "host-a", "c-held", time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CommitTurn(ctx, end(rec, l)); !errors.Is(err, loop.ErrLeaseLost) {
+		t.Fatalf("commit behind a refused task write: %v; want ErrLeaseLost", err)
+	}
+	if err := wait(); !errors.Is(err, loop.ErrLeaseHeld) {
+		t.Fatalf("task write under another's lease: %v; want ErrLeaseHeld", err)
+	}
+	if msgs, _ := b.Recent(ctx, "c-held", 10); len(msgs) != 0 {
+		t.Fatalf("the refused turn stored %d messages", len(msgs))
+	}
+
+	// Held at Close: written before the store closes.
+	_, _, wait, err = b.DeferTaskLeased(ctx, newTask("t-closing", "c-four"), nil, "host-a", "c-four", time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(); err != nil {
+		t.Fatalf("held write at Close: %v", err)
+	}
+	b2, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b2.Close() })
+	if got, err := b2.LoadTask(ctx, "t-closing"); err != nil || got.Status != loop.TaskWorking {
+		t.Fatalf("task held at Close: %+v, %v; want stored", got, err)
+	}
+	if _, _, _, err := b.DeferTaskLeased(ctx, newTask("t-late", "c-five"), nil, "host-a", "c-five", time.Minute, time.Hour); !errors.Is(err, ErrClosed) {
+		t.Fatalf("defer on a closed store: %v; want ErrClosed", err)
+	}
+}

@@ -3,6 +3,7 @@ package taskrt
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,5 +183,154 @@ func TestRefusedTaskWriteLeavesItsEndUnwritten(t *testing.T) {
 	msgs, err := db.Recent(ctx, "c-one", 10)
 	if err != nil || len(msgs) != 2 || msgs[0].Content != "next" {
 		t.Fatalf("messages %+v, %v; want the next turn's two only", msgs, err)
+	}
+}
+
+// probeLog records, for each commit the Hub writes, whether the task it
+// saves was in the store before the write.
+type probeLog struct {
+	spy
+	db      *store.Badger
+	mu      sync.Mutex
+	before  []bool // the task was stored before the write
+	written []loop.TaskStatus
+}
+
+func (p *probeLog) AppendCommit(ctx context.Context, as []loop.CommitAppend, tc loop.TurnCommit) ([]uint64, error, error) {
+	var was bool
+	if tc.Task != nil {
+		_, err := p.db.LoadTask(ctx, tc.Task.ID)
+		was = err == nil
+	}
+	first, cerr, err := p.spy.AppendCommit(ctx, as, tc)
+	var st loop.TaskStatus
+	if tc.Task != nil {
+		if rec, lerr := p.db.LoadTask(ctx, tc.Task.ID); lerr == nil {
+			st = rec.Status
+		}
+	}
+	p.mu.Lock()
+	p.before, p.written = append(p.before, was), append(p.written, st)
+	p.mu.Unlock()
+	return first, cerr, err
+}
+
+// storedCheckTool notes whether its task was stored when it ran.
+type storedCheckTool struct {
+	db     *store.Badger
+	mu     sync.Mutex
+	stored []bool
+}
+
+func (*storedCheckTool) Tools(context.Context) ([]loop.ToolDefinition, error) {
+	return []loop.ToolDefinition{{Name: "look"}}, nil
+}
+
+func (s *storedCheckTool) Call(ctx context.Context, c loop.ToolCall, env *loop.ToolEnv) (loop.ToolResult, error) {
+	_, err := s.db.LoadTask(ctx, env.TaskID)
+	s.mu.Lock()
+	s.stored = append(s.stored, err == nil)
+	s.mu.Unlock()
+	return loop.ToolResult{Content: "looked"}, nil
+}
+
+// lookModel asks for the tool "look" when the message says so, then
+// answers.
+type lookModel struct{}
+
+func (lookModel) Generate(_ context.Context, req *loop.ModelRequest, _ func(loop.Delta)) (*loop.ModelResponse, error) {
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == loop.RoleUser && last.Content == "look" {
+		return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant,
+			ToolCalls: []loop.ToolCall{{ID: "c1", Name: "look", Arguments: []byte(`{}`)}}}, FinishReason: loop.FinishToolCalls}, nil
+	}
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: "done"}, FinishReason: loop.FinishStop}, nil
+}
+
+// A blocking send's new task (StartRequest.AnswerAtEnd) is written with
+// its turn's end when the turn ends first: the task is not in the store
+// when the end's write begins, and is there, completed, when it returns;
+// Start returns once it is durable. A turn that runs a tool has its task
+// stored before the tool runs (its write goes then, not at its deadline,
+// here an hour).
+func TestBlockingSendTaskWrittenWithItsEnd(t *testing.T) {
+	t.Parallel()
+	db, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	probe := &probeLog{spy: spy{spyLog: &spyLog{BadgerEvents: db.Events()}, t: t}, db: db}
+	hub, err := sse.New(sse.Config{Log: probe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hub.Close() })
+	tool := &storedCheckTool{db: db}
+	l, err := loop.New(loop.Config{Model: lookModel{}, Toolsets: []loop.Toolset{tool}, Checkpoints: db, Journal: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The task's write waits for its turn's end as long as it takes, so
+	// that the case shows whatever the machine's speed.
+	rt, err := New(Config{Loop: l, Events: hubEndEvents{hub: hub, log: probe}, Owner: "host-a", DeferTaskWrite: time.Hour,
+		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db,
+			Leases: db, TaskLeases: db}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		rt.Shutdown(ctx)
+	})
+	ctx := context.Background()
+	st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-one", Message: user("hello"), AnswerAtEnd: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.LoadTask(ctx, st.Run.TaskID); err != nil {
+		t.Fatalf("task not stored when Start returned: %v", err)
+	}
+	if err := rt.Wait(ctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	probe.mu.Lock()
+	before, written := probe.before, probe.written
+	probe.mu.Unlock()
+	if len(before) != 1 || before[0] || written[0] != loop.TaskCompleted {
+		t.Fatalf("commits %v (task stored before each), task after each %v; want one, the task written with it, completed", before, written)
+	}
+
+	// Start returns once the task is stored: here, once the turn, about
+	// to run its tool, has sent its write.
+	type started struct {
+		st  *Started
+		err error
+	}
+	res := make(chan started, 1)
+	go func() {
+		st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-two", Message: user("look"), AnswerAtEnd: true})
+		res <- started{st, err}
+	}()
+	var got started
+	select {
+	case got = <-res:
+	case <-time.After(guard):
+		_ = db.Close() // sends the held write: the runtime can stop
+		t.Fatal("Start waited for the task write's deadline: the turn did not send it before running its tool")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	gctx, cancel := context.WithTimeout(ctx, guard)
+	defer cancel()
+	if err := rt.Wait(gctx, got.st.Run); err != nil {
+		t.Fatal(err)
+	}
+	tool.mu.Lock()
+	defer tool.mu.Unlock()
+	if len(tool.stored) != 1 || !tool.stored[0] {
+		t.Fatalf("tool ran %d times, task stored each time: %v; want once, stored", len(tool.stored), tool.stored)
 	}
 }

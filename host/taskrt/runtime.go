@@ -245,6 +245,10 @@ type Config struct {
 	// LeaseTTL is how long a lease lasts without renewal: how soon another
 	// process may take over the tasks of one that died. Default 30s.
 	LeaseTTL time.Duration
+	// DeferTaskWrite is how long a blocking send's new task's write may
+	// wait for its turn's end (StartRequest.AnswerAtEnd). Default
+	// deferTaskWrite (5ms).
+	DeferTaskWrite time.Duration
 	// TurnTimeout bounds one turn. Default 10 minutes.
 	TurnTimeout time.Duration
 	// TaskTTL is how long a finished task (and its stream) is kept.
@@ -438,6 +442,9 @@ func New(cfg Config) (*Runtime, error) {
 		_, _ = rand.Read(b[:])
 		cfg.Owner = "host-" + hex.EncodeToString(b[:])
 	}
+	if cfg.DeferTaskWrite <= 0 {
+		cfg.DeferTaskWrite = deferTaskWrite
+	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 30 * time.Second
 	}
@@ -505,9 +512,25 @@ type StartRequest struct {
 	// ClientTools, when not nil, are the tools the client offers for the
 	// rest of the task (replacing those it offered before).
 	ClientTools []loop.ClientTool
+	// AnswerAtEnd says the caller tells its client nothing of a new task
+	// before its turn ends (a blocking SendMessage): the task's write may
+	// then wait, deferTaskWrite at most, for the commit of that end, and
+	// go with it as one write (loop.TaskWriteDeferrer). Start still
+	// returns once the task is durable.
+	AnswerAtEnd bool
 	// answered: the task, its requests all answered (expiry), to go on.
 	answered *loop.TaskRecord
 }
+
+// deferTaskWrite is how long a new task's write waits for its turn's end
+// when the client hears of the task only at that end
+// (StartRequest.AnswerAtEnd): a turn whose model answers within it makes
+// one synced write instead of two. A longer turn's task is stored after
+// it, and a tool never runs before (the turn flushes the write first);
+// meanwhile the task is not in the store, which matters to no one: its
+// client was not told of it yet, and a crash then loses a task nobody
+// knew of, as a crash just before Start would.
+const deferTaskWrite = 5 * time.Millisecond
 
 // Started is a turn that has begun: its task is durable, working.
 type Started struct {
@@ -651,7 +674,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err
 	r.Created = rec.CreatedAt
 	rt.crashpoint(PointTaskStarting)
 	if prev == nil && rt.leasedSave() {
-		return rt.startStoring(ctx, r, rec, agent, req.Auth)
+		return rt.startStoring(ctx, r, rec, agent, req.Auth, req.AnswerAtEnd)
 	}
 	if err := rt.save(ctx, r, rec, agent); err != nil {
 		rt.unregister(r)
@@ -683,12 +706,16 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err
 // events are dropped and Start answers the error, as without the overlap.
 // Only a new task's turn starts this way: it begins with its model call,
 // which has no effect a failed write would have to undo.
-func (rt *Runtime) startStoring(ctx context.Context, r *Run, rec loop.TaskRecord, agent *loop.Agent, auth *loop.AuthContext) (*Started, error) {
-	g := &startGate{decided: make(chan struct{}), queued: make(chan struct{}), taskID: r.TaskID}
+func (rt *Runtime) startStoring(ctx context.Context, r *Run, rec loop.TaskRecord, agent *loop.Agent, auth *loop.AuthContext, atEnd bool) (*Started, error) {
+	g := &startGate{decided: make(chan struct{}), queued: make(chan struct{}), taskID: r.TaskID, atEnd: atEnd}
 	run := rec
 	run.Version++ // as it will be stored
 	in := loop.RunInput{TaskID: rec.ID, Auth: auth, Task: &run,
 		Stored: func() (*loop.Lease, error) {
+			<-g.queued
+			if g.flush != nil {
+				g.flush() // a held task write goes now: a tool is to run
+			}
 			<-g.decided
 			return r.lease, g.err
 		}}
@@ -731,6 +758,11 @@ type startGate struct {
 	lease  *loop.Lease
 	qerr   error
 	taskID string
+	// atEnd: the task's write may wait for the turn's end
+	// (StartRequest.AnswerAtEnd); flush, when it does, sends it at once.
+	// Set before queued closes.
+	atEnd bool
+	flush func()
 	// keep says whether the turn's sink passes an event on to the log
 	// (launch sets it): the held events a merged end carries are those.
 	keep func(loop.Event) bool
@@ -996,7 +1028,13 @@ func (rt *Runtime) saveQueued(ctx context.Context, r *Run, rec loop.TaskRecord, 
 	if m, ok := agent.PendingMetadata(); ok {
 		meta = &m
 	}
-	l, wait, err := sub.SubmitTaskLeased(ctx, rec, meta, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
+	var l loop.Lease
+	var wait func() error
+	if d, ok := sub.(loop.TaskWriteDeferrer); ok && g.atEnd {
+		l, g.flush, wait, err = d.DeferTaskLeased(ctx, rec, meta, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL, rt.cfg.DeferTaskWrite)
+	} else {
+		l, wait, err = sub.SubmitTaskLeased(ctx, rec, meta, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
+	}
 	if err == nil {
 		queued = true
 		g.queue(&l, nil)
