@@ -3,6 +3,7 @@ package taskrt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -18,8 +19,23 @@ import (
 // model answers before that write's sync.
 type lateTaskWrite struct {
 	*store.Badger
+	mu     sync.Mutex
 	ending chan struct{}
 }
+
+// endingCommitter notes a turn's commit made on its own (not with its end
+// through the Hub) as the turn's end.
+type endingCommitter struct {
+	loop.TurnCommitter
+	ending func()
+}
+
+func (c *endingCommitter) CommitTurn(ctx context.Context, tc loop.TurnCommit) error {
+	c.ending()
+	return c.TurnCommitter.CommitTurn(ctx, tc)
+}
+
+func (c *endingCommitter) UnwrapCommitter() loop.TurnCommitter { return c.TurnCommitter }
 
 func (s *lateTaskWrite) SubmitTaskLeased(ctx context.Context, t loop.TaskRecord, agent *loop.AgentMetadata, owner, data string, ttl time.Duration) (loop.Lease, func() error, error) {
 	l, wait, err := s.Badger.SubmitTaskLeased(ctx, t, agent, owner, data, ttl)
@@ -39,7 +55,7 @@ func (s *lateTaskWrite) SubmitTaskLeased(ctx context.Context, t loop.TaskRecord,
 
 // mergedHarness runs the runtime over a real Hub on a Badger log that
 // records each write, with task writes answered at turn-ending.
-func mergedHarness(t *testing.T) (*Runtime, *store.Badger, *spyLog, *lateTaskWrite) {
+func mergedHarness(t *testing.T, model loop.Model) (*Runtime, *store.Badger, *spyLog, *lateTaskWrite) {
 	t.Helper()
 	db, err := store.Open(store.Options{Dir: t.TempDir()})
 	if err != nil {
@@ -53,21 +69,26 @@ func mergedHarness(t *testing.T) (*Runtime, *store.Badger, *spyLog, *lateTaskWri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hub.Close() })
-	l, err := loop.New(loop.Config{Model: &scriptModel{}, Checkpoints: db, Journal: db})
+	l, err := loop.New(loop.Config{Model: model, Checkpoints: db, Journal: db})
 	if err != nil {
 		t.Fatal(err)
 	}
 	late := &lateTaskWrite{Badger: db, ending: make(chan struct{})}
+	ending := func() {
+		late.mu.Lock()
+		defer late.mu.Unlock()
+		select {
+		case <-late.ending:
+		default:
+			close(late.ending)
+		}
+	}
 	cfg := Config{Loop: l, Events: hubEndEvents{hub: hub, log: log}, Owner: "host-a",
-		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db,
-			Leases: db, TaskLeases: late}}
+		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: &endingCommitter{TurnCommitter: db, ending: ending},
+			Checkpoints: db, Journal: db, Durable: db, Leases: db, TaskLeases: late}}
 	cfg.Crashpoint = func(p string) {
 		if p == PointTurnEnding {
-			select {
-			case <-late.ending:
-			default:
-				close(late.ending)
-			}
+			ending()
 		}
 	}
 	rt, err := New(cfg)
@@ -90,7 +111,7 @@ func mergedHarness(t *testing.T) (*Runtime, *store.Badger, *spyLog, *lateTaskWri
 // more, not for a write of held events between them.
 func TestTurnEndedBeforeItsTaskIsStoredIsOneWrite(t *testing.T) {
 	t.Parallel()
-	rt, db, sl, _ := mergedHarness(t)
+	rt, db, sl, _ := mergedHarness(t, &scriptModel{})
 	ctx := context.Background()
 	st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-one", Message: user("hello"),
 		NewID: func() string { return "t-one" }})
@@ -139,7 +160,7 @@ func TestTurnEndedBeforeItsTaskIsStoredIsOneWrite(t *testing.T) {
 // ran.
 func TestRefusedTaskWriteLeavesItsEndUnwritten(t *testing.T) {
 	t.Parallel()
-	rt, db, _, late := mergedHarness(t)
+	rt, db, _, late := mergedHarness(t, &scriptModel{})
 	ctx := context.Background()
 	if _, err := db.AcquireLease(ctx, "t-taken", "host-b", "", time.Minute); err != nil {
 		t.Fatal(err)
@@ -332,5 +353,70 @@ func TestBlockingSendTaskWrittenWithItsEnd(t *testing.T) {
 	defer tool.mu.Unlock()
 	if len(tool.stored) != 1 || !tool.stored[0] {
 		t.Fatalf("tool ran %d times, task stored each time: %v; want once, stored", len(tool.stored), tool.stored)
+	}
+}
+
+// chattyModel streams its answer in many deltas: more events than a turn's
+// end carries in its own write (maxMergedHeld).
+type chattyModel struct{}
+
+func (chattyModel) Generate(_ context.Context, _ *loop.ModelRequest, onDelta func(loop.Delta)) (*loop.ModelResponse, error) {
+	var all string
+	for i := range 3 * maxMergedHeld {
+		d := fmt.Sprintf("w%d ", i)
+		all += d
+		if onDelta != nil {
+			onDelta(loop.Delta{Content: d})
+		}
+	}
+	return &loop.ModelResponse{Message: loop.Message{Role: loop.RoleAssistant, Content: all}, FinishReason: loop.FinishStop}, nil
+}
+
+// A new task (of a new context) whose turn ends before its task's write is
+// out, holding too many events to carry them in its end's write: its end
+// is committed on its own behind the task's write and its events follow,
+// all of them, in order; nothing waits on the task's write while the turn
+// holds its agent (which that write, done, updates: a deadlock before).
+func TestTurnEndedBeforeItsTaskHoldingManyEvents(t *testing.T) {
+	t.Parallel()
+	rt, db, _, late := mergedHarness(t, chattyModel{})
+	ctx := context.Background()
+	st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-chatty", Message: user("talk"),
+		NewID: func() string { return "t-chatty" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-late.ending:
+	default:
+		t.Fatal("the turn never reached its end while its task's write was under way: the case under test did not happen")
+	}
+	gctx, cancel := context.WithTimeout(ctx, guard)
+	defer cancel()
+	if err := rt.Wait(gctx, st.Run); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := db.LoadTask(ctx, "t-chatty")
+	if err != nil || rec.Status != loop.TaskCompleted {
+		t.Fatalf("task %s, %v; want completed", rec.Status, err)
+	}
+	evs, err := (&logEvents{log: db.Events()}).events(ctx, "t-chatty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltas := 0
+	for _, e := range evs {
+		if _, ok := e.(*loop.ContentDelta); ok {
+			deltas++
+		}
+	}
+	if deltas != 3*maxMergedHeld {
+		t.Fatalf("%d content deltas in the stream, want %d", deltas, 3*maxMergedHeld)
+	}
+	if _, ok := evs[0].(*loop.TaskCreated); !ok {
+		t.Fatalf("the stream starts with %s, want task-created", evs[0].Head().Kind)
+	}
+	if tc, ok := evs[len(evs)-1].(*loop.TaskComplete); !ok || tc.Status != loop.TaskCompleted {
+		t.Fatalf("the stream ends with %s, want task-complete", evs[len(evs)-1].Head().Kind)
 	}
 }

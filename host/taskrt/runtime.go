@@ -814,13 +814,13 @@ func (g *startGate) sink(next loop.EventSink) loop.EventSink {
 				g.mu.Unlock()
 				return g.mergeEnd(ctx, es, tc, c, held, end)
 			}
-			// The end goes after what the gate holds, once the task is
-			// stored.
-			g.mu.Unlock()
-			<-g.decided
-			g.mu.Lock()
 		}
-		open := g.err == nil && len(g.held) == 0
+		// Not waited for here: the turn commits its end holding its
+		// agent, which the task's write, once done, updates
+		// (Agent.MetadataSaved). Unmerged, the commit goes alone (behind
+		// the task's write, fenced by its lease) and the end's events
+		// after what the gate holds.
+		open := g.settled && g.err == nil && len(g.held) == 0
 		g.mu.Unlock()
 		if !open {
 			return false, nil // the end goes after what the gate holds
