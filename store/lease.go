@@ -123,15 +123,9 @@ func (b *Badger) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, agent *l
 	if err := checkLease(b.limits, t.ID, owner, ttl); err != nil {
 		return loop.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
-	saveTask, err := b.saveTaskApply(&t)
+	save, err := b.taskAgentApply(&t, agent)
 	if err != nil {
 		return loop.Lease{}, err
-	}
-	var saveAgent func(*badger.Txn) ([]mutation, error)
-	if agent != nil {
-		if saveAgent, err = b.saveAgentApply(agent); err != nil {
-			return loop.Lease{}, err
-		}
 	}
 	var l loop.Lease
 	acquire := leaseApply(t.ID, owner, data, ttl, nil, &l)
@@ -140,11 +134,37 @@ func (b *Badger) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, agent *l
 		if err != nil {
 			return nil, err
 		}
-		ts, err := saveTask(txn)
+		ts, err := save(txn)
 		if err != nil {
-			return nil, fmt.Errorf("save task %q: %w", t.ID, err)
+			return nil, err
 		}
-		ms = append(ms, ts...)
+		return append(ms, ts...), nil
+	}})
+	if err != nil {
+		return loop.Lease{}, err
+	}
+	return l, nil
+}
+
+// taskAgentApply is the write of a starting task and, when agent is not
+// nil, of its new context's metadata (SaveTaskLeased, SubmitTaskLeased).
+func (b *Badger) taskAgentApply(t *loop.TaskRecord, agent *loop.AgentMetadata) (func(*badger.Txn) ([]mutation, error), error) {
+	saveTask, err := b.saveTaskApply(t)
+	if err != nil {
+		return nil, err
+	}
+	var saveAgent func(*badger.Txn) ([]mutation, error)
+	if agent != nil {
+		if saveAgent, err = b.saveAgentApply(agent); err != nil {
+			return nil, err
+		}
+	}
+	id := t.ID
+	return func(txn *badger.Txn) ([]mutation, error) {
+		ms, err := saveTask(txn)
+		if err != nil {
+			return nil, fmt.Errorf("save task %q: %w", id, err)
+		}
 		if saveAgent != nil {
 			as, err := saveAgent(txn)
 			if err != nil {
@@ -153,11 +173,7 @@ func (b *Badger) SaveTaskLeased(ctx context.Context, t loop.TaskRecord, agent *l
 			ms = append(ms, as...)
 		}
 		return ms, nil
-	}})
-	if err != nil {
-		return loop.Lease{}, err
-	}
-	return l, nil
+	}, nil
 }
 
 var _ loop.LeasedTaskSubmitter = (*Badger)(nil)
@@ -219,15 +235,9 @@ func (b *Badger) newTaskOp(t loop.TaskRecord, agent *loop.AgentMetadata, owner, 
 	if err := checkLease(b.limits, t.ID, owner, ttl); err != nil {
 		return loop.Lease{}, nil, fmt.Errorf("acquire lease: %w", err)
 	}
-	saveTask, err := b.saveTaskApply(&t)
+	save, err := b.taskAgentApply(&t, agent)
 	if err != nil {
 		return loop.Lease{}, nil, err
-	}
-	var saveAgent func(*badger.Txn) ([]mutation, error)
-	if agent != nil {
-		if saveAgent, err = b.saveAgentApply(agent); err != nil {
-			return loop.Lease{}, nil, err
-		}
 	}
 	// Below 2^53, so that a client reading it as a JSON number keeps it
 	// whole; never 0 or 1 (1 is the first token of a counted lease).
@@ -244,20 +254,11 @@ func (b *Badger) newTaskOp(t loop.TaskRecord, agent *loop.AgentMetadata, owner, 
 		if cur != nil {
 			return nil, fmt.Errorf("acquire lease %q: %w (a new task's lease is stored already, owner %q)", t.ID, loop.ErrLeaseHeld, cur.Owner)
 		}
-		ms := []mutation{set(leaseKey(t.ID), v)}
-		ts, err := saveTask(txn)
+		ts, err := save(txn)
 		if err != nil {
-			return nil, fmt.Errorf("save task %q: %w", t.ID, err)
+			return nil, err
 		}
-		ms = append(ms, ts...)
-		if saveAgent != nil {
-			as, err := saveAgent(txn)
-			if err != nil {
-				return nil, fmt.Errorf("save agent %q: %w", agent.ContextID, err)
-			}
-			ms = append(ms, as...)
-		}
-		return ms, nil
+		return append([]mutation{set(leaseKey(t.ID), v)}, ts...), nil
 	}}, nil
 }
 

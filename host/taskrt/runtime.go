@@ -975,29 +975,48 @@ func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord, agent 
 		}
 		return nil
 	}
-	if rt.cfg.Shared {
-		if err := rt.ownContext(ctx, r); err != nil {
-			return err
-		}
-		rt.crashpoint(PointLeaseTaken)
-	}
-	var meta *loop.AgentMetadata
-	if m, ok := agent.PendingMetadata(); ok {
-		meta = &m
+	meta, err := rt.beforeLeasedSave(ctx, r, agent)
+	if err != nil {
+		return err
 	}
 	l, err := rt.st.TaskLeases.SaveTaskLeased(ctx, rec, meta, rt.cfg.Owner, r.ContextID, rt.cfg.LeaseTTL)
-	if err == nil && meta != nil {
-		agent.MetadataSaved()
-	}
 	if err != nil {
-		rt.releaseContextLease(r)
-		if errors.Is(err, loop.ErrLeaseHeld) {
-			return fmt.Errorf("task %q runs on another host: %w", r.TaskID, loop.ErrBusy)
-		}
-		return saved(err)
+		return rt.leasedSaveErr(r, rec, err)
+	}
+	if meta != nil {
+		agent.MetadataSaved()
 	}
 	r.lease = &l
 	return nil
+}
+
+// beforeLeasedSave takes the context's lease when the stores are shared
+// and returns the metadata of a new context, to go with the task's write.
+func (rt *Runtime) beforeLeasedSave(ctx context.Context, r *Run, agent *loop.Agent) (*loop.AgentMetadata, error) {
+	if rt.cfg.Shared {
+		if err := rt.ownContext(ctx, r); err != nil {
+			return nil, err
+		}
+		rt.crashpoint(PointLeaseTaken)
+	}
+	if m, ok := agent.PendingMetadata(); ok {
+		return &m, nil
+	}
+	return nil, nil
+}
+
+// leasedSaveErr lets go of what a starting task held and says why its
+// write with its lease was refused: busy when another host holds the
+// lease or the task changed meanwhile.
+func (rt *Runtime) leasedSaveErr(r *Run, rec loop.TaskRecord, err error) error {
+	rt.releaseContextLease(r)
+	switch {
+	case errors.Is(err, loop.ErrLeaseHeld):
+		return fmt.Errorf("task %q runs on another host: %w", r.TaskID, loop.ErrBusy)
+	case errors.Is(err, loop.ErrConflict):
+		return fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
+	}
+	return fmt.Errorf("start task %q: %w", rec.ID, err)
 }
 
 // saveQueued is save for a new task's first turn (startStoring), whose
@@ -1018,15 +1037,9 @@ func (rt *Runtime) saveQueued(ctx context.Context, r *Run, rec loop.TaskRecord, 
 			g.queue(nil, err)
 		}
 	}()
-	if rt.cfg.Shared {
-		if err := rt.ownContext(ctx, r); err != nil {
-			return err
-		}
-		rt.crashpoint(PointLeaseTaken)
-	}
-	var meta *loop.AgentMetadata
-	if m, ok := agent.PendingMetadata(); ok {
-		meta = &m
+	meta, err := rt.beforeLeasedSave(ctx, r, agent)
+	if err != nil {
+		return err
 	}
 	var l loop.Lease
 	var wait func() error
@@ -1041,14 +1054,7 @@ func (rt *Runtime) saveQueued(ctx context.Context, r *Run, rec loop.TaskRecord, 
 		err = wait()
 	}
 	if err != nil {
-		rt.releaseContextLease(r)
-		if errors.Is(err, loop.ErrLeaseHeld) {
-			return fmt.Errorf("task %q runs on another host: %w", r.TaskID, loop.ErrBusy)
-		}
-		if errors.Is(err, loop.ErrConflict) {
-			return fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
-		}
-		return fmt.Errorf("start task %q: %w", rec.ID, err)
+		return rt.leasedSaveErr(r, rec, err)
 	}
 	if meta != nil {
 		agent.MetadataSaved()
