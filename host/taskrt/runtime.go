@@ -983,10 +983,7 @@ func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord, agent 
 	if err != nil {
 		return rt.leasedSaveErr(r, rec, err)
 	}
-	if meta != nil {
-		agent.MetadataSaved()
-	}
-	r.lease = &l
+	rt.leasedSaved(r, agent, meta, l)
 	return nil
 }
 
@@ -1003,6 +1000,15 @@ func (rt *Runtime) beforeLeasedSave(ctx context.Context, r *Run, agent *loop.Age
 		return &m, nil
 	}
 	return nil, nil
+}
+
+// leasedSaved records that a starting task is stored with its lease l
+// (and a new context's metadata, when meta is not nil).
+func (rt *Runtime) leasedSaved(r *Run, agent *loop.Agent, meta *loop.AgentMetadata, l loop.Lease) {
+	if meta != nil {
+		agent.MetadataSaved()
+	}
+	r.lease = &l
 }
 
 // leasedSaveErr lets go of what a starting task held and says why its
@@ -1056,10 +1062,7 @@ func (rt *Runtime) saveQueued(ctx context.Context, r *Run, rec loop.TaskRecord, 
 	if err != nil {
 		return rt.leasedSaveErr(r, rec, err)
 	}
-	if meta != nil {
-		agent.MetadataSaved()
-	}
-	r.lease = &l
+	rt.leasedSaved(r, agent, meta, l)
 	return nil
 }
 
