@@ -464,6 +464,11 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	}
 	setRetryAfter(c, err)
 	setSafeHeaders(c)
+	// An error is never reused for a later request: a 410 or 404 kept by
+	// a browser's cache (both are cacheable by default) would answer the
+	// read that the error asked for (the events from their start, a
+	// context that exists since).
+	c.Set(fiber.HeaderCacheControl, "no-store")
 	if c.Method() == fiber.MethodPost && (c.Path() == "/" || c.Path() == "/a2a/v1" || c.Path() == "/a2a/v0.3") {
 		return s.rpcErrorAnswer(c, c.Path() == "/a2a/v0.3", status, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/looopy-go/looopy/host"
@@ -796,4 +797,103 @@ func TestPageAcrossTheStreamsExpiry(t *testing.T) {
 	if n["tools"] != 2 || n["second"] != 1 {
 		t.Fatalf("after the expiry the page shows %v, want the second turn once", n)
 	}
+}
+
+// The page is away (its event stream cut, its requests for events
+// blocked) while the host restarts and another client's turn in the same
+// conversation comes and its events expire: back, the page's resume from
+// its last event id is refused (410, the events after it are gone), and
+// the page reads the conversation's stream again from its start, says so,
+// and goes on live. Before, it retried the refused resume for ever (and a
+// browser kept the 410, cacheable by default, for the read from the
+// start: the host's errors now say no-store, and the page's stream asks
+// for none).
+func TestPageRereadsWhenItsResumeExpired(t *testing.T) {
+	ctx := tab(t)
+	dir, addr := t.TempDir(), freeAddr(t)
+	cfg := config(dir, addr, true)
+	cfg.Limits.TaskTTL = host.Duration(2 * time.Second)
+	cfg.Limits.ConversationTTL = host.Retention(time.Hour)
+	m := startHost(t, cfg)
+	if err := chromedp.Do(ctx, chromedp.Navigate(m.URL()+"/")); err != nil {
+		t.Fatal(err)
+	}
+	useKeys(t, ctx, aliceKey, "")
+	say(t, ctx, "calc 2+2")
+	wait(t, ctx, "the first turn", turnsDone(1))
+	wait(t, ctx, "the live stream", `document.getElementById('conn').dataset.state === 'live'`)
+	before := eval[float64](t, ctx, `window.looopyStats.lastEventId`)
+	contextID := eval[string](t, ctx, `decodeURIComponent(location.hash.slice(1))`)
+
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	block := func(on bool) {
+		t.Helper()
+		var ps []*network.BlockPattern
+		if on {
+			ps = []*network.BlockPattern{{URLPattern: "*://*:*/events/*", Block: true}}
+		}
+		if _, err := chromedp.Call(ctx, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: ps}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	block(true)
+	if err := m.Close(); err != nil {
+		t.Fatalf("close host: %v", err)
+	}
+	wait(t, ctx, "the page to notice", `document.getElementById('conn').dataset.state === 'reconnecting'`)
+	m2 := startHost(t, cfg)
+
+	// Another client's turn in the conversation, whose events then expire.
+	msg := map[string]any{"messageId": "m-other", "role": "ROLE_USER", "contextId": contextID,
+		"parts": []any{map[string]any{"text": "calc 3+3"}}}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": map[string]any{"message": msg}})
+	req, _ := http.NewRequest("POST", m2.URL()+"/", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(answer), "COMPLETED") {
+		t.Fatalf("the other client's turn: %s", answer)
+	}
+	guard := time.Now().Add(time.Minute)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, m2.URL()+"/events/"+contextID, nil)
+		req.Header.Set("Authorization", "Bearer "+aliceKey)
+		req.Header.Set("Last-Event-ID", fmt.Sprint(int64(before)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusGone {
+			// Cacheable by default: a browser would answer the read from
+			// the start with it.
+			if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+				t.Fatalf("the refused resume has Cache-Control %q, want no-store", cc)
+			}
+			break
+		}
+		if time.Now().After(guard) {
+			t.Fatalf("a resume after id %v still answers %d after a minute (taskTTL 2s), want 410", before, resp.StatusCode)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	block(false)
+	wait(t, ctx, "the stream read again", `window.looopyStats.rereads >= 1 && document.getElementById('conn').dataset.state === 'live'`)
+	if msg := eval[string](t, ctx, `document.getElementById('error').textContent`); !strings.Contains(msg, "expired") {
+		t.Fatalf("the page says %q, want that events expired", msg)
+	}
+	say(t, ctx, "calc 4+4")
+	wait(t, ctx, "the next answer", `document.getElementById('transcript').textContent.includes('4+4 = 8')`)
+	if st := eval[map[string]float64](t, ctx, `window.looopyStats`); st["duplicates"] != 0 {
+		t.Fatalf("stream stats %v: want no event twice", st)
+	}
+	screenshot(t, ctx, "reread-after-expiry")
 }

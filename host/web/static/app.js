@@ -8,7 +8,7 @@ const EXT = "https://github.com/looopy-go/looopy/blob/main/docs/A2A_EXTENSION.md
 const $ = (id) => document.getElementById(id);
 
 // stats is read by the browser tests (and is handy in the console).
-const stats = { frames: 0, duplicates: 0, reconnects: 0, lastEventId: 0 };
+const stats = { frames: 0, duplicates: 0, reconnects: 0, lastEventId: 0, rereads: 0 };
 window.looopyStats = stats;
 
 const state = {
@@ -157,8 +157,24 @@ function openEvents(contextId) {
       try {
         // Every thought is fetched; the verbosity switch shows those of its
         // level (the page's CSS), so switching needs no new stream.
-        const res = await fetch("events/" + encodeURIComponent(contextId) + "?verbosity=detailed", { headers, signal: ctl.signal });
+        // no-store: a refused resume (410, cacheable by default) must not
+        // answer the read from the start that follows it.
+        const res = await fetch("events/" + encodeURIComponent(contextId) + "?verbosity=detailed", { headers, signal: ctl.signal, cache: "no-store" });
         if (res.status === 404) { setConn("idle", "no events yet"); state.events = null; return; }
+        if (res.status === 410 && state.lastId > 0) {
+          // The events after the last one shown have expired: resuming
+          // would skip them, so the conversation is drawn again from what
+          // the host still keeps (a read with no Last-Event-ID is never
+          // refused this way).
+          await res.body?.cancel().catch(() => {});
+          stats.rereads++;
+          state.lastId = 0;
+          stats.lastEventId = 0;
+          state.turns = new Map();
+          $("transcript").replaceChildren();
+          showError("Some events of this conversation expired while the page was away; it shows what the host still keeps.");
+          continue;
+        }
         if (res.status === 401 || res.status === 403) {
           const b = await res.json().catch(() => ({}));
           setConn("error", "unauthorized");
