@@ -1891,7 +1891,16 @@ func (rt *Runtime) cancelOnce(ctx context.Context, principal, taskID string) (_ 
 			return rec, err, false
 		}
 		rec, err := rt.Load(ctx, principal, taskID)
-		return rec, err, false
+		switch {
+		case err != nil || rec.Status == loop.TaskCanceled:
+			return rec, err, false
+		case rec.Status.Terminal():
+			// Its turn's end was being written when the cancel came: the
+			// task ended as it says, not canceled.
+			return rec, fmt.Errorf("task %q is %s: it ended before the cancel reached it: %w", taskID, rec.Status, ErrNotCancelable), false
+		}
+		// It paused (or was handed on) instead: what it left is canceled.
+		return rec, nil, true
 	}
 	// A turn whose end is out (its client may have read the task paused)
 	// is not cancelled: the task it left is, once the turn let go of it.
