@@ -115,9 +115,9 @@ func toA2ATask(rec loop.TaskRecord, historyLength int) *a2a.Task {
 	t := &a2a.Task{ID: a2a.TaskID(rec.ID), ContextID: rec.ContextID,
 		Status: a2a.TaskStatus{State: a2aState(rec.Status), Timestamp: &ts}}
 	if rec.Status.Interrupted() && len(rec.OpenRequests()) > 0 {
-		t.Status.Message = requestsMessage(rec.ID, rec.ContextID, rec.Requests)
+		t.Status.Message = requestsMessage(rec.ID, rec.ContextID, rec.Requests, rec.UpdatedAt)
 	} else if rec.Message != "" {
-		t.Status.Message = agentText(rec.ID, rec.ContextID, rec.Message)
+		t.Status.Message = agentText(rec.ID, rec.ContextID, rec.Message, rec.UpdatedAt)
 	}
 	if historyLength != 0 {
 		h := toA2AMessages(rec.ID, rec.ContextID, rec.History)
@@ -181,7 +181,11 @@ func taskUsage(rec loop.TaskRecord) map[string]any {
 		"totalTokens": rec.Usage.TotalTokens, "iterations": rec.Iterations, "toolCalls": tools}
 }
 
-func agentText(taskID, contextID, text string) *a2a.Message {
-	return &a2a.Message{ID: taskID + "-status-" + strconv.FormatInt(time.Now().UnixNano(), 36), ContextID: contextID,
+// agentText is a task's status message: its id names the task and the
+// status's time (the record's UpdatedAt), so every read of one stored
+// status (the blocking answer, GetTask, a stream's final status) gives the
+// message the same id, and a new status a new one.
+func agentText(taskID, contextID, text string, at time.Time) *a2a.Message {
+	return &a2a.Message{ID: taskID + "-status-" + strconv.FormatInt(at.UnixNano(), 36), ContextID: contextID,
 		TaskID: a2a.TaskID(taskID), Role: a2a.MessageRoleAgent, Parts: a2a.ContentParts{a2a.NewTextPart(text)}}
 }

@@ -279,7 +279,7 @@ func routeMap(rt *loop.InputRoute) map[string]any {
 
 // requestsMessage is the status message of a paused task: the prompt, and
 // the open requests as the extension's data part.
-func requestsMessage(taskID, contextID string, reqs []loop.InputRequest) *a2a.Message {
+func requestsMessage(taskID, contextID string, reqs []loop.InputRequest, at time.Time) *a2a.Message {
 	var open []any
 	var shown []loop.InputRequest
 	for _, r := range reqs {
@@ -291,7 +291,7 @@ func requestsMessage(taskID, contextID string, reqs []loop.InputRequest) *a2a.Me
 	if len(open) == 0 {
 		return nil
 	}
-	m := agentText(taskID, contextID, loop.RequestsPrompt(shown))
+	m := agentText(taskID, contextID, loop.RequestsPrompt(shown), at)
 	var data map[string]any
 	b, _ := json.Marshal(map[string]any{"requests": open})
 	_ = json.Unmarshal(b, &data) // plain JSON values, as a client decodes them
