@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/looopy-go/looopy/loop"
-	"github.com/looopy-go/looopy/sse"
-	"github.com/looopy-go/looopy/store"
 )
 
 // A cancel that reaches a running turn while its end is being written
@@ -17,48 +15,26 @@ import (
 // success for a task that completed.
 func TestCancelLateForATurnsEndIsNotCancelable(t *testing.T) {
 	t.Parallel()
-	db, err := store.Open(store.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	hub, err := sse.New(sse.Config{Log: db.Events()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hub.Close() })
-	l, err := loop.New(loop.Config{Model: &scriptModel{}, Checkpoints: db, Journal: db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openBadger(t)
 	var rt *Runtime
 	ending := make(chan struct{})
-	cfg := Config{Loop: l, Events: hubEndEvents{hub: hub, log: db.Events()}, Owner: "host-a",
-		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db,
-			Leases: db, TaskLeases: db}}
-	cfg.Crashpoint = func(p string) {
-		if p != PointTurnEnding {
-			return
+	rt = hubRuntime(t, db, db.Events(), loop.Config{Model: &scriptModel{}}, func(c *Config) {
+		c.Crashpoint = func(p string) {
+			if p != PointTurnEnding {
+				return
+			}
+			// The end is about to be written: it waits until the cancel
+			// has reached the turn.
+			r := rt.Running("t-late")
+			if r == nil {
+				return
+			}
+			close(ending)
+			select {
+			case <-r.ctx.Done():
+			case <-time.After(guard):
+			}
 		}
-		// The end is about to be written: it waits until the cancel has
-		// reached the turn.
-		r := rt.Running("t-late")
-		if r == nil {
-			return
-		}
-		close(ending)
-		select {
-		case <-r.ctx.Done():
-		case <-time.After(guard):
-		}
-	}
-	if rt, err = New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), guard)
-		defer cancel()
-		rt.Shutdown(ctx)
 	})
 	ctx := context.Background()
 	// A first turn makes the conversation: the second's task write has no

@@ -53,26 +53,56 @@ func (s *lateTaskWrite) SubmitTaskLeased(ctx context.Context, t loop.TaskRecord,
 	}, nil
 }
 
-// mergedHarness runs the runtime over a real Hub on a Badger log that
-// records each write, with task writes answered at turn-ending.
-func mergedHarness(t *testing.T, model loop.Model) (*Runtime, *store.Badger, *spyLog, *lateTaskWrite) {
+// openBadger is a Badger store in the test's folder, closed after it.
+func openBadger(t *testing.T) *store.Badger {
 	t.Helper()
 	db, err := store.Open(store.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	sl := &spyLog{BadgerEvents: db.Events()}
-	log := spy{spyLog: sl, t: t}
+	return db
+}
+
+// hubRuntime is a runtime over a real Hub on log (db's event log, or a
+// wrapper of it) with db's stores and a loop configured as lc; set, when
+// not nil, adjusts its Config before New. It shuts down after the test.
+func hubRuntime(t *testing.T, db *store.Badger, log loop.EventLog, lc loop.Config, set func(*Config)) *Runtime {
+	t.Helper()
 	hub, err := sse.New(sse.Config{Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hub.Close() })
-	l, err := loop.New(loop.Config{Model: model, Checkpoints: db, Journal: db})
+	lc.Checkpoints, lc.Journal = db, db
+	l, err := loop.New(lc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := Config{Loop: l, Events: hubEndEvents{hub: hub, log: log}, Owner: "host-a",
+		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db,
+			Leases: db, TaskLeases: db}}
+	if set != nil {
+		set(&cfg)
+	}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		rt.Shutdown(ctx)
+	})
+	return rt
+}
+
+// mergedHarness runs the runtime over a real Hub on a Badger log that
+// records each write, with task writes answered at turn-ending.
+func mergedHarness(t *testing.T, model loop.Model) (*Runtime, *store.Badger, *spyLog, *lateTaskWrite) {
+	t.Helper()
+	db := openBadger(t)
+	sl := &spyLog{BadgerEvents: db.Events()}
 	late := &lateTaskWrite{Badger: db, ending: make(chan struct{})}
 	ending := func() {
 		late.mu.Lock()
@@ -83,22 +113,14 @@ func mergedHarness(t *testing.T, model loop.Model) (*Runtime, *store.Badger, *sp
 			close(late.ending)
 		}
 	}
-	cfg := Config{Loop: l, Events: hubEndEvents{hub: hub, log: log}, Owner: "host-a",
-		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: &endingCommitter{TurnCommitter: db, ending: ending},
-			Checkpoints: db, Journal: db, Durable: db, Leases: db, TaskLeases: late}}
-	cfg.Crashpoint = func(p string) {
-		if p == PointTurnEnding {
-			ending()
+	rt := hubRuntime(t, db, spy{spyLog: sl, t: t}, loop.Config{Model: model}, func(c *Config) {
+		c.Stores.Commit = &endingCommitter{TurnCommitter: db, ending: ending}
+		c.Stores.TaskLeases = late
+		c.Crashpoint = func(p string) {
+			if p == PointTurnEnding {
+				ending()
+			}
 		}
-	}
-	rt, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), guard)
-		defer cancel()
-		rt.Shutdown(ctx)
 	})
 	return rt, db, sl, late
 }
@@ -276,35 +298,13 @@ func (lookModel) Generate(_ context.Context, req *loop.ModelRequest, _ func(loop
 // here an hour).
 func TestBlockingSendTaskWrittenWithItsEnd(t *testing.T) {
 	t.Parallel()
-	db, err := store.Open(store.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := openBadger(t)
 	probe := &probeLog{spy: spy{spyLog: &spyLog{BadgerEvents: db.Events()}, t: t}, db: db}
-	hub, err := sse.New(sse.Config{Log: probe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hub.Close() })
 	tool := &storedCheckTool{db: db}
-	l, err := loop.New(loop.Config{Model: lookModel{}, Toolsets: []loop.Toolset{tool}, Checkpoints: db, Journal: db})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The task's write waits for its turn's end as long as it takes, so
 	// that the case shows whatever the machine's speed.
-	rt, err := New(Config{Loop: l, Events: hubEndEvents{hub: hub, log: probe}, Owner: "host-a", DeferTaskWrite: time.Hour,
-		Stores: Stores{Messages: db, Agents: db, Tasks: db, Commit: db, Checkpoints: db, Journal: db, Durable: db,
-			Leases: db, TaskLeases: db}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), guard)
-		defer cancel()
-		rt.Shutdown(ctx)
-	})
+	rt := hubRuntime(t, db, probe, loop.Config{Model: lookModel{}, Toolsets: []loop.Toolset{tool}},
+		func(c *Config) { c.DeferTaskWrite = time.Hour })
 	ctx := context.Background()
 	st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-one", Message: user("hello"), AnswerAtEnd: true})
 	if err != nil {
