@@ -9,6 +9,23 @@ import (
 	"github.com/looopy-go/looopy/loop"
 )
 
+// newTask is a new task of alice's, working, with one message.
+func newTask(id, ctxID string) loop.TaskRecord {
+	now := time.Now().UTC()
+	return loop.TaskRecord{ID: id, ContextID: ctxID, Owner: "alice", Status: loop.TaskWorking,
+		History: []loop.Message{{Role: loop.RoleUser, Content: "hi"}}, TurnInput: 1, CreatedAt: now, UpdatedAt: now}
+}
+
+// endOf is the commit of rec's turn fenced by l: its messages, the task
+// completed.
+func endOf(rec loop.TaskRecord, l loop.Lease) loop.TurnCommit {
+	done := rec
+	done.Version, done.Status = 1, loop.TaskCompleted
+	return loop.TurnCommit{ContextID: rec.ContextID, Lease: &l, Task: &done,
+		Messages: []loop.Message{{Role: loop.RoleUser, Content: "hi"}, {Role: loop.RoleAssistant, Content: "hello"}},
+		Agent:    loop.AgentMetadata{ContextID: rec.ContextID, Owner: "alice", Status: loop.AgentReady}}
+}
+
 // holdCommits stops the commit goroutine until the returned func is
 // called: what is submitted meanwhile is applied, in its order, once it
 // goes on.
@@ -46,19 +63,6 @@ func TestSubmitTaskLeasedFencesWhatFollows(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	ctx := context.Background()
-	newTask := func(id, ctxID string) loop.TaskRecord {
-		now := time.Now().UTC()
-		return loop.TaskRecord{ID: id, ContextID: ctxID, Owner: "alice", Status: loop.TaskWorking,
-			History: []loop.Message{{Role: loop.RoleUser, Content: "hi"}}, TurnInput: 1, CreatedAt: now, UpdatedAt: now}
-	}
-	// end is the turn's commit: its messages, the task completed.
-	end := func(rec loop.TaskRecord, l loop.Lease) loop.TurnCommit {
-		done := rec
-		done.Version, done.Status = 1, loop.TaskCompleted
-		return loop.TurnCommit{ContextID: rec.ContextID, Lease: &l, Task: &done,
-			Messages: []loop.Message{{Role: loop.RoleUser, Content: "hi"}, {Role: loop.RoleAssistant, Content: "hello"}},
-			Agent:    loop.AgentMetadata{ContextID: rec.ContextID, Owner: "alice", Status: loop.AgentReady}}
-	}
 	// submitThenCommit holds the commit goroutine, queues the task and its
 	// commit behind it, and lets both go in one batch.
 	submitThenCommit := func(rec loop.TaskRecord) (l loop.Lease, taskErr, commitErr error) {
@@ -70,7 +74,7 @@ func TestSubmitTaskLeasedFencesWhatFollows(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
-		go func() { done <- b.CommitTurn(ctx, end(rec, l)) }()
+		go func() { done <- b.CommitTurn(ctx, endOf(rec, l)) }()
 		// The commit is queued behind the task's write (the held write
 		// was taken off the queue): wait until it is.
 		for len(b.ops) < 2 {
@@ -152,7 +156,7 @@ func TestSubmitTaskLeasedFencesWhatFollows(t *testing.T) {
 	}
 	counted := l
 	counted.Token = 1
-	if err := b.CommitTurn(ctx, end(fresh, counted)); !errors.Is(err, loop.ErrLeaseLost) {
+	if err := b.CommitTurn(ctx, endOf(fresh, counted)); !errors.Is(err, loop.ErrLeaseLost) {
 		t.Fatalf("commit fenced by token 1 under a drawn lease: %v; want ErrLeaseLost", err)
 	}
 }
@@ -172,18 +176,6 @@ func TestDeferTaskLeasedGoesWithItsCommit(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	ctx := context.Background()
-	newTask := func(id, ctxID string) loop.TaskRecord {
-		now := time.Now().UTC()
-		return loop.TaskRecord{ID: id, ContextID: ctxID, Owner: "alice", Status: loop.TaskWorking,
-			History: []loop.Message{{Role: loop.RoleUser, Content: "hi"}}, TurnInput: 1, CreatedAt: now, UpdatedAt: now}
-	}
-	end := func(rec loop.TaskRecord, l loop.Lease) loop.TurnCommit {
-		done := rec
-		done.Version, done.Status = 1, loop.TaskCompleted
-		return loop.TurnCommit{ContextID: rec.ContextID, Lease: &l, Task: &done,
-			Messages: []loop.Message{{Role: loop.RoleUser, Content: "hi"}, {Role: loop.RoleAssistant, Content: "hello"}},
-			Agent:    loop.AgentMetadata{ContextID: rec.ContextID, Owner: "alice", Status: loop.AgentReady}}
-	}
 
 	rec := newTask("t-one", "c-one")
 	l, _, wait, err := b.DeferTaskLeased(ctx, rec, nil, "host-a", "c-one", time.Minute, time.Hour)
@@ -194,7 +186,7 @@ func TestDeferTaskLeasedGoesWithItsCommit(t *testing.T) {
 		t.Fatalf("a held task write is in the store before its commit: %v", err)
 	}
 	before := b.Commits()
-	if err := b.CommitTurn(ctx, end(rec, l)); err != nil {
+	if err := b.CommitTurn(ctx, endOf(rec, l)); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait(); err != nil {
@@ -238,7 +230,7 @@ func TestDeferTaskLeasedGoesWithItsCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.CommitTurn(ctx, end(rec, l)); !errors.Is(err, loop.ErrLeaseLost) {
+	if err := b.CommitTurn(ctx, endOf(rec, l)); !errors.Is(err, loop.ErrLeaseLost) {
 		t.Fatalf("commit behind a refused task write: %v; want ErrLeaseLost", err)
 	}
 	if err := wait(); !errors.Is(err, loop.ErrLeaseHeld) {
