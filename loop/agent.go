@@ -125,10 +125,13 @@ type Agent struct {
 
 	mu      sync.Mutex
 	meta    AgentMetadata
-	history []Message    // the stored history (or its tail, see partial), cached since Start
-	unsaved int          // messages at the end of history not yet saved
-	partial bool         // history holds only the most recent messages
-	pending bool         // meta is not stored yet (DeferNewMetadata)
+	history []Message // the stored history (or its tail, see partial), cached since Start
+	unsaved int       // messages at the end of history not yet saved
+	partial bool      // history holds only the most recent messages
+	// pending: meta is not stored yet (DeferNewMetadata). Not under mu:
+	// the write that stores it may be done while a turn's end holds mu
+	// (MetadataSaved must not wait for that end).
+	pending atomic.Bool
 	cached  atomic.Int64 // MessagesSize(history), for CachedBytes without the lock
 
 	// tallyMu orders the changes of cached with Untally, so that
@@ -188,15 +191,13 @@ func (a *Agent) PendingMetadata() (m AgentMetadata, ok bool) {
 		// (RunInput.Stored): a running turn is no part of the record.
 		m.Status = AgentReady
 	}
-	return m, a.pending
+	return m, a.pending.Load()
 }
 
 // MetadataSaved records that the caller stored what PendingMetadata
 // returned.
 func (a *Agent) MetadataSaved() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.pending = false
+	a.pending.Store(false)
 }
 
 // Start loads the agent's metadata and history from the stores (resuming a
@@ -241,7 +242,7 @@ func (a *Agent) Start(ctx context.Context) error {
 			return fmt.Errorf("start agent %q: save metadata: %w", a.cfg.ContextID, err)
 		}
 	}
-	a.pending = isNew && a.cfg.DeferNewMetadata
+	a.pending.Store(isNew && a.cfg.DeferNewMetadata)
 	if a.windowed() && a.cfg.HistoryBytes > 0 {
 		hist = append([]Message(nil), a.window(hist)...)
 	}
@@ -634,7 +635,8 @@ func (a *Agent) finishTurn(ctx context.Context, rec *TaskRecord, input []Message
 			a.noteCache()
 			return fmt.Errorf("save turn: %w", err)
 		}
-		a.unsaved, a.pending = 0, false
+		a.unsaved = 0
+		a.pending.Store(false)
 		if c.Task != nil {
 			rec.Version++
 		}
@@ -695,7 +697,7 @@ func (a *Agent) saveLocked(ctx context.Context) error {
 	if err := a.cfg.Agents.SaveAgent(ctx, a.meta); err != nil {
 		return fmt.Errorf("save metadata of %q: %w", a.cfg.ContextID, err)
 	}
-	a.pending = false
+	a.pending.Store(false)
 	return nil
 }
 

@@ -420,3 +420,63 @@ func TestTurnEndedBeforeItsTaskHoldingManyEvents(t *testing.T) {
 		t.Fatalf("the stream ends with %s, want task-complete", evs[len(evs)-1].Head().Kind)
 	}
 }
+
+// Start of a new conversation's first task returns once the task is
+// stored, also when the turn's end is being written then (the turn holds
+// its agent while it writes): noting the conversation's record stored in
+// the agent does not wait for that end. It did, so Start (and a stream's
+// first event) waited for the end's write.
+func TestStartOfANewConversationDoesNotWaitForItsTurnsEnd(t *testing.T) {
+	t.Parallel()
+	db := openBadger(t)
+	late := &lateTaskWrite{Badger: db, ending: make(chan struct{})}
+	release := make(chan struct{})
+	rt := hubRuntime(t, db, db.Events(), loop.Config{Model: &scriptModel{}}, func(c *Config) {
+		c.Stores.TaskLeases = late
+		c.Crashpoint = func(p string) {
+			if p != PointTurnEnding {
+				return
+			}
+			close(late.ending) // the task's write is answered now
+			select {
+			case <-release:
+			case <-time.After(2 * guard):
+			}
+		}
+	})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the runtime shuts down
+	ctx := context.Background()
+	type started struct {
+		st  *Started
+		err error
+	}
+	res := make(chan started, 1)
+	go func() {
+		st, err := rt.Start(ctx, StartRequest{Auth: alice(), ContextID: "c-new", Message: user("hello"),
+			NewID: func() string { return "t-new" }})
+		res <- started{st, err}
+	}()
+	var got started
+	select {
+	case got = <-res:
+	case <-time.After(guard):
+		t.Fatal("Start waited for its turn's end to be written")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	let()
+	gctx, cancel := context.WithTimeout(ctx, guard)
+	defer cancel()
+	if err := rt.Wait(gctx, got.st.Run); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := db.LoadTask(ctx, "t-new"); err != nil || rec.Status != loop.TaskCompleted {
+		t.Fatalf("task %s, %v; want completed", rec.Status, err)
+	}
+	if _, err := db.LoadAgent(ctx, "c-new"); err != nil {
+		t.Fatalf("the new conversation's record: %v", err)
+	}
+}
