@@ -532,13 +532,7 @@ func (a *Agent) RunTask(ctx context.Context, in RunInput) (Outcome, error) {
 			}
 			return nil
 		}
-		lease = func() *Lease {
-			if t.Queued(ctx) != nil {
-				return nil
-			}
-			l, _ := queued()
-			return l
-		}
+		lease = func() *Lease { l, _ := queued(); return l }
 		a.mu.Lock()
 		before = a.meta
 		a.mu.Unlock()

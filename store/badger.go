@@ -450,12 +450,18 @@ func (b *Badger) takeHeld(l loop.Lease) *writeOp {
 	return op
 }
 
+// send submits op (and what is chained to it) whatever its caller's
+// context does, answering it with the refusal when the store is closed.
+func (b *Badger) send(op *writeOp) {
+	if err := b.submit(context.Background(), op); err != nil {
+		refuse(op, err)
+	}
+}
+
 // flushHeld submits the write held for l alone, unless it was taken.
 func (b *Badger) flushHeld(l loop.Lease) {
 	if op := b.takeHeld(l); op != nil {
-		if err := b.submit(context.Background(), op); err != nil {
-			refuse(op, err)
-		}
+		b.send(op)
 	}
 }
 
@@ -466,9 +472,7 @@ func (b *Badger) flushAllHeld() {
 	b.held = nil
 	b.heldMu.Unlock()
 	for _, op := range ops {
-		if err := b.submit(context.Background(), op); err != nil {
-			refuse(op, err)
-		}
+		b.send(op)
 	}
 }
 
@@ -484,17 +488,11 @@ func (b *Badger) writeBehind(ctx context.Context, l *loop.Lease, op *writeOp) er
 		return b.write(ctx, op)
 	}
 	if err := ctx.Err(); err != nil {
-		// The task's write goes whatever becomes of this one.
-		if serr := b.submit(context.Background(), h); serr != nil {
-			refuse(h, serr)
-		}
+		b.send(h) // the task's write goes whatever becomes of this one
 		return err
 	}
 	h.then = op
-	if err := b.submit(ctx, h); err != nil {
-		refuse(h, err)
-		return <-op.res
-	}
+	b.send(h)
 	return <-op.res
 }
 

@@ -707,7 +707,7 @@ func (rt *Runtime) Start(ctx context.Context, req StartRequest) (_ *Started, err
 // Only a new task's turn starts this way: it begins with its model call,
 // which has no effect a failed write would have to undo.
 func (rt *Runtime) startStoring(ctx context.Context, r *Run, rec loop.TaskRecord, agent *loop.Agent, auth *loop.AuthContext, atEnd bool) (*Started, error) {
-	g := &startGate{decided: make(chan struct{}), queued: make(chan struct{}), taskID: r.TaskID, atEnd: atEnd}
+	g := &startGate{decided: make(chan struct{}), queued: make(chan struct{}), atEnd: atEnd}
 	run := rec
 	run.Version++ // as it will be stored
 	in := loop.RunInput{TaskID: rec.ID, Auth: auth, Task: &run,
@@ -757,7 +757,6 @@ type startGate struct {
 	queued chan struct{}
 	lease  *loop.Lease
 	qerr   error
-	taskID string
 	// atEnd: the task's write may wait for the turn's end
 	// (StartRequest.AnswerAtEnd); flush, when it does, sends it at once.
 	// Set before queued closes.
@@ -958,12 +957,6 @@ func (rt *Runtime) leasedSave() bool { return rt.st.Leases != nil && rt.st.TaskL
 // has it (Stores.TaskLeases), with the metadata of a new context. On error
 // nothing is held and nothing is written.
 func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord, agent *loop.Agent) error {
-	saved := func(err error) error {
-		if errors.Is(err, loop.ErrConflict) {
-			return fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
-		}
-		return fmt.Errorf("start task %q: %w", rec.ID, err)
-	}
 	if rt.st.Leases == nil || rt.st.TaskLeases == nil {
 		if err := rt.own(ctx, r, true); err != nil {
 			return err
@@ -971,7 +964,7 @@ func (rt *Runtime) save(ctx context.Context, r *Run, rec loop.TaskRecord, agent 
 		rt.crashpoint(PointLeaseTaken)
 		if err := rt.st.Tasks.SaveTask(ctx, rec); err != nil {
 			rt.disown(r)
-			return saved(err)
+			return startWriteErr(rec, err)
 		}
 		return nil
 	}
@@ -1016,10 +1009,16 @@ func (rt *Runtime) leasedSaved(r *Run, agent *loop.Agent, meta *loop.AgentMetada
 // lease or the task changed meanwhile.
 func (rt *Runtime) leasedSaveErr(r *Run, rec loop.TaskRecord, err error) error {
 	rt.releaseContextLease(r)
-	switch {
-	case errors.Is(err, loop.ErrLeaseHeld):
+	if errors.Is(err, loop.ErrLeaseHeld) {
 		return fmt.Errorf("task %q runs on another host: %w", r.TaskID, loop.ErrBusy)
-	case errors.Is(err, loop.ErrConflict):
+	}
+	return startWriteErr(rec, err)
+}
+
+// startWriteErr says why a starting task's write was refused: busy when
+// the task changed meanwhile.
+func startWriteErr(rec loop.TaskRecord, err error) error {
+	if errors.Is(err, loop.ErrConflict) {
 		return fmt.Errorf("task %q: %w", rec.ID, loop.ErrBusy)
 	}
 	return fmt.Errorf("start task %q: %w", rec.ID, err)
